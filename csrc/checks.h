@@ -1,0 +1,52 @@
+// Argument checks shared by the CPU and CUDA backends (see ops.h for the contracts they guard).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <optional>
+#include <string>
+
+namespace semiring_ops {
+
+inline std::string describe(const at::Tensor& t) {
+  std::string s = "shape [";
+  for (int64_t d = 0; d < t.dim(); ++d) s += (d ? ", " : "") + std::to_string(t.size(d));
+  return s + "], dtype " + std::string(c10::toString(t.scalar_type())) + ", device " + t.device().str();
+}
+
+inline void check_bmm_args(const at::Tensor& a, const at::Tensor& b) {
+  TORCH_CHECK(a.dim() == 3 && b.dim() == 3, "semiring bmm kernel: a and b must be 3-D, got a ", describe(a),
+              " and b ", describe(b));
+  TORCH_CHECK(a.size(0) == b.size(0) && a.size(2) == b.size(1),
+              "semiring bmm kernel: a (B, n, k) and b (B, k, m) disagree: a ", describe(a), ", b ", describe(b));
+  TORCH_CHECK(a.scalar_type() == b.scalar_type() && a.device() == b.device(),
+              "semiring bmm kernel: a and b need one dtype and device: a ", describe(a), ", b ", describe(b));
+  TORCH_CHECK(at::isFloatingType(a.scalar_type()), "semiring bmm kernel: floating inputs only, got a ",
+              describe(a));
+}
+
+inline void check_contract_args(const at::Tensor& l0, const std::optional<at::Tensor>& l1, const at::Tensor& r0,
+                                const std::optional<at::Tensor>& r1, const at::Tensor& o0) {
+  TORCH_CHECK(l0.dim() == 3 && r0.dim() == 3 && o0.dim() == 3, "log_contract: L0, R0, O0 must be 3-D");
+  const int64_t B = l0.size(0), R = l0.size(1), T = l0.size(2), S = r0.size(2);
+  TORCH_CHECK(r0.size(0) == B && r0.size(1) == T && o0.size(0) == B && o0.size(1) == R && o0.size(2) == S,
+              "log_contract: shapes disagree: L0 ", describe(l0), ", R0 ", describe(r0), ", O0 ", describe(o0));
+  TORCH_CHECK(l0.scalar_type() == at::kFloat || l0.scalar_type() == at::kDouble,
+              "log_contract: float32 or float64 only, got L0 ", describe(l0));
+  auto same = [&](const at::Tensor& t, const char* name) {
+    TORCH_CHECK(t.scalar_type() == l0.scalar_type() && t.device() == l0.device(), "log_contract: ", name,
+                " must match L0's dtype and device: ", name, " ", describe(t), ", L0 ", describe(l0));
+  };
+  same(r0, "R0");
+  same(o0, "O0");
+  if (l1) {
+    same(*l1, "L1");
+    TORCH_CHECK(l1->sizes() == l0.sizes(), "log_contract: L1 ", describe(*l1), " must have L0's shape ", describe(l0));
+  }
+  if (r1) {
+    same(*r1, "R1");
+    TORCH_CHECK(r1->sizes() == r0.sizes(), "log_contract: R1 ", describe(*r1), " must have R0's shape ", describe(r0));
+  }
+}
+
+}  // namespace semiring_ops

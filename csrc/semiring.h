@@ -1,0 +1,249 @@
+// The semirings, defined once for every kernel of the project (CPU, CUDA and generated code).
+//
+// A semiring here is a struct with
+//   zero<T>(), one<T>()            the identities of plus and times,
+//   times(a, b)                    the product of two elements (in the kernel domain),
+//   plus(a, b)                     the sum of two elements (used by merges and tests),
+//   to_kernel(x)                   maps a user value into the kernel domain when a tile is staged
+//                                  (the log semiring works in base 2: x * log2(e), so its inner loop
+//                                  needs one ex2 per cell and no multiply),
+//   Accumulator<T, kArg>           the running sum of one output, fed one product at a time in
+//                                  increasing k with add(v, k); result() maps back to the user domain;
+//                                  arg() is the index of the selected term for max / min (kArg).
+//
+// Adding a semiring is one struct below plus one line in SEMIRING_OPS_FOR_EACH_SEMIRING; the ids must
+// match semiring_ops/semirings.py (Semiring.kernel_id).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define SR_HD __host__ __device__ __forceinline__
+#else
+#define SR_HD inline
+#endif
+
+namespace semiring_ops {
+
+// ---------------------------------------------------------------- scalar helpers
+
+template <class T> SR_HD T pos_inf();
+template <> SR_HD float pos_inf<float>() { return HUGE_VALF; }
+template <> SR_HD double pos_inf<double>() { return HUGE_VAL; }
+
+template <class T> SR_HD T max_finite();
+template <> SR_HD float max_finite<float>() { return 3.402823466e+38f; }
+template <> SR_HD double max_finite<double>() { return 1.7976931348623157e+308; }
+
+template <class T> SR_HD bool is_nan(T x) { return x != x; }
+
+constexpr double kLog2e = 1.4426950408889634073599246810018921;
+constexpr double kLn2 = 0.6931471805599453094172321214581766;
+
+template <class T> SR_HD T sr_abs(T x) { return x < T(0) ? -x : x; }
+
+// 2^x for the inner loops. GPU fp32: one MUFU.EX2 (ex2.approx: -inf -> 0, +inf -> inf, NaN -> NaN,
+// relative error ~2^-22). CPU fp32: a branch-free Cephes-style polynomial (~2 ulp) that the compiler
+// vectorises (a libm call would not). fp64: the library exp2.
+SR_HD float fast_exp2(float x) {
+#if defined(__CUDA_ARCH__)
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  float xc = x < -127.f ? -127.f : (x > 128.f ? 128.f : x);
+  xc = is_nan(x) ? 0.f : xc;  // keeps the float -> int conversion defined; NaN is restored below
+  const float t = xc + 0.5f;
+  int32_t i = static_cast<int32_t>(t);
+  i -= (t < static_cast<float>(i)) ? 1 : 0;  // floor(xc + 0.5)
+  const float f = xc - static_cast<float>(i);  // in [-0.5, 0.5]
+  float p = 1.535336188319500e-4f;
+  p = p * f + 1.339887440266574e-3f;
+  p = p * f + 9.618437357674640e-3f;
+  p = p * f + 5.550332471162809e-2f;
+  p = p * f + 2.402264791363012e-1f;
+  p = p * f + 6.931472028550421e-1f;
+  p = p * f + 1.0f;
+  union {
+    uint32_t u;
+    float f;
+  } scale;
+  scale.u = static_cast<uint32_t>(i + 127) << 23;  // 2^i; i = 128 gives the bits of +inf
+  float y = p * scale.f;
+  y = (x < -126.f) ? 0.f : y;
+  return is_nan(x) ? x : y;
+#endif
+}
+SR_HD double fast_exp2(double x) {
+#if defined(__CUDA_ARCH__)
+  return exp2(x);
+#else
+  return std::exp2(x);
+#endif
+}
+
+SR_HD float sr_log2(float x) {
+#if defined(__CUDA_ARCH__)
+  return log2f(x);
+#else
+  return std::log2(x);
+#endif
+}
+SR_HD double sr_log2(double x) {
+#if defined(__CUDA_ARCH__)
+  return log2(x);
+#else
+  return std::log2(x);
+#endif
+}
+
+// max / min that propagate NaN (plain fmaxf drops it).
+template <class T> SR_HD T nan_max(T a, T b) { return (b > a || is_nan(b)) ? b : a; }
+template <class T> SR_HD T nan_min(T a, T b) { return (b < a || is_nan(b)) ? b : a; }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+template <> __device__ __forceinline__ float nan_max<float>(float a, float b) {
+  float y;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(y) : "f"(a), "f"(b));
+  return y;
+}
+template <> __device__ __forceinline__ float nan_min<float>(float a, float b) {
+  float y;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(y) : "f"(a), "f"(b));
+  return y;
+}
+#endif
+
+// ---------------------------------------------------------------- accumulators
+
+// Running log-sum-exp in base 2 with one ex2 per term and no branch:
+// d = v - m; e = 2^-|d|; a new maximum rescales the old sum by e, otherwise e is added.
+// m starts at the most negative finite value, so -inf terms add 2^-inf = 0 and an all -inf
+// reduction ends with s = 0 -> -inf. NaN terms poison s, so NaN propagates.
+template <class T> struct LogSumExp2Accumulator {
+  T m, s;
+  SR_HD void init() { m = -max_finite<T>(); s = T(0); }
+  SR_HD void add(T v, int32_t /*k*/) {
+    const T d = v - m;
+    const T e = fast_exp2(-sr_abs(d));
+    const bool up = d > T(0);
+    s = up ? s * e + T(1) : s + e;
+    m = up ? v : m;
+  }
+  SR_HD T result() const { return (m + sr_log2(s)) * T(kLn2); }
+  SR_HD int32_t arg() const { return 0; }
+};
+
+// Running max (kIsMax) or min; with kArg it also keeps the index of the first extremum
+// (ties resolve to the lowest k, as terms arrive in increasing k) and of the first NaN.
+template <class T, bool kArg, bool kIsMax> struct ExtremumAccumulator {
+  T best;
+  int32_t idx;
+  SR_HD void init() {
+    best = kIsMax ? -pos_inf<T>() : pos_inf<T>();
+    idx = 0;
+  }
+  SR_HD void add(T v, int32_t k) {
+    if constexpr (kArg) {
+      const bool better = kIsMax ? (v > best) : (v < best);
+      if (better || (is_nan(v) && !is_nan(best))) {
+        best = v;
+        idx = k;
+      }
+    } else {
+      best = kIsMax ? nan_max(best, v) : nan_min(best, v);
+    }
+  }
+  SR_HD T result() const { return best; }
+  SR_HD int32_t arg() const { return idx; }
+};
+
+template <class T> struct SumAccumulator {
+  T s;
+  SR_HD void init() { s = T(0); }
+  SR_HD void add(T v, int32_t /*k*/) { s += v; }
+  SR_HD T result() const { return s; }
+  SR_HD int32_t arg() const { return 0; }
+};
+
+// ---------------------------------------------------------------- semirings
+
+struct LogSemiring {
+  static constexpr int64_t kId = 0;
+  static constexpr bool kSelects = false;  // no argmax: the gradient is a softmax, not a selection
+  template <class T> SR_HD static T zero() { return -pos_inf<T>(); }
+  template <class T> SR_HD static T one() { return T(0); }
+  template <class T> SR_HD static T to_kernel(T x) { return x * T(kLog2e); }
+  template <class T> SR_HD static T times(T a, T b) { return a + b; }
+  template <class T> SR_HD static T plus(T a, T b) {
+    const T m = nan_max(a, b);
+    if (m == -pos_inf<T>() || m == pos_inf<T>()) return m;
+    return m + sr_log2(fast_exp2((a - m) * T(kLog2e)) + fast_exp2((b - m) * T(kLog2e))) * T(kLn2);
+  }
+  template <class T, bool kArg> using Accumulator = LogSumExp2Accumulator<T>;
+};
+
+struct MaxSemiring {
+  static constexpr int64_t kId = 1;
+  static constexpr bool kSelects = true;
+  template <class T> SR_HD static T zero() { return -pos_inf<T>(); }
+  template <class T> SR_HD static T one() { return T(0); }
+  template <class T> SR_HD static T to_kernel(T x) { return x; }
+  template <class T> SR_HD static T times(T a, T b) { return a + b; }
+  template <class T> SR_HD static T plus(T a, T b) { return nan_max(a, b); }
+  template <class T, bool kArg> using Accumulator = ExtremumAccumulator<T, kArg, true>;
+};
+
+struct MinSemiring {
+  static constexpr int64_t kId = 2;
+  static constexpr bool kSelects = true;
+  template <class T> SR_HD static T zero() { return pos_inf<T>(); }
+  template <class T> SR_HD static T one() { return T(0); }
+  template <class T> SR_HD static T to_kernel(T x) { return x; }
+  template <class T> SR_HD static T times(T a, T b) { return a + b; }
+  template <class T> SR_HD static T plus(T a, T b) { return nan_min(a, b); }
+  template <class T, bool kArg> using Accumulator = ExtremumAccumulator<T, kArg, false>;
+};
+
+struct StdSemiring {
+  static constexpr int64_t kId = 3;
+  static constexpr bool kSelects = false;
+  template <class T> SR_HD static T zero() { return T(0); }
+  template <class T> SR_HD static T one() { return T(1); }
+  template <class T> SR_HD static T to_kernel(T x) { return x; }
+  template <class T> SR_HD static T times(T a, T b) { return a * b; }
+  template <class T> SR_HD static T plus(T a, T b) { return a + b; }
+  template <class T, bool kArg> using Accumulator = SumAccumulator<T>;
+};
+
+// The registry: one line per semiring.
+#define SEMIRING_OPS_FOR_EACH_SEMIRING(X) \
+  X(LogSemiring)                          \
+  X(MaxSemiring)                          \
+  X(MinSemiring)                          \
+  X(StdSemiring)
+
+// Calls f(S{}) for the semiring whose kId is `id`; returns false when no semiring has that id.
+template <class F> bool dispatch_semiring(int64_t id, F&& f) {
+#define SEMIRING_OPS_DISPATCH_CASE(S) \
+  if (id == S::kId) {                 \
+    f(S{});                           \
+    return true;                      \
+  }
+  SEMIRING_OPS_FOR_EACH_SEMIRING(SEMIRING_OPS_DISPATCH_CASE)
+#undef SEMIRING_OPS_DISPATCH_CASE
+  return false;
+}
+
+// ---------------------------------------------------------------- the log-weighted contraction
+//
+// Gradients of the log semiring (and their gradients) are all of one form:
+//   out[r, s] = sum_t  L1[r, t] * R1[t, s] * exp(L0[r, t] + R0[t, s] + O0[r, s])
+// with L1, R1 optional (1 when absent). In the kernel domain the three exponent terms are pre-scaled
+// by log2(e), so each cell is one ex2: weight(x) = 2^x.
+struct LogWeight {
+  template <class T> SR_HD static T to_kernel(T x) { return x * T(kLog2e); }
+  template <class T> SR_HD static T weight(T x2) { return fast_exp2(x2); }
+};
+
+}  // namespace semiring_ops

@@ -1,0 +1,30 @@
+"""semiring_ops: semiring batched matmul and structured prediction for PyTorch.
+
+    import semiring_ops as so
+    c = so.logbmm(a, b)                       # logsumexp_k a[..., i, k] + b[..., k, j]
+    v, idx = so.maxbmm(a, b, return_argmax=True)
+    so.semiring_matmul(a, b, so.MinSemiring)
+"""
+
+__version__ = "0.1.0"
+
+from .info import backend_info
+from .nn import SemiringLinear
+from .ops import logbmm, maxbmm, minbmm, semiring_matmul, stdbmm
+from .semirings import LogSemiring, MaxSemiring, MinSemiring, Semiring, StdSemiring
+
+__all__ = [
+    "__version__",
+    "Semiring",
+    "LogSemiring",
+    "MaxSemiring",
+    "MinSemiring",
+    "StdSemiring",
+    "semiring_matmul",
+    "logbmm",
+    "maxbmm",
+    "minbmm",
+    "stdbmm",
+    "SemiringLinear",
+    "backend_info",
+]

@@ -1,0 +1,178 @@
+"""Building the compiled extensions: ahead of time (setup.py) or just in time on first use.
+
+Just-in-time builds go through torch.utils.cpp_extension.load (ninja) into a cache folder whose name
+holds a hash of the sources, the flags, torch's version and the target GPU architectures, so a cached
+build is never stale. An exclusive lock file (fcntl, released by the OS even if a process dies)
+serialises builds of one folder across processes; a marker written atomically after a successful build
+lets later processes import the library directly, without ninja.
+
+Environment:
+    SEMIRING_OPS_CACHE   cache root (default: $XDG_CACHE_HOME/semiring_ops or ~/.cache/semiring_ops)
+    SEMIRING_OPS_VERBOSE_BUILD=1   show the compiler's output
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import importlib.util
+import os
+import sys
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+__all__ = ["ExtensionSpec", "CPU_EXTENSION", "CUDA_EXTENSION", "source_root", "cache_root", "load"]
+
+
+def source_root() -> Path:
+    """The csrc folder: inside the installed package (wheel) or beside it (source checkout)."""
+    here = Path(__file__).resolve().parent.parent
+    for candidate in (here / "csrc", here.parent / "csrc"):
+        if (candidate / "semiring.h").is_file():
+            return candidate
+    raise FileNotFoundError(f"semiring_ops C++ sources not found in {here / 'csrc'} or {here.parent / 'csrc'}")
+
+
+def cache_root() -> Path:
+    env = os.environ.get("SEMIRING_OPS_CACHE")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "semiring_ops"
+
+
+@dataclass(frozen=True)
+class ExtensionSpec:
+    """One compiled module: its name, sources (relative to csrc) and compiler flags."""
+
+    name: str
+    sources: tuple[str, ...]
+    cflags: tuple[str, ...]
+    cuda_cflags: tuple[str, ...] = ()
+    aot_module: str = ""  # the module setup.py builds when SEMIRING_OPS_BUILD_EXT=1
+
+    @property
+    def is_cuda(self) -> bool:
+        return any(s.endswith(".cu") for s in self.sources)
+
+
+CPU_EXTENSION = ExtensionSpec(
+    name="semiring_ops_cpu",
+    sources=("bindings.cpp", "cpu/bmm_forward_cpu.cpp", "cpu/log_contract_cpu.cpp"),
+    cflags=("-O3", "-march=native", "-fno-math-errno"),
+    aot_module="semiring_ops._C_cpu",
+)
+
+CUDA_EXTENSION = ExtensionSpec(
+    name="semiring_ops_cuda",
+    sources=("bindings.cpp", "cuda/bmm_forward_cuda.cu", "cuda/log_contract_cuda.cu"),
+    cflags=("-O3",),
+    cuda_cflags=("-O3", "-lineinfo"),
+    aot_module="semiring_ops._C_cuda",
+)
+
+
+def cuda_arch_list() -> list[str]:
+    """Target architectures: TORCH_CUDA_ARCH_LIST if set, else those of the visible GPUs."""
+    env = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if env:
+        return sorted(set(env.replace(";", " ").split()))
+    caps = {torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())}
+    return [f"{major}.{minor}" for major, minor in sorted(caps)]
+
+
+def _fingerprint(spec: ExtensionSpec) -> str:
+    h = hashlib.sha256()
+    root = source_root()
+    headers = sorted(p for p in root.rglob("*") if p.suffix in (".h", ".cuh"))
+    for path in [root / s for s in spec.sources] + headers:
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    h.update(repr((spec.cflags, spec.cuda_cflags, torch.__version__, torch.version.cuda)).encode())
+    h.update(sys.version.encode())
+    if spec.is_cuda:
+        h.update(repr(cuda_arch_list()).encode())
+    return h.hexdigest()[:16]
+
+
+def build_directory(spec: ExtensionSpec) -> Path:
+    return cache_root() / f"{spec.name}-{_fingerprint(spec)}"
+
+
+@contextlib.contextmanager
+def _exclusive(lock_path: Path):
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a+") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def _import_from(path: Path, name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {name} from {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _library_path(folder: Path, name: str) -> Path:
+    return folder / f"{name}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
+
+
+def load(spec: ExtensionSpec) -> ModuleType:
+    """The compiled module for `spec`: prebuilt (setup.py), cached, or compiled now (one message).
+
+    Raises whatever the build raises; the caller decides about falling back.
+    """
+    with contextlib.suppress(ImportError):
+        return importlib.import_module(spec.aot_module)
+
+    folder = build_directory(spec)
+    marker = folder / "build.ok"
+    if marker.is_file():
+        return _import_from(_library_path(folder, spec.name), spec.name)
+
+    with _exclusive(folder.with_suffix(".lock")):
+        if marker.is_file():  # another process finished the build while we waited
+            return _import_from(_library_path(folder, spec.name), spec.name)
+        folder.mkdir(parents=True, exist_ok=True)
+        # torch's own baton file inside the folder can only be stale here (we hold the lock)
+        (folder / "lock").unlink(missing_ok=True)
+        what = "CUDA" if spec.is_cuda else "CPU"
+        print(
+            f"semiring_ops: compiling the {what} kernels (first use; about a minute) into {folder}",
+            file=sys.stderr,
+            flush=True,
+        )
+        from torch.utils.cpp_extension import load as torch_load
+
+        root = source_root()
+        env_arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
+        if spec.is_cuda and not env_arch:
+            os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(cuda_arch_list())
+        try:
+            module = torch_load(
+                name=spec.name,
+                sources=[str(root / s) for s in spec.sources],
+                extra_include_paths=[str(root)],
+                extra_cflags=list(spec.cflags),
+                extra_cuda_cflags=list(spec.cuda_cflags),
+                build_directory=str(folder),
+                verbose=os.environ.get("SEMIRING_OPS_VERBOSE_BUILD") == "1",
+            )
+        finally:
+            if spec.is_cuda and not env_arch:
+                os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
+        tmp = marker.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(f"{torch.__version__}\n")
+        os.replace(tmp, marker)
+        return module

@@ -1,0 +1,91 @@
+"""The public semiring batched matmul: torch.matmul's shape rules over any semiring."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from ..semirings import Semiring, StdSemiring, resolve_semiring
+from . import registry
+from .reference import generic_bmm
+from .validation import check_same_device_and_dtype, check_tensor, matmul_shapes
+
+__all__ = ["semiring_matmul", "logbmm", "maxbmm", "minbmm", "stdbmm"]
+
+
+def semiring_matmul(
+    a: Tensor,
+    b: Tensor,
+    semiring: str | type[Semiring] = "log",
+    *,
+    return_argmax: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """C = A (x) B over a semiring, with torch.matmul's shape rules.
+
+    Args:
+        a: (..., n, k) floating tensor (float16, bfloat16, float32, float64), any strides.
+        b: (..., k, m) tensor of a's dtype and device; batch dimensions broadcast against a's.
+        semiring: "log" (logsumexp, +), "max" (max, +), "min" (min, +), "std" (+, x), or a Semiring
+            subclass (one without a compiled kernel runs on the blocked PyTorch path).
+        return_argmax: max / min only: also return the int64 index k of the selected term,
+            (..., n, m); ties go to the lowest k.
+
+    Returns:
+        (..., n, m) in a's dtype (16-bit inputs accumulate in float32), or (values, argmax).
+
+    Under torch.autocast the log / max / min products run in float32 (like logsumexp), so inputs of
+    mixed precision are accepted there; "std" follows autocast's matmul policy.
+    """
+    S = resolve_semiring(semiring)
+    fn = f"semiring_matmul[{S.name}]"
+    a = check_tensor(fn, "a", a)
+    b = check_tensor(fn, "b", b)
+    if return_argmax and not S.selects:
+        raise ValueError(f"{fn}: return_argmax=True needs a selecting semiring (max, min), not {S.name!r}")
+    if S is StdSemiring:
+        if not _autocast(a):
+            check_same_device_and_dtype(fn, ("a", "b"), a, b)
+        matmul_shapes(fn, a, b)
+        return torch.matmul(a, b)
+    if _autocast(a) or _autocast(b):
+        a, b = a.float(), b.float()
+    check_same_device_and_dtype(fn, ("a", "b"), a, b)
+    batch, n, k, m = matmul_shapes(fn, a, b)
+    B = math.prod(batch)
+    a3 = a.expand(*batch, n, k).reshape(B, n, k)
+    b3 = b.expand(*batch, k, m).reshape(B, k, m)
+    if S.kernel_id is None:
+        return generic_bmm(a3, b3, S).reshape(*batch, n, m)
+    needs_grad = torch.is_grad_enabled() and (a.requires_grad or b.requires_grad)
+    with_arg = S.selects and (return_argmax or needs_grad)
+    out, arg = registry.bmm_forward(a3, b3, S.kernel_id, with_arg)
+    out = out.to(a.dtype).reshape(*batch, n, m)
+    if return_argmax:
+        return out, arg.reshape(*batch, n, m)
+    return out
+
+
+def _autocast(t: Tensor) -> bool:
+    return torch.is_autocast_enabled(t.device.type)
+
+
+def logbmm(a: Tensor, b: Tensor) -> Tensor:
+    """Log-semiring matmul: C[..., i, j] = logsumexp_k (a[..., i, k] + b[..., k, j])."""
+    return semiring_matmul(a, b, "log")
+
+
+def maxbmm(a: Tensor, b: Tensor, return_argmax: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+    """Max-plus (Viterbi) matmul: C[..., i, j] = max_k (a[..., i, k] + b[..., k, j]); optionally argmax."""
+    return semiring_matmul(a, b, "max", return_argmax=return_argmax)
+
+
+def minbmm(a: Tensor, b: Tensor, return_argmax: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+    """Min-plus (tropical) matmul: C[..., i, j] = min_k (a[..., i, k] + b[..., k, j]); optionally argmin."""
+    return semiring_matmul(a, b, "min", return_argmax=return_argmax)
+
+
+def stdbmm(a: Tensor, b: Tensor) -> Tensor:
+    """The standard semiring: torch.matmul."""
+    return semiring_matmul(a, b, "std")

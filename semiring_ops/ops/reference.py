@@ -1,0 +1,128 @@
+"""Pure-PyTorch implementations of the kernel entry points (csrc/ops.h), in bounded-memory blocks.
+
+They serve as the fallback backend when the compiled kernels cannot be built, for devices without
+kernels, and for user-defined semirings (any Semiring subclass) that have no C++ twin. Each block
+materialises at most ``block_elements()`` cells of the (B, n, k, m) product, never the whole of it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import torch
+from torch import Tensor
+
+from ..semirings import SEMIRINGS, Semiring
+
+__all__ = ["bmm_forward", "log_contract", "generic_bmm", "accumulation_dtype", "block_elements"]
+
+
+def block_elements() -> int:
+    """Cells materialised per block (env SEMIRING_OPS_REFERENCE_BLOCK, default 2**24 = 64 MiB of fp32)."""
+    return max(1, int(os.environ.get("SEMIRING_OPS_REFERENCE_BLOCK", 1 << 24)))
+
+
+def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float32 for 16-bit floats, else the dtype itself (as at::opmath_type)."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _block_sizes(B: int, n: int, k: int, m: int) -> tuple[int, int, int]:
+    """Batch, row and k block sizes whose (b, r, k, m) products hold at most block_elements() cells."""
+    budget = block_elements()
+    m1 = max(m, 1)
+    kb = max(1, min(k, budget // m1))
+    rb = max(1, min(n, budget // (m1 * kb)))
+    bb = max(1, min(B, budget // (m1 * kb * rb)))
+    return bb, rb, kb
+
+
+def _blocks(B: int, n: int, k: int, m: int) -> Iterator[tuple[slice, slice, slice]]:
+    bb, rb, kb = _block_sizes(B, n, k, m)
+    for b0 in range(0, B, bb):
+        for r0 in range(0, n, rb):
+            for k0 in range(0, k, kb):
+                yield slice(b0, b0 + bb), slice(r0, r0 + rb), slice(k0, k0 + kb)
+
+
+def _semiring_by_id(semiring_id: int) -> type[Semiring]:
+    for s in SEMIRINGS.values():
+        if s.kernel_id == semiring_id:
+            return s
+    raise ValueError(f"no semiring has kernel_id {semiring_id}")
+
+
+def bmm_forward(a: Tensor, b: Tensor, semiring_id: int, with_arg: bool) -> tuple[Tensor, Tensor]:
+    """Same contract as the compiled ``bmm_forward`` (csrc/ops.h) for the built-in semirings."""
+    semiring = _semiring_by_id(semiring_id)
+    acc = accumulation_dtype(a.dtype)
+    B, n, k = a.shape
+    m = b.shape[-1]
+    out = a.new_full((B, n, m), semiring.zero, dtype=acc)
+    want_arg = with_arg and semiring.selects
+    arg = a.new_zeros((B, n, m) if want_arg else (0,), dtype=torch.int64)
+    if k == 0 or out.numel() == 0:
+        return out, arg
+    if semiring.name == "std":
+        return torch.bmm(a.to(acc), b.to(acc)), arg
+    for bs, rs, ks in _blocks(B, n, k, m):
+        cells = a[bs, rs, ks].to(acc).unsqueeze(-1) + b[bs, ks].to(acc).unsqueeze(-3)  # (b, r, kb, m)
+        o = out[bs, rs]
+        if semiring.name == "log":
+            o.copy_(torch.logaddexp(o, torch.logsumexp(cells, dim=-2)))
+            continue
+        # max / min: first extremum wins ties, and the first NaN wins over everything
+        if semiring.name == "max":
+            val, idx = cells.max(dim=-2)
+            better = val > o
+        else:
+            val, idx = cells.min(dim=-2)
+            better = val < o
+        better |= torch.isnan(val) & ~torch.isnan(o)
+        o.copy_(torch.where(better, val, o))
+        if want_arg:
+            arg[bs, rs].copy_(torch.where(better, idx + ks.start, arg[bs, rs]))
+    return out, arg
+
+
+def log_contract(
+    l0: Tensor, l1: Tensor | None, r0: Tensor, r1: Tensor | None, o0: Tensor
+) -> Tensor:
+    """out[p,r,s] = sum_t L1[p,r,t] R1[p,t,s] exp(L0[p,r,t] + R0[p,t,s] + O0[p,r,s]), in blocks over t."""
+    B, R, T = l0.shape
+    S = r0.shape[-1]
+    out = l0.new_zeros((B, R, S))
+    for bs, rs, ts in _blocks(B, R, T, S):
+        x = l0[bs, rs, ts].unsqueeze(-1) + r0[bs, ts].unsqueeze(-3) + o0[bs, rs].unsqueeze(-2)
+        w = torch.exp(x)  # (b, r, tb, S)
+        if l1 is not None:
+            w = w * l1[bs, rs, ts].unsqueeze(-1)
+        if r1 is not None:
+            w = w * r1[bs, ts].unsqueeze(-3)
+        out[bs, rs] += w.sum(dim=-2)
+    return out
+
+
+def generic_bmm(a: Tensor, b: Tensor, semiring: type[Semiring]) -> Tensor:
+    """Any Semiring subclass, differentiable by autograd through its own plus / times / sum.
+
+    a (B, n, k), b (B, k, m) -> (B, n, m), computed out-of-place in blocks so that autograd keeps
+    only block-sized intermediates.
+    """
+    B, n, k = a.shape
+    m = b.shape[-1]
+    bb, rb, kb = _block_sizes(B, n, k, m)
+    batches = []
+    for b0 in range(0, B, bb):
+        rows = []
+        for r0 in range(0, n, rb):
+            bs, rs = slice(b0, b0 + bb), slice(r0, r0 + rb)
+            acc = a.new_full((a[bs, rs].shape[0], a[bs, rs].shape[1], m), semiring.zero)
+            for k0 in range(0, k, kb):
+                ks = slice(k0, k0 + kb)
+                cells = semiring.times(a[bs, rs, ks].unsqueeze(-1), b[bs, ks].unsqueeze(-3))
+                acc = semiring.plus(acc, semiring.sum(cells, dim=-2))
+            rows.append(acc)
+        batches.append(torch.cat(rows, dim=1) if rows else a.new_full((min(bb, B - b0), 0, m), semiring.zero))
+    return torch.cat(batches, dim=0) if batches else a.new_full((0, n, m), semiring.zero)

@@ -1,0 +1,66 @@
+"""Argument checks that turn bad input into a clear exception naming the argument, its shape, dtype or
+device, before any kernel runs."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["FLOAT_DTYPES", "describe", "check_tensor", "check_same_device_and_dtype", "matmul_shapes"]
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def describe(t: Tensor) -> str:
+    return f"shape {tuple(t.shape)}, dtype {t.dtype}, device {t.device}"
+
+
+def check_tensor(fn: str, name: str, x: object) -> Tensor:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in FLOAT_DTYPES:
+        raise TypeError(
+            f"{fn}: {name} has dtype {x.dtype} ({describe(x)}); expected one of "
+            "float16, bfloat16, float32, float64"
+        )
+    return x
+
+
+def check_same_device_and_dtype(fn: str, names: tuple[str, str], a: Tensor, b: Tensor) -> None:
+    if a.device != b.device:
+        raise ValueError(
+            f"{fn}: {names[0]} and {names[1]} are on different devices: {names[0]} on {a.device}, "
+            f"{names[1]} on {b.device}"
+        )
+    if a.dtype != b.dtype:
+        raise TypeError(
+            f"{fn}: {names[0]} and {names[1]} have different dtypes: {names[0]} {a.dtype}, "
+            f"{names[1]} {b.dtype} (cast one, or run under torch.autocast)"
+        )
+
+
+def matmul_shapes(fn: str, a: Tensor, b: Tensor) -> tuple[torch.Size, int, int, int]:
+    """torch.matmul's shape rules for a (..., n, k) and b (..., k, m), both at least 2-D.
+
+    Returns (batch shape, n, k, m).
+    """
+    if a.dim() < 2 or b.dim() < 2:
+        raise ValueError(
+            f"{fn}: a and b must be at least 2-D (..., n, k) and (..., k, m); got a of shape "
+            f"{tuple(a.shape)} and b of shape {tuple(b.shape)} (unsqueeze a vector first)"
+        )
+    n, k = a.shape[-2:]
+    k2, m = b.shape[-2:]
+    if k != k2:
+        raise ValueError(
+            f"{fn}: inner dimensions differ: a has shape {tuple(a.shape)} (k={k}) and b has shape "
+            f"{tuple(b.shape)} (k={k2}); need a (..., n, k) and b (..., k, m)"
+        )
+    try:
+        batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            f"{fn}: batch dimensions do not broadcast: a has shape {tuple(a.shape)} (batch "
+            f"{tuple(a.shape[:-2])}) and b has shape {tuple(b.shape)} (batch {tuple(b.shape[:-2])})"
+        ) from None
+    return batch, n, k, m

@@ -1,0 +1,187 @@
+"""The semirings, defined once in Python (their C++ twins live in csrc/semiring.h).
+
+A semiring is a class with class-level operations, in the style of torch-struct, so it can be passed
+around as a value (``semiring=LogSemiring``) and structures can be written once, generic over it::
+
+    S = LogSemiring
+    S.zero, S.one              # identities of plus and times, as Python floats
+    S.plus(x, y)               # elementwise semiring sum
+    S.times(x, y)              # elementwise semiring product
+    S.sum(x, dim)              # semiring sum over a dimension
+    S.matmul(a, b)             # (..., n, k) (x) (..., k, m) -> (..., n, m) on this project's kernels
+
+``kernel_id`` names the C++ struct (``kId``) that implements the semiring in the compiled kernels;
+a user-defined semiring with ``kernel_id = None`` still works everywhere, through the blocked
+PyTorch reference path.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "Semiring",
+    "LogSemiring",
+    "MaxSemiring",
+    "MinSemiring",
+    "StdSemiring",
+    "resolve_semiring",
+    "SEMIRINGS",
+]
+
+
+class Semiring:
+    """Base class. Subclasses set the class attributes and implement plus / times / sum."""
+
+    name: ClassVar[str]
+    zero: ClassVar[float]
+    one: ClassVar[float]
+    kernel_id: ClassVar[int | None] = None
+    selects: ClassVar[bool] = False
+    """True when plus picks one of its operands (max, min): such semirings have an argmax and their
+    gradient flows to the selected term only."""
+
+    def __init__(self) -> None:  # pragma: no cover - guard
+        raise TypeError(f"{type(self).__name__} is used as a class, not instantiated")
+
+    @staticmethod
+    def plus(x: Tensor, y: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    @staticmethod
+    def times(x: Tensor, y: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    @staticmethod
+    def sum(x: Tensor, dim: int = -1) -> Tensor:
+        raise NotImplementedError
+
+    @classmethod
+    def matmul(cls, a: Tensor, b: Tensor) -> Tensor:
+        """Semiring matrix product with torch.matmul's shape rules: (..., n, k), (..., k, m) -> (..., n, m)."""
+        from .ops.matmul import semiring_matmul
+
+        return semiring_matmul(a, b, semiring=cls)
+
+    @classmethod
+    def identity(cls, n: int, *, dtype: torch.dtype | None = None, device=None) -> Tensor:
+        """The (n, n) identity matrix of this semiring: ``one`` on the diagonal, ``zero`` elsewhere."""
+        eye = torch.full((n, n), cls.zero, dtype=dtype, device=device)
+        return eye.fill_diagonal_(cls.one)
+
+
+class LogSemiring(Semiring):
+    """(logsumexp, +): sums of probabilities in log space. Its gradient gives marginals."""
+
+    name = "log"
+    zero = -math.inf
+    one = 0.0
+    kernel_id = 0
+
+    @staticmethod
+    def plus(x: Tensor, y: Tensor) -> Tensor:
+        return torch.logaddexp(x, y)
+
+    @staticmethod
+    def times(x: Tensor, y: Tensor) -> Tensor:
+        return x + y
+
+    @staticmethod
+    def sum(x: Tensor, dim: int = -1) -> Tensor:
+        return torch.logsumexp(x, dim=dim)
+
+
+class MaxSemiring(Semiring):
+    """(max, +): Viterbi. Its gradient is the indicator of the best path."""
+
+    name = "max"
+    zero = -math.inf
+    one = 0.0
+    kernel_id = 1
+    selects = True
+
+    @staticmethod
+    def plus(x: Tensor, y: Tensor) -> Tensor:
+        return torch.maximum(x, y)
+
+    @staticmethod
+    def times(x: Tensor, y: Tensor) -> Tensor:
+        return x + y
+
+    @staticmethod
+    def sum(x: Tensor, dim: int = -1) -> Tensor:
+        return torch.amax(x, dim=dim) if x.size(dim) else _empty_reduce(x, dim, -math.inf)
+
+
+class MinSemiring(Semiring):
+    """(min, +): shortest paths, edit distances."""
+
+    name = "min"
+    zero = math.inf
+    one = 0.0
+    kernel_id = 2
+    selects = True
+
+    @staticmethod
+    def plus(x: Tensor, y: Tensor) -> Tensor:
+        return torch.minimum(x, y)
+
+    @staticmethod
+    def times(x: Tensor, y: Tensor) -> Tensor:
+        return x + y
+
+    @staticmethod
+    def sum(x: Tensor, dim: int = -1) -> Tensor:
+        return torch.amin(x, dim=dim) if x.size(dim) else _empty_reduce(x, dim, math.inf)
+
+
+class StdSemiring(Semiring):
+    """(+, x): the ordinary ring of real numbers; its matmul is torch.matmul."""
+
+    name = "std"
+    zero = 0.0
+    one = 1.0
+    kernel_id = 3
+
+    @staticmethod
+    def plus(x: Tensor, y: Tensor) -> Tensor:
+        return x + y
+
+    @staticmethod
+    def times(x: Tensor, y: Tensor) -> Tensor:
+        return x * y
+
+    @staticmethod
+    def sum(x: Tensor, dim: int = -1) -> Tensor:
+        return torch.sum(x, dim=dim)
+
+
+def _empty_reduce(x: Tensor, dim: int, value: float) -> Tensor:
+    shape = list(x.shape)
+    del shape[dim]
+    return x.new_full(shape, value)
+
+
+SEMIRINGS: dict[str, type[Semiring]] = {
+    s.name: s for s in (LogSemiring, MaxSemiring, MinSemiring, StdSemiring)
+}
+
+
+def resolve_semiring(semiring: str | type[Semiring]) -> type[Semiring]:
+    """Accepts a name ("log", "max", "min", "std") or a Semiring subclass."""
+    if isinstance(semiring, str):
+        try:
+            return SEMIRINGS[semiring]
+        except KeyError:
+            raise ValueError(
+                f"semiring={semiring!r} is not one of {sorted(SEMIRINGS)} (or pass a Semiring subclass)"
+            ) from None
+    if isinstance(semiring, type) and issubclass(semiring, Semiring) and semiring is not Semiring:
+        return semiring
+    raise TypeError(
+        f"semiring must be a name in {sorted(SEMIRINGS)} or a Semiring subclass, got {semiring!r}"
+    )

@@ -30,9 +30,9 @@ class BuildPyWithSources(build_py):
 def ahead_of_time_extensions():
     if os.environ.get("SEMIRING_OPS_BUILD_EXT") != "1":
         return [], {}
-    from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
-
     import importlib.util
+
+    from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
 
     spec = importlib.util.spec_from_file_location("_jit", ROOT / "semiring_ops" / "build" / "jit.py")
     jit = importlib.util.module_from_spec(spec)
@@ -45,6 +45,7 @@ def ahead_of_time_extensions():
             [f"{rel}/{s}" for s in cpu.sources],
             include_dirs=[str(CSRC)],
             extra_compile_args={"cxx": list(cpu.cflags)},
+            extra_link_args=list(cpu.ldflags),
         )
     ]
     if CUDA_HOME is not None and os.environ.get("SEMIRING_OPS_BUILD_CUDA", "1") == "1":

@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -12,6 +13,20 @@ inline std::string describe(const at::Tensor& t) {
   std::string s = "shape [";
   for (int64_t d = 0; d < t.dim(); ++d) s += (d ? ", " : "") + std::to_string(t.size(d));
   return s + "], dtype " + std::string(c10::toString(t.scalar_type())) + ", device " + t.device().str();
+}
+
+// Testing aid (semiring_ops.build.backends.set_poison_outputs): when on, outputs are allocated filled
+// with NaN (integer outputs with -1) instead of left uninitialised, so an element a kernel fails to
+// write cannot pass for a right answer.
+inline bool& poison_outputs_flag() {
+  static bool flag = false;
+  return flag;
+}
+
+inline at::Tensor new_output(at::IntArrayRef sizes, const at::TensorOptions& options) {
+  if (!poison_outputs_flag()) return at::empty(sizes, options);
+  const bool floating = at::isFloatingType(c10::typeMetaToScalarType(options.dtype()));
+  return floating ? at::full(sizes, std::numeric_limits<double>::quiet_NaN(), options) : at::full(sizes, -1, options);
 }
 
 inline void check_bmm_args(const at::Tensor& a, const at::Tensor& b) {

@@ -54,10 +54,11 @@ SR_HD float fast_exp2(float x) {
 #else
   float xc = x < -127.f ? -127.f : (x > 128.f ? 128.f : x);
   xc = is_nan(x) ? 0.f : xc;  // keeps the float -> int conversion defined; NaN is restored below
-  const float t = xc + 0.5f;
-  int32_t i = static_cast<int32_t>(t);
-  i -= (t < static_cast<float>(i)) ? 1 : 0;  // floor(xc + 0.5)
-  const float f = xc - static_cast<float>(i);  // in [-0.5, 0.5]
+  // Round to nearest with the 1.5 * 2^23 trick (exact for |xc| <= 2^22). GCC 12 does not if-convert
+  // (so does not vectorise) the equivalent floor(xc + 0.5) through a float -> int -> float round trip.
+  const float r = (xc + 12582912.f) - 12582912.f;
+  const int32_t i = static_cast<int32_t>(r);
+  const float f = xc - r;  // in [-0.5, 0.5]
   float p = 1.535336188319500e-4f;
   p = p * f + 1.339887440266574e-3f;
   p = p * f + 9.618437357674640e-3f;
@@ -124,7 +125,7 @@ template <class T> struct LogSumExp2Accumulator {
   T m, s;
   SR_HD void init() { m = -max_finite<T>(); s = T(0); }
   SR_HD void add(T v, int32_t /*k*/) {
-    const T d = v - m;
+    const T d = v == m ? T(0) : v - m;  // v == m == +inf: one more +inf term, not inf - inf = NaN
     const T e = fast_exp2(-sr_abs(d));
     const bool up = d > T(0);
     s = up ? s * e + T(1) : s + e;

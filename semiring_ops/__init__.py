@@ -1,9 +1,9 @@
 """semiring_ops: semiring batched matmul and structured prediction for PyTorch.
 
-    import semiring_ops as so
-    c = so.logbmm(a, b)                       # logsumexp_k a[..., i, k] + b[..., k, j]
-    v, idx = so.maxbmm(a, b, return_argmax=True)
-    so.semiring_matmul(a, b, so.MinSemiring)
+import semiring_ops as so
+c = so.logbmm(a, b)                       # logsumexp_k a[..., i, k] + b[..., k, j]
+v, idx = so.maxbmm(a, b, return_argmax=True)
+so.semiring_matmul(a, b, so.MinSemiring)
 """
 
 __version__ = "0.1.0"
@@ -14,17 +14,17 @@ from .ops import logbmm, maxbmm, minbmm, semiring_matmul, stdbmm
 from .semirings import LogSemiring, MaxSemiring, MinSemiring, Semiring, StdSemiring
 
 __all__ = [
-    "__version__",
-    "Semiring",
     "LogSemiring",
     "MaxSemiring",
     "MinSemiring",
+    "Semiring",
+    "SemiringLinear",
     "StdSemiring",
-    "semiring_matmul",
+    "__version__",
+    "backend_info",
     "logbmm",
     "maxbmm",
     "minbmm",
+    "semiring_matmul",
     "stdbmm",
-    "SemiringLinear",
-    "backend_info",
 ]

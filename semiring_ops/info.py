@@ -35,7 +35,7 @@ def backend_info(load: bool = True) -> dict[str, Any]:
         else:
             backends[dt] = {"kind": "not loaded", "detail": ""}
     ops = {}
-    for name, s in SEMIRINGS.items():
+    for name, _s in SEMIRINGS.items():
         if name == "std":
             ops[f"{name} matmul"] = "torch.matmul"
         else:

@@ -24,13 +24,13 @@ import torch
 from torch import Tensor
 
 __all__ = [
-    "Semiring",
+    "SEMIRINGS",
     "LogSemiring",
     "MaxSemiring",
     "MinSemiring",
+    "Semiring",
     "StdSemiring",
     "resolve_semiring",
-    "SEMIRINGS",
 ]
 
 
@@ -166,9 +166,7 @@ def _empty_reduce(x: Tensor, dim: int, value: float) -> Tensor:
     return x.new_full(shape, value)
 
 
-SEMIRINGS: dict[str, type[Semiring]] = {
-    s.name: s for s in (LogSemiring, MaxSemiring, MinSemiring, StdSemiring)
-}
+SEMIRINGS: dict[str, type[Semiring]] = {s.name: s for s in (LogSemiring, MaxSemiring, MinSemiring, StdSemiring)}
 
 
 def resolve_semiring(semiring: str | type[Semiring]) -> type[Semiring]:
@@ -182,6 +180,4 @@ def resolve_semiring(semiring: str | type[Semiring]) -> type[Semiring]:
             ) from None
     if isinstance(semiring, type) and issubclass(semiring, Semiring) and semiring is not Semiring:
         return semiring
-    raise TypeError(
-        f"semiring must be a name in {sorted(SEMIRINGS)} or a Semiring subclass, got {semiring!r}"
-    )
+    raise TypeError(f"semiring must be a name in {sorted(SEMIRINGS)} or a Semiring subclass, got {semiring!r}")

@@ -19,7 +19,7 @@ import torch
 
 from . import jit
 
-__all__ = ["Backend", "backend_for", "loaded_backends", "reset"]
+__all__ = ["Backend", "backend_for", "loaded_backends", "reset", "set_poison_outputs"]
 
 
 @dataclass
@@ -40,6 +40,7 @@ class Backend:
 
 _lock = threading.Lock()
 _backends: dict[str, Backend] = {}
+_poison = False
 
 
 def _reference(device_type: str, reason: str) -> Backend:
@@ -66,7 +67,7 @@ def _build(device_type: str) -> Backend:
         return _reference(device_type, f"no compiled kernels for device type {device_type!r}")
     try:
         module = jit.load(spec)
-    except Exception as exc:  # noqa: BLE001 - any build failure falls back, with its cause
+    except Exception as exc:
         first = str(exc).strip().splitlines()
         return _fallback(device_type, f"building the {device_type} kernels failed: {first[0] if first else exc!r}")
     kind = "prebuilt" if module.__name__ == spec.aot_module else "compiled"
@@ -101,8 +102,24 @@ def backend_for(device: torch.device) -> Backend:
             backend = _backends.get(key)
             if backend is None:
                 backend = _build(key)
+                _apply_poison(backend)
                 _backends[key] = backend
     return backend
+
+
+def set_poison_outputs(enabled: bool) -> None:
+    """Testing aid: compiled kernels allocate outputs filled with NaN (indices with -1) instead of
+    uninitialised memory, so an element a kernel fails to write cannot pass for a right answer."""
+    global _poison
+    _poison = enabled
+    for backend in _backends.values():
+        _apply_poison(backend)
+
+
+def _apply_poison(backend: Backend) -> None:
+    setter = getattr(backend.module, "set_poison_outputs", None)
+    if setter is not None:
+        setter(_poison)
 
 
 def loaded_backends() -> dict[str, Backend]:

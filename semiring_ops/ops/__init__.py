@@ -2,4 +2,4 @@
 
 from .matmul import logbmm, maxbmm, minbmm, semiring_matmul, stdbmm
 
-__all__ = ["semiring_matmul", "logbmm", "maxbmm", "minbmm", "stdbmm"]
+__all__ = ["logbmm", "maxbmm", "minbmm", "semiring_matmul", "stdbmm"]

@@ -12,7 +12,7 @@ from . import registry
 from .reference import generic_bmm
 from .validation import check_same_device_and_dtype, check_tensor, matmul_shapes
 
-__all__ = ["semiring_matmul", "logbmm", "maxbmm", "minbmm", "stdbmm"]
+__all__ = ["logbmm", "maxbmm", "minbmm", "semiring_matmul", "stdbmm"]
 
 
 def semiring_matmul(
@@ -68,7 +68,8 @@ def semiring_matmul(
 
 
 def _autocast(t: Tensor) -> bool:
-    return torch.is_autocast_enabled(t.device.type)
+    device_type = t.device.type
+    return torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type)
 
 
 def logbmm(a: Tensor, b: Tensor) -> Tensor:

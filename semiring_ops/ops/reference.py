@@ -15,7 +15,7 @@ from torch import Tensor
 
 from ..semirings import SEMIRINGS, Semiring
 
-__all__ = ["bmm_forward", "log_contract", "generic_bmm", "accumulation_dtype", "block_elements"]
+__all__ = ["accumulation_dtype", "block_elements", "bmm_forward", "generic_bmm", "log_contract"]
 
 
 def block_elements() -> int:
@@ -86,9 +86,7 @@ def bmm_forward(a: Tensor, b: Tensor, semiring_id: int, with_arg: bool) -> tuple
     return out, arg
 
 
-def log_contract(
-    l0: Tensor, l1: Tensor | None, r0: Tensor, r1: Tensor | None, o0: Tensor
-) -> Tensor:
+def log_contract(l0: Tensor, l1: Tensor | None, r0: Tensor, r1: Tensor | None, o0: Tensor) -> Tensor:
     """out[p,r,s] = sum_t L1[p,r,t] R1[p,t,s] exp(L0[p,r,t] + R0[p,t,s] + O0[p,r,s]), in blocks over t."""
     B, R, T = l0.shape
     S = r0.shape[-1]

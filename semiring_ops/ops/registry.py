@@ -68,7 +68,7 @@ def _(a, b, semiring_id, with_arg):
 
 
 def _bmm_setup_context(ctx, inputs, output):
-    a, b, semiring_id, with_arg = inputs
+    a, b, semiring_id, _with_arg = inputs
     out, arg = output
     ctx.semiring_id = semiring_id
     ctx.save_for_backward(a, b, out, arg)
@@ -115,9 +115,7 @@ def _neg_log_norm(c: Tensor) -> Tensor:
 
 
 @torch.library.custom_op("semiring_ops::log_bmm_backward", mutates_args=())
-def log_bmm_backward(
-    a: Tensor, b: Tensor, c: Tensor, g: Tensor, need_a: bool, need_b: bool
-) -> tuple[Tensor, Tensor]:
+def log_bmm_backward(a: Tensor, b: Tensor, c: Tensor, g: Tensor, need_a: bool, need_b: bool) -> tuple[Tensor, Tensor]:
     """Gradient of c = logbmm(a, b) given dL/dc = g; tensors a (B,n,k), b (B,k,m), c and g (B,n,m).
 
     Returns (grad_a (B,n,k), grad_b (B,k,m)) in c's dtype; an unneeded one is an empty (0,) tensor.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["FLOAT_DTYPES", "describe", "check_tensor", "check_same_device_and_dtype", "matmul_shapes"]
+__all__ = ["FLOAT_DTYPES", "check_same_device_and_dtype", "check_tensor", "describe", "matmul_shapes"]
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -20,8 +20,7 @@ def check_tensor(fn: str, name: str, x: object) -> Tensor:
         raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(x).__name__}")
     if x.dtype not in FLOAT_DTYPES:
         raise TypeError(
-            f"{fn}: {name} has dtype {x.dtype} ({describe(x)}); expected one of "
-            "float16, bfloat16, float32, float64"
+            f"{fn}: {name} has dtype {x.dtype} ({describe(x)}); expected one of float16, bfloat16, float32, float64"
         )
     return x
 

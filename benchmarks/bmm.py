@@ -1,0 +1,186 @@
+"""Semiring batched matmul: ours beside the alternatives, in one run.
+
+Rows: semiring_ops (log, max, min, std), torch naive (logsumexp / amax of the materialised
+a[..., :, :, None] + b[..., None, :, :]), torch.bmm, and genbmm / torch-semiring-einsum when they import.
+Times are medians of CUDA-event-timed runs after warm-up (CPU: wall clock), on fresh random inputs.
+Cells = B*n*k*m. On the GPU the % column is against ceilings measured in the same run
+(benchmarks/ceilings.py): ex2 throughput for log, fp32 max-plus for max/min, SGEMM for std.
+
+Usage:
+    python benchmarks/bmm.py                       # GPU if present, B=8, n=k=m in 64..1024
+    python benchmarks/bmm.py --device cpu --sizes 64 128 256
+    python benchmarks/bmm.py --json results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+import semiring_ops as so
+
+
+def naive_log(a, b):
+    return torch.logsumexp(a.unsqueeze(-1) + b.unsqueeze(-3), dim=-2)
+
+
+def naive_max(a, b):
+    return (a.unsqueeze(-1) + b.unsqueeze(-3)).amax(dim=-2)
+
+
+def implementations() -> dict[str, dict[str, Callable]]:
+    """op -> {implementation name -> fn(a, b)}; anchors only when they import."""
+    impls: dict[str, dict[str, Callable]] = {
+        "log": {"semiring_ops": so.logbmm, "torch naive": naive_log},
+        "max": {"semiring_ops": so.maxbmm, "torch naive": naive_max},
+        "min": {"semiring_ops": so.minbmm},
+        "std": {"semiring_ops": so.stdbmm, "torch.bmm": torch.bmm},
+    }
+    try:
+        import genbmm
+
+        impls["log"]["genbmm"] = genbmm.logbmm
+        impls["max"]["genbmm"] = genbmm.maxbmm
+    except ImportError:
+        pass
+    try:
+        import torch_semiring_einsum as tse
+
+        eq = tse.compile_equation("bik,bkj->bij")
+        impls["log"]["semiring-einsum"] = lambda a, b: tse.log_einsum(eq, a, b, block_size=16)
+        impls["max"]["semiring-einsum"] = lambda a, b: tse.log_viterbi_einsum_forward(eq, a, b, block_size=16)[0]
+    except ImportError:
+        pass
+    return impls
+
+
+def time_ms(fn: Callable[[], object], device: str, reps: int) -> float:
+    """Median milliseconds of fn() after warm-up."""
+    for _ in range(3):
+        fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        if device == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def run_one(fn, B: int, n: int, device: str, reps: int, backward: bool) -> float | str:
+    a = torch.randn(B, n, n, device=device, requires_grad=backward)
+    b = torch.randn(B, n, n, device=device, requires_grad=backward)
+    if backward:
+        g = torch.randn(B, n, n, device=device)
+
+        def step():
+            out = fn(a, b)
+            return torch.autograd.grad(out, (a, b), g)
+    else:
+
+        def step():
+            with torch.no_grad():
+                return fn(a, b)
+
+    try:
+        return time_ms(step, device, reps)
+    except torch.cuda.OutOfMemoryError:
+        return "OOM"
+    except Exception as exc:
+        return f"ERR {type(exc).__name__}"
+    finally:
+        if device == "cuda":
+            torch.cuda.empty_cache()
+
+
+CEILING_KEY = {
+    "log": "exp_per_s",
+    "max": "maxplus_cells_per_s",
+    "min": "maxplus_cells_per_s",
+    "std": "sgemm_cells_per_s",
+}
+HEADER = ("op", "B", "n", "impl", "fwd ms", "fwd+bwd ms", "Gcell/s", "% ceil", "x ours fwd", "x ours f+b")
+WIDTHS = (4, 2, 5, 16, 9, 11, 9, 7, 10, 10)
+
+
+def _fmt(value, digits: int = 3) -> str:
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def _ratio(theirs, ours) -> str:
+    return f"{theirs / ours:.2f}x" if isinstance(theirs, float) and isinstance(ours, float) else ""
+
+
+def _row(cells) -> str:
+    return " ".join(
+        f"{c:<{w}s}" if i in (0, 3) else f"{c:>{w}s}" for i, (c, w) in enumerate(zip(cells, WIDTHS, strict=True))
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[64, 128, 256, 512, 1024])
+    parser.add_argument("--ops", nargs="+", default=["log", "max", "min", "std"])
+    parser.add_argument("--reps", type=int, default=None, help="timed runs per cell (default 30 GPU, 5 CPU)")
+    parser.add_argument("--naive-limit-gb", type=float, default=8.0, help="skip torch naive above this")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    dev = args.device
+    reps = args.reps or (30 if dev == "cuda" else 5)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    ceilings = {}
+    if dev == "cuda":
+        from ceilings import measure
+
+        ceilings = measure()
+        print("device:", torch.cuda.get_device_name(), "| torch", torch.__version__)
+        print("ceilings:", ", ".join(f"{k} {v:.3g}" for k, v in ceilings.items()))
+    print("kernels:", so.backend_info()["backends"])
+    impls = implementations()
+    rows = []
+    print(_row(HEADER))
+    print("-" * len(_row(HEADER)))
+    for op in args.ops:
+        for n in args.sizes:
+            B = args.batch
+            cells = B * n**3
+            ours = {}
+            for name, fn in impls[op].items():
+                if name == "torch naive" and cells * 4 > args.naive_limit_gb * 1e9:
+                    fwd = fb = "skip"
+                else:
+                    fwd = run_one(fn, B, n, dev, reps, backward=False)
+                    nograd = name == "semiring-einsum" and op == "max"
+                    fb = "n/a" if nograd else run_one(fn, B, n, dev, max(3, reps // 2), backward=True)
+                if name == "semiring_ops":
+                    ours = {"fwd": fwd, "fb": fb}
+                rate = cells / (fwd * 1e-3) if isinstance(fwd, float) else None
+                ceil = ceilings.get(CEILING_KEY[op])
+                pct = f"{100 * rate / ceil:.1f}%" if rate and ceil else ""
+                gcell = f"{rate / 1e9:.1f}" if rate else ""
+                line = (op, str(B), str(n), name, _fmt(fwd), _fmt(fb), gcell, pct)
+                print(_row((*line, _ratio(fwd, ours.get("fwd")), _ratio(fb, ours.get("fb")))), flush=True)
+                rows.append(dict(op=op, B=B, n=n, impl=name, fwd_ms=fwd, fwd_bwd_ms=fb, cells_per_s=rate))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"device": dev, "ceilings": ceilings, "rows": rows}, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()

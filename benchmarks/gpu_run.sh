@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# One call on the lent GPU machine (the device tool): install, build the kernels, run every CUDA test
+# and the benchmarks, keeping logs under $OUT. Usage (repo root): bash benchmarks/gpu_run.sh [pytest args]
+set -uo pipefail
+export PYTHONUNBUFFERED=1 MAX_JOBS=${MAX_JOBS:-16}
+# the GPU image's default CXX is a wrapper whose extensions crash on throwing; use the system compilers
+[ -x /usr/bin/g++ ] && export CC=/usr/bin/gcc CXX=/usr/bin/g++
+OUT=${OUT:-/tmp/semiring_ops_out}
+mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then  # anchors carried as wheels (e.g. torch-semiring-einsum)
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+fi
+python3 -m pip install -q --no-deps --no-build-isolation -e . > "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
+t0=$(date +%s)
+python3 -m semiring_ops build 2>&1 | tee "$OUT/build.log"
+echo "build took $(( $(date +%s) - t0 )) s"
+timeout 420 python3 -m pytest -m cuda -q -p no:cacheprovider "$@" 2>&1 | tee "$OUT/pytest_cuda.log" | tail -40
+if [ "${SKIP_BENCH:-0}" != "1" ]; then
+  timeout 300 python3 benchmarks/bmm.py --json "$OUT/bmm.json" 2>&1 | tee "$OUT/bmm.log"
+fi

@@ -1,0 +1,38 @@
+// The Python module of one backend. The same file is compiled into the CPU extension (with csrc/cpu/*.cpp)
+// and into the CUDA extension (with csrc/cuda/*.cu); each links its own semiring_ops::bmm_forward and
+// semiring_ops::log_contract (contracts in ops.h).
+#include <torch/extension.h>
+
+#include "checks.h"
+#include "ops.h"
+#include "semiring.h"
+
+namespace py = pybind11;
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "semiring_ops kernels (one backend)";
+
+  m.def("bmm_forward", &semiring_ops::bmm_forward,
+        "Semiring batched matmul, forward: a (B, n, k), b (B, k, m) -> [out (B, n, m), arg (B, n, m) int64 or empty]",
+        py::arg("a"), py::arg("b"), py::arg("semiring_id"), py::arg("with_arg"));
+
+  m.def("log_contract", &semiring_ops::log_contract,
+        "out[p, r, s] = sum_t L1[p, r, t] * R1[p, t, s] * exp(L0[p, r, t] + R0[p, t, s] + O0[p, r, s])",
+        py::arg("l0"), py::arg("l1") = py::none(), py::arg("r0"), py::arg("r1") = py::none(), py::arg("o0"));
+
+  m.def(
+      "set_poison_outputs", [](bool enabled) { semiring_ops::poison_outputs_flag() = enabled; },
+      "Testing aid: allocate outputs filled with NaN (indices with -1) instead of uninitialised.",
+      py::arg("enabled"));
+
+  m.def(
+      "semiring_ids",
+      [] {
+        py::dict ids;
+#define SEMIRING_OPS_BIND_ID(S) ids[#S] = semiring_ops::S::kId;
+        SEMIRING_OPS_FOR_EACH_SEMIRING(SEMIRING_OPS_BIND_ID)
+#undef SEMIRING_OPS_BIND_ID
+        return ids;
+      },
+      "The kernel id of every semiring compiled into this module, by struct name.");
+}

@@ -1,0 +1,421 @@
+// The tiled contraction engine shared by every CUDA kernel of the project.
+//
+// Problem: for each batch p and each output (r, s), fold over t = 0 .. T-1
+//     state(p, r, s) <- cell(state, {L_f[p, r, t]}_f, {R_f[p, t, s]}_f, t)
+// where L_0..L_{NL-1} are "left" fields indexed [p, r, t], R_0..R_{NR-1} are "right" fields indexed
+// [p, t, s], and the state may be seeded from an "output-indexed" field O[p, r, s]. Every field is a
+// pointer plus three int64 element strides (any strides; a batch stride of 0 is a broadcast).
+//
+// The engine owns the orchestration; a Policy owns the arithmetic. A Policy is a struct with
+//   using scalar_t, acc_t;              element type of the fields; staging / accumulation type
+//   using Shape = TileShape<...>;       the tile shape (see TileShape)
+//   static constexpr int kNumLeft, kNumRight;   number of left / right fields (>= 1 each)
+//   static constexpr bool kHasOutField;         whether the output-indexed field is read
+//   struct State;                       per-output register state (a trivial aggregate)
+//   struct Params;                      the policy's own kernel arguments (output pointers, ...)
+//   __device__ static acc_t load_left(int f, acc_t x);   per-field transforms, applied once when a
+//   __device__ static acc_t load_right(int f, acc_t x);  tile is staged into shared memory (f is a
+//   __device__ static acc_t load_out(acc_t x);           compile-time constant after unrolling)
+//   __device__ static void init(State&, acc_t o);        o = load_out(O[p, r, s]) (0 without O)
+//   __device__ static void cell(State&, const acc_t (&l)[kNumLeft], const acc_t (&r)[kNumRight],
+//                               int32_t t);              t is the global index, fed in increasing order
+//   __device__ static void store(const State&, const Params&, int64_t idx);
+//                                       idx = (p * R + r) * S + s, the offset into a contiguous
+//                                       (B, R, S) output; called only for in-range outputs.
+// A new operation is one such struct plus a host function that fills ContractionArgs and calls
+// launch_contraction<Policy>.
+//
+// Kernel structure: one block computes a BM x BN output tile of one batch (grid.x enumerates the
+// tiles, grid.y strides over the batch); each thread owns a TM x TN micro-tile of states in registers.
+// The reduction runs in t-tiles of BK: each tile of every field is read from global memory into
+// registers (loop order chosen per field from its strides so that the warp reads along the smaller
+// stride), then converted to acc_t, transformed and written to shared memory as [BK][BM] / [BK][BN]
+// (rows padded by one 16-byte vector), from where each thread reads its TM rows / TN columns as
+// vector loads. Shared memory is double-buffered and the next tile's global reads are issued before
+// the current tile is computed, so one barrier per t-tile suffices. Out-of-range rows / columns are
+// staged as 0 and never stored; the compute loop stops at the tile's true length, so padded t values
+// never reach a policy.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAException.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+namespace semiring_ops {
+namespace cuda {
+
+// ---------------------------------------------------------------- tile shape
+
+// BM x BN outputs per block, t-tiles of BK, TM x TN outputs per thread, (BM/TM) * (BN/TN) threads.
+// kMinBlocks goes to __launch_bounds__ (2 caps a 256-thread block at 128 registers per thread).
+template <int BM_, int BN_, int BK_, int TM_, int TN_, int kMinBlocks_>
+struct TileShape {
+  static constexpr int BM = BM_, BN = BN_, BK = BK_, TM = TM_, TN = TN_;
+  static constexpr int kMinBlocks = kMinBlocks_;
+  static constexpr int kThreadsN = BN / TN;
+  static constexpr int kThreadsM = BM / TM;
+  static constexpr int kThreads = kThreadsM * kThreadsN;
+  static_assert(BM % TM == 0 && BN % TN == 0, "TM / TN must divide BM / BN");
+  static_assert((BM * BK) % kThreads == 0 && (BN * BK) % kThreads == 0,
+                "each thread stages a whole number of elements per tile");
+  static_assert((BM * BK) / kThreads <= 32 && (BN * BK) / kThreads <= 32, "validity masks are 32-bit");
+};
+
+// ---------------------------------------------------------------- kernel arguments
+
+// A left field [p, r, t] or right field [p, t, s], seen by the engine as (p, outer, t):
+// outer = r for a left field, s for a right field.
+template <class T>
+struct OperandField {
+  const T* ptr;
+  int64_t stride_p, stride_outer, stride_t;
+};
+
+// The output-indexed field [p, r, s].
+template <class T>
+struct OutField {
+  const T* ptr;
+  int64_t stride_p, stride_r, stride_s;
+};
+
+template <class Policy>
+struct ContractionArgs {
+  using scalar_t = typename Policy::scalar_t;
+  OperandField<scalar_t> left[Policy::kNumLeft];
+  OperandField<scalar_t> right[Policy::kNumRight];
+  OutField<scalar_t> out_field;  // read only when Policy::kHasOutField
+  int64_t batch;                 // B
+  int32_t rows, cols, depth;     // R, S, T (each < kMaxExtent, checked at launch)
+  int32_t tiles_n;               // number of BN-wide column tiles
+  typename Policy::Params params;
+};
+
+// Row / column / reduction extents stay far enough below 2^31 that int32 tile arithmetic
+// (tile origin + in-tile offset) cannot overflow.
+constexpr int64_t kMaxExtent = std::numeric_limits<int32_t>::max() - 4096;
+
+namespace detail {
+
+// Reads N consecutive elements of shared memory with the widest vector loads N allows.
+// src must be aligned to the vector width (the engine's pitches and offsets guarantee 16 bytes
+// for whole micro-tile rows).
+template <class T, int N>
+__device__ __forceinline__ void load_shared_vec(T (&dst)[N], const T* src) {
+  if constexpr (std::is_same_v<T, float> && N % 4 == 0) {
+#pragma unroll
+    for (int v = 0; v < N / 4; ++v) {
+      const float4 x = reinterpret_cast<const float4*>(src)[v];
+      dst[4 * v + 0] = x.x;
+      dst[4 * v + 1] = x.y;
+      dst[4 * v + 2] = x.z;
+      dst[4 * v + 3] = x.w;
+    }
+  } else if constexpr (std::is_same_v<T, float> && N % 2 == 0) {
+#pragma unroll
+    for (int v = 0; v < N / 2; ++v) {
+      const float2 x = reinterpret_cast<const float2*>(src)[v];
+      dst[2 * v + 0] = x.x;
+      dst[2 * v + 1] = x.y;
+    }
+  } else if constexpr (std::is_same_v<T, double> && N % 2 == 0) {
+#pragma unroll
+    for (int v = 0; v < N / 2; ++v) {
+      const double2 x = reinterpret_cast<const double2*>(src)[v];
+      dst[2 * v + 0] = x.x;
+      dst[2 * v + 1] = x.y;
+    }
+  } else {
+#pragma unroll
+    for (int v = 0; v < N; ++v) dst[v] = src[v];
+  }
+}
+
+// One field's share of a t-tile, held by one thread between the global read and the shared write:
+// kLoads raw elements and a bit per element telling whether it lies inside the field.
+template <class T, int kLoads>
+struct Staged {
+  T v[kLoads];
+  uint32_t valid;
+};
+
+// Which element of a field's (OUTER x BK) tile the thread stages in its load l:
+// (o + l * step_o, t + l * step_t). The warp walks along the field's smaller stride (outer fastest when
+// stride_outer <= stride_t), so reads coalesce for either layout.
+struct StageMap {
+  int o, t, step_o, step_t;
+};
+
+template <int OUTER, int BK, int kThreads>
+__device__ __forceinline__ StageMap stage_map(bool outer_fastest, int tid) {
+  static_assert(kThreads % OUTER == 0 && kThreads % BK == 0,
+                "staging assumes the thread count is a multiple of BM, BN and BK");
+  if (outer_fastest) return {tid % OUTER, tid / OUTER, 0, kThreads / OUTER};
+  return {tid / BK, tid % BK, kThreads / BK, 0};
+}
+
+template <int OUTER, int BK, int kThreads, class T>
+__device__ __forceinline__ StageMap stage_map(const OperandField<T>& f, int tid) {
+  return stage_map<OUTER, BK, kThreads>(f.stride_outer <= f.stride_t, tid);
+}
+
+// Global -> registers for the tile at (outer0, k0) of one field.
+template <int kLoads, class T>
+__device__ __forceinline__ void fetch_field(Staged<T, kLoads>& st, const OperandField<T>& f, const StageMap& m,
+                                            int64_t p, int outer0, int outer_end, int k0, int depth) {
+  const T* base = f.ptr + p * f.stride_p;
+  st.valid = 0;
+#pragma unroll
+  for (int l = 0; l < kLoads; ++l) {
+    const int go = outer0 + m.o + l * m.step_o, gt = k0 + m.t + l * m.step_t;
+    T x = T(0);
+    if (go < outer_end && gt < depth) {
+      x = base[static_cast<int64_t>(go) * f.stride_outer + static_cast<int64_t>(gt) * f.stride_t];
+      st.valid |= 1u << l;
+    }
+    st.v[l] = x;
+  }
+}
+
+// Registers -> shared memory tile [BK][kPitch], converting to acc_t and applying the field's
+// transform (out-of-range elements become 0). Conversion and transform happen here, after the
+// current tile's compute, so the global reads stay in flight meanwhile.
+template <int kPitch, class acc_t, int kLoads, class T, class Transform>
+__device__ __forceinline__ void commit_field(acc_t* tile, const Staged<T, kLoads>& st, const StageMap& m,
+                                             Transform transform) {
+#pragma unroll
+  for (int l = 0; l < kLoads; ++l) {
+    const int o = m.o + l * m.step_o, t = m.t + l * m.step_t;
+    tile[t * kPitch + o] = ((st.valid >> l) & 1u) ? transform(static_cast<acc_t>(st.v[l])) : acc_t(0);
+  }
+}
+
+}  // namespace detail
+
+// ---------------------------------------------------------------- the kernel
+
+namespace detail {
+
+// The kernel's pieces, as force-inlined functions so that the register arrays they take by reference
+// (states, staged loads) never leave registers.
+template <class Policy>
+struct Engine {
+  using Shape = typename Policy::Shape;
+  using scalar_t = typename Policy::scalar_t;
+  using acc_t = typename Policy::acc_t;
+  using State = typename Policy::State;
+  static constexpr int BM = Shape::BM, BN = Shape::BN, BK = Shape::BK, TM = Shape::TM, TN = Shape::TN;
+  static constexpr int kThreads = Shape::kThreads;
+  static constexpr int NL = Policy::kNumLeft, NR = Policy::kNumRight;
+  // Rows padded by one 16-byte vector: keeps vector reads aligned and spreads the column-wise
+  // writes of t-fastest staging over the banks.
+  static constexpr int kPad = 16 / static_cast<int>(sizeof(acc_t));
+  static constexpr int kPitchM = BM + kPad, kPitchN = BN + kPad;
+  static constexpr int kTileL = BK * kPitchM, kTileR = BK * kPitchN;  // one field's tile, in elements
+  static constexpr int kLoadsL = BM * BK / kThreads, kLoadsR = BN * BK / kThreads;
+  static_assert(NL >= 1 && NR >= 1, "the engine needs at least one left and one right field");
+  static_assert((kPitchM * sizeof(acc_t)) % 16 == 0 && (kPitchN * sizeof(acc_t)) % 16 == 0,
+                "shared rows must stay 16-byte aligned");
+
+  using StagedL = Staged<scalar_t, kLoadsL>;
+  using StagedR = Staged<scalar_t, kLoadsR>;
+
+  static __device__ __forceinline__ void init(State (&st)[TM][TN], const ContractionArgs<Policy>& args, int64_t p,
+                                              int r_base, int s_base) {
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+#pragma unroll
+      for (int j = 0; j < TN; ++j) {
+        acc_t o = acc_t(0);
+        if constexpr (Policy::kHasOutField) {
+          const int r = r_base + i, s = s_base + j;
+          if (r < args.rows && s < args.cols) {
+            const OutField<scalar_t>& of = args.out_field;
+            o = Policy::load_out(static_cast<acc_t>(of.ptr[p * of.stride_p + static_cast<int64_t>(r) * of.stride_r +
+                                                           static_cast<int64_t>(s) * of.stride_s]));
+          }
+        }
+        Policy::init(st[i][j], o);
+      }
+    }
+  }
+
+  // The staging maps of all fields (fixed for the whole kernel).
+  static __device__ __forceinline__ void stage_maps(StageMap (&ml)[NL], StageMap (&mr)[NR],
+                                                    const ContractionArgs<Policy>& args, int tid) {
+#pragma unroll
+    for (int f = 0; f < NL; ++f) ml[f] = stage_map<BM, BK, kThreads>(args.left[f], tid);
+#pragma unroll
+    for (int f = 0; f < NR; ++f) mr[f] = stage_map<BN, BK, kThreads>(args.right[f], tid);
+  }
+
+  static __device__ __forceinline__ void fetch(StagedL (&sl)[NL], StagedR (&sr)[NR], const StageMap (&ml)[NL],
+                                               const StageMap (&mr)[NR], const ContractionArgs<Policy>& args,
+                                               int64_t p, int r0, int s0, int k0) {
+#pragma unroll
+    for (int f = 0; f < NL; ++f) fetch_field(sl[f], args.left[f], ml[f], p, r0, args.rows, k0, args.depth);
+#pragma unroll
+    for (int f = 0; f < NR; ++f) fetch_field(sr[f], args.right[f], mr[f], p, s0, args.cols, k0, args.depth);
+  }
+
+  // Staged registers -> shared buffer (tl, tr point at the buffer's first field).
+  static __device__ __forceinline__ void commit(acc_t* tl, acc_t* tr, const StagedL (&sl)[NL], const StagedR (&sr)[NR],
+                                                const StageMap (&ml)[NL], const StageMap (&mr)[NR]) {
+#pragma unroll
+    for (int f = 0; f < NL; ++f)
+      commit_field<kPitchM, acc_t>(tl + f * kTileL, sl[f], ml[f], [f](acc_t x) { return Policy::load_left(f, x); });
+#pragma unroll
+    for (int f = 0; f < NR; ++f)
+      commit_field<kPitchN, acc_t>(tr + f * kTileR, sr[f], mr[f], [f](acc_t x) { return Policy::load_right(f, x); });
+  }
+
+  // One reduction step: row t of the staged tiles (global index k) into every state of the micro-tile.
+  static __device__ __forceinline__ void step(State (&st)[TM][TN], const acc_t* tl, const acc_t* tr, int t, int32_t k,
+                                              int ty, int tx) {
+    acc_t lv[NL][TM], rv[NR][TN];
+#pragma unroll
+    for (int f = 0; f < NL; ++f) load_shared_vec(lv[f], tl + f * kTileL + t * kPitchM + ty * TM);
+#pragma unroll
+    for (int f = 0; f < NR; ++f) load_shared_vec(rv[f], tr + f * kTileR + t * kPitchN + tx * TN);
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+#pragma unroll
+      for (int j = 0; j < TN; ++j) {
+        acc_t l[NL], r[NR];
+#pragma unroll
+        for (int f = 0; f < NL; ++f) l[f] = lv[f][i];
+#pragma unroll
+        for (int f = 0; f < NR; ++f) r[f] = rv[f][j];
+        Policy::cell(st[i][j], l, r, k);
+      }
+    }
+  }
+
+  static __device__ __forceinline__ void store(const State (&st)[TM][TN], const ContractionArgs<Policy>& args,
+                                               int64_t p, int r_base, int s_base) {
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+#pragma unroll
+      for (int j = 0; j < TN; ++j) {
+        const int r = r_base + i, s = s_base + j;
+        if (r < args.rows && s < args.cols)
+          Policy::store(st[i][j], args.params, (p * args.rows + r) * args.cols + s);
+      }
+    }
+  }
+};
+
+}  // namespace detail
+
+template <class Policy>
+__global__ void __launch_bounds__(Policy::Shape::kThreads, Policy::Shape::kMinBlocks)
+    contraction_kernel(const __grid_constant__ ContractionArgs<Policy> args) {
+  using E = detail::Engine<Policy>;
+  using acc_t = typename E::acc_t;
+  constexpr int BK = E::BK;
+
+  // [buffer][field][t][outer]
+  __shared__ __align__(16) acc_t smem_l[2 * E::NL * E::kTileL];
+  __shared__ __align__(16) acc_t smem_r[2 * E::NR * E::kTileR];
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int tx = tid % Policy::Shape::kThreadsN, ty = tid / Policy::Shape::kThreadsN;
+  const int r0 = static_cast<int>(blockIdx.x / args.tiles_n) * E::BM;
+  const int s0 = static_cast<int>(blockIdx.x % args.tiles_n) * E::BN;
+  const int r_base = r0 + ty * E::TM, s_base = s0 + tx * E::TN;  // this thread's micro-tile
+  const int T = args.depth;
+  const int num_tiles = (T + BK - 1) / BK;
+  detail::StageMap map_l[E::NL], map_r[E::NR];
+  E::stage_maps(map_l, map_r, args, tid);
+
+  for (int64_t p = blockIdx.y; p < args.batch; p += gridDim.y) {
+    typename E::State st[E::TM][E::TN];
+    E::init(st, args, p, r_base, s_base);
+
+    typename E::StagedL stage_l[E::NL];
+    typename E::StagedR stage_r[E::NR];
+    if (num_tiles > 0) {
+      E::fetch(stage_l, stage_r, map_l, map_r, args, p, r0, s0, 0);
+      E::commit(smem_l, smem_r, stage_l, stage_r, map_l, map_r);
+      __syncthreads();
+    }
+    for (int kt = 0; kt < num_tiles; ++kt) {
+      const int buf = kt & 1;
+      const int k0 = kt * BK;
+      const bool has_next = kt + 1 < num_tiles;
+      if (has_next) E::fetch(stage_l, stage_r, map_l, map_r, args, p, r0, s0, k0 + BK);  // in flight during the compute
+      const acc_t* tl = smem_l + buf * E::NL * E::kTileL;
+      const acc_t* tr = smem_r + buf * E::NR * E::kTileR;
+      const int len = min(BK, T - k0);
+      if (len == BK) {
+#pragma unroll
+        for (int t = 0; t < BK; ++t) E::step(st, tl, tr, t, k0 + t, ty, tx);
+      } else {  // the last, partial tile: stop at its true length
+#pragma unroll 1
+        for (int t = 0; t < len; ++t) E::step(st, tl, tr, t, k0 + t, ty, tx);
+      }
+      // The other buffer was last read in iteration kt - 1, which ended with a barrier.
+      if (has_next)
+        E::commit(smem_l + (buf ^ 1) * E::NL * E::kTileL, smem_r + (buf ^ 1) * E::NR * E::kTileR, stage_l, stage_r,
+                  map_l, map_r);
+      __syncthreads();
+    }
+
+    E::store(st, args, p, r_base, s_base);
+  }
+}
+
+// ---------------------------------------------------------------- host helpers
+
+// A field with neither of its last two strides in {0, 1} cannot be read coalesced in either loop
+// order: copy it contiguous, keeping a broadcast (stride 0) batch a broadcast. Other tensors pass as-is.
+inline at::Tensor with_unit_inner_stride(const at::Tensor& t) {
+  if (t.stride(1) <= 1 || t.stride(2) <= 1) return t;
+  if (t.stride(0) == 0) return t.select(0, 0).contiguous().unsqueeze(0).expand(t.sizes());
+  return t.contiguous();
+}
+
+// t is [p, r, t] (left) or [p, t, s] (right); pass tensors through with_unit_inner_stride first.
+template <class T>
+OperandField<T> left_field(const at::Tensor& t) {
+  return {t.const_data_ptr<T>(), t.stride(0), t.stride(1), t.stride(2)};
+}
+template <class T>
+OperandField<T> right_field(const at::Tensor& t) {
+  return {t.const_data_ptr<T>(), t.stride(0), t.stride(2), t.stride(1)};
+}
+template <class T>
+OutField<T> out_field(const at::Tensor& t) {
+  return {t.const_data_ptr<T>(), t.stride(0), t.stride(1), t.stride(2)};
+}
+
+// Fills the shape part of args and launches; the caller has filled the fields and params.
+// Needs batch * rows * cols > 0.
+template <class Policy>
+void launch_contraction(ContractionArgs<Policy>& args, int64_t batch, int64_t rows, int64_t cols, int64_t depth,
+                        cudaStream_t stream) {
+  using Shape = typename Policy::Shape;
+  TORCH_CHECK(batch > 0 && rows > 0 && cols > 0 && depth >= 0, "launch_contraction: empty problem");
+  TORCH_CHECK(rows <= kMaxExtent && cols <= kMaxExtent && depth <= kMaxExtent,
+              "semiring_ops CUDA kernel: dimensions must stay below ", kMaxExtent, ", got R=", rows, " S=", cols,
+              " T=", depth);
+  const int64_t tiles_m = (rows + Shape::BM - 1) / Shape::BM;
+  const int64_t tiles_n = (cols + Shape::BN - 1) / Shape::BN;
+  TORCH_CHECK(tiles_m * tiles_n <= std::numeric_limits<int32_t>::max(),
+              "semiring_ops CUDA kernel: too many output tiles (", tiles_m, " x ", tiles_n, ")");
+  args.batch = batch;
+  args.rows = static_cast<int32_t>(rows);
+  args.cols = static_cast<int32_t>(cols);
+  args.depth = static_cast<int32_t>(depth);
+  args.tiles_n = static_cast<int32_t>(tiles_n);
+  const dim3 grid(static_cast<unsigned>(tiles_m * tiles_n), static_cast<unsigned>(std::min<int64_t>(batch, 65535)));
+  contraction_kernel<Policy><<<grid, Shape::kThreads, 0, stream>>>(args);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+}  // namespace cuda
+}  // namespace semiring_ops

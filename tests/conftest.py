@@ -1,0 +1,58 @@
+"""Shared fixtures: devices, kernel implementations, output poisoning, hypothesis profiles."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from hypothesis import HealthCheck, settings
+
+from semiring_ops.build import backends
+
+settings.register_profile(
+    "default",
+    max_examples=int(os.environ.get("SEMIRING_OPS_TEST_EXAMPLES", 30)),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+settings.load_profile("default")
+
+HAS_CUDA = torch.cuda.is_available()
+CUDA = pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")])
+DEVICES = ["cpu", CUDA]
+
+
+@pytest.fixture(params=DEVICES)
+def device(request) -> str:
+    return request.param
+
+
+@pytest.fixture(params=["kernel", "reference"])
+def impl(request, device):
+    """Runs a test on the compiled kernels and again on the blocked PyTorch reference backend."""
+    dev = torch.device(device)
+    if request.param == "kernel":
+        be = backends.backend_for(dev)
+        if be.kind == "reference" and os.environ.get("SEMIRING_OPS_BACKEND") != "reference":
+            pytest.fail(f"compiled {device} kernels unavailable: {be.detail}")
+        yield "kernel"
+        return
+    saved = backends.loaded_backends().get(dev.type)
+    backends._backends[dev.type] = backends._reference(dev.type, "forced by test")
+    try:
+        yield "reference"
+    finally:
+        if saved is None:
+            backends._backends.pop(dev.type, None)
+        else:
+            backends._backends[dev.type] = saved
+
+
+@pytest.fixture(autouse=True)
+def poison_outputs():
+    """Compiled kernels allocate their outputs filled with NaN (and -1 for indices) during tests, so an
+    element a kernel forgets to write shows up as a mismatch."""
+    backends.set_poison_outputs(True)
+    yield
+    backends.set_poison_outputs(False)

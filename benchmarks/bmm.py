@@ -17,8 +17,10 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -146,6 +148,7 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     ceilings = {}
     if dev == "cuda":
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
         from ceilings import measure
 
         ceilings = measure()

@@ -15,7 +15,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm 
 t0=$(date +%s)
 python3 -m semiring_ops build 2>&1 | tee "$OUT/build.log"
 echo "build took $(( $(date +%s) - t0 )) s"
-timeout 420 python3 -m pytest -m cuda -q -p no:cacheprovider "$@" 2>&1 | tee "$OUT/pytest_cuda.log" | tail -40
+timeout 420 python3 -m pytest -m "${PYTEST_MARK:-cuda}" -q -p no:cacheprovider "$@" 2>&1 | tee "$OUT/pytest_cuda.log" | tail -40
 if [ "${SKIP_BENCH:-0}" != "1" ]; then
   timeout 300 python3 benchmarks/bmm.py --json "$OUT/bmm.json" 2>&1 | tee "$OUT/bmm.log"
 fi

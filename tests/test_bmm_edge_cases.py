@@ -112,7 +112,7 @@ def test_batch_over_65535_entries(device, impl, semiring):
     b = torch.randn(B, 5, 2, device=device)
     out = so.semiring_matmul(a, b, semiring)
     sample = torch.tensor([0, 1, 65_534, 65_535, 65_536, B - 1], device=device)
-    torch.testing.assert_close(out[sample].double(), brute_bmm(a[sample], b[sample], semiring))
+    torch.testing.assert_close(out[sample], brute_bmm(a[sample], b[sample], semiring).float())
 
 
 @pytest.mark.slow

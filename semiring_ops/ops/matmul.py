@@ -67,9 +67,12 @@ def semiring_matmul(
     return out
 
 
+_AUTOCAST_DEVICE_TYPES = ("cpu", "cuda", "xpu", "hpu", "mps")  # a static set: dynamo traces it
+
+
 def _autocast(t: Tensor) -> bool:
     device_type = t.device.type
-    return torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type)
+    return device_type in _AUTOCAST_DEVICE_TYPES and torch.is_autocast_enabled(device_type)
 
 
 def logbmm(a: Tensor, b: Tensor) -> Tensor:

@@ -1,0 +1,77 @@
+"""Measured hardware ceilings for the semiring kernels on the GPU in use: ex2 (MUFU) throughput,
+fp32 max-plus cells (FADD + FMNMX) and fp32 SGEMM cells. benchmarks/bmm.py reports % of these."""
+
+from __future__ import annotations
+
+import torch
+
+_SOURCE = r"""
+#include <torch/extension.h>
+__global__ void ex2_probe(float* out, int iters) {
+  float x0 = threadIdx.x * 1e-6f, x1 = x0 + 1e-3f, x2 = x0 + 2e-3f, x3 = x0 + 3e-3f;
+  for (int i = 0; i < iters; ++i) {
+    asm volatile("ex2.approx.ftz.f32 %0, %0;" : "+f"(x0));
+    asm volatile("ex2.approx.ftz.f32 %0, %0;" : "+f"(x1));
+    asm volatile("ex2.approx.ftz.f32 %0, %0;" : "+f"(x2));
+    asm volatile("ex2.approx.ftz.f32 %0, %0;" : "+f"(x3));
+    x0 = -x0; x1 = -x1; x2 = -x2; x3 = -x3;
+  }
+  out[blockIdx.x * blockDim.x + threadIdx.x] = x0 + x1 + x2 + x3;
+}
+__global__ void maxplus_probe(float* out, int iters) {
+  float a0 = threadIdx.x, a1 = a0 + 1, a2 = a0 + 2, a3 = a0 + 3, b = 0.25f;
+  float m0 = -1e30f, m1 = -1e30f, m2 = -1e30f, m3 = -1e30f;
+  for (int i = 0; i < iters; ++i) {
+    m0 = fmaxf(m0, a0 + b); m1 = fmaxf(m1, a1 + b); m2 = fmaxf(m2, a2 + b); m3 = fmaxf(m3, a3 + b);
+    b += 1e-7f;
+  }
+  out[blockIdx.x * blockDim.x + threadIdx.x] = m0 + m1 + m2 + m3;
+}
+void probe(int64_t which, torch::Tensor out, int64_t blocks, int64_t threads, int64_t iters) {
+  if (which == 0) ex2_probe<<<blocks, threads>>>(out.data_ptr<float>(), iters);
+  else maxplus_probe<<<blocks, threads>>>(out.data_ptr<float>(), iters);
+}
+"""
+
+
+def _median_ms(fn, reps: int = 20) -> float:
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
+def measure() -> dict[str, float]:
+    """{'exp_per_s', 'maxplus_cells_per_s', 'sgemm_cells_per_s'}, measured now on cuda:0."""
+    from torch.utils.cpp_extension import load_inline
+
+    major, minor = torch.cuda.get_device_capability()
+    mod = load_inline(
+        "semiring_ops_ceiling_probe",
+        cpp_sources="void probe(int64_t, torch::Tensor, int64_t, int64_t, int64_t);",
+        cuda_sources=_SOURCE,
+        functions=["probe"],
+        extra_cuda_cflags=["-O3", f"-gencode=arch=compute_{major}{minor},code=sm_{major}{minor}"],
+    )
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    blocks, threads, iters = sms * 16, 256, 4096
+    out = torch.empty(blocks * threads, device="cuda")
+    work = blocks * threads * iters * 4
+    res = {
+        "exp_per_s": work / (_median_ms(lambda: mod.probe(0, out, blocks, threads, iters)) * 1e-3),
+        "maxplus_cells_per_s": work / (_median_ms(lambda: mod.probe(1, out, blocks, threads, iters)) * 1e-3),
+    }
+    allow = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    a = torch.randn(8192, 8192, device="cuda")
+    res["sgemm_cells_per_s"] = 8192**3 / (_median_ms(lambda: a @ a, reps=10) * 1e-3)
+    torch.backends.cuda.matmul.allow_tf32 = allow
+    return res

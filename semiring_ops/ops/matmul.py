@@ -54,16 +54,19 @@ def semiring_matmul(
     check_same_device_and_dtype(fn, ("a", "b"), a, b)
     batch, n, k, m = matmul_shapes(fn, a, b)
     B = math.prod(batch)
-    a3 = a.expand(*batch, n, k).reshape(B, n, k)
-    b3 = b.expand(*batch, k, m).reshape(B, k, m)
+    a3 = a if a.shape == (B, n, k) else a.expand(*batch, n, k).reshape(B, n, k)
+    b3 = b if b.shape == (B, k, m) else b.expand(*batch, k, m).reshape(B, k, m)
     if S.kernel_id is None:
         return generic_bmm(a3, b3, S).reshape(*batch, n, m)
     needs_grad = torch.is_grad_enabled() and (a.requires_grad or b.requires_grad)
     with_arg = S.selects and (return_argmax or needs_grad)
     out, arg = registry.bmm_forward(a3, b3, S.kernel_id, with_arg)
-    out = out.to(a.dtype).reshape(*batch, n, m)
+    if out.dtype != a.dtype:
+        out = out.to(a.dtype)
+    if len(batch) != 1:
+        out = out.reshape(*batch, n, m)
     if return_argmax:
-        return out, arg.reshape(*batch, n, m)
+        return out, arg.reshape(out.shape)
     return out
 
 

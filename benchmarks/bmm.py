@@ -16,15 +16,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 import semiring_ops as so
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing import time_ms
 
 
 def naive_log(a, b):
@@ -59,28 +60,6 @@ def implementations() -> dict[str, dict[str, Callable]]:
     except ImportError:
         pass
     return impls
-
-
-def time_ms(fn: Callable[[], object], device: str, reps: int) -> float:
-    """Median milliseconds of fn() after warm-up."""
-    for _ in range(3):
-        fn()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        if device == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
 
 
 def run_one(fn, B: int, n: int, device: str, reps: int, backward: bool) -> float | str:
@@ -148,7 +127,6 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     ceilings = {}
     if dev == "cuda":
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
         from ceilings import measure
 
         ceilings = measure()

@@ -4,6 +4,7 @@ fp32 max-plus cells (FADD + FMNMX) and fp32 SGEMM cells. benchmarks/bmm.py repor
 from __future__ import annotations
 
 import torch
+from timing import time_ms
 
 _SOURCE = r"""
 #include <torch/extension.h>
@@ -34,21 +35,6 @@ void probe(int64_t which, torch::Tensor out, int64_t blocks, int64_t threads, in
 """
 
 
-def _median_ms(fn, reps: int = 20) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
-
-
 def measure() -> dict[str, float]:
     """{'exp_per_s', 'maxplus_cells_per_s', 'sgemm_cells_per_s'}, measured now on cuda:0."""
     from torch.utils.cpp_extension import load_inline
@@ -66,12 +52,12 @@ def measure() -> dict[str, float]:
     out = torch.empty(blocks * threads, device="cuda")
     work = blocks * threads * iters * 4
     res = {
-        "exp_per_s": work / (_median_ms(lambda: mod.probe(0, out, blocks, threads, iters)) * 1e-3),
-        "maxplus_cells_per_s": work / (_median_ms(lambda: mod.probe(1, out, blocks, threads, iters)) * 1e-3),
+        "exp_per_s": work / (time_ms(lambda: mod.probe(0, out, blocks, threads, iters), "cuda", 20) * 1e-3),
+        "maxplus_cells_per_s": work / (time_ms(lambda: mod.probe(1, out, blocks, threads, iters), "cuda", 20) * 1e-3),
     }
     allow = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     a = torch.randn(8192, 8192, device="cuda")
-    res["sgemm_cells_per_s"] = 8192**3 / (_median_ms(lambda: a @ a, reps=10) * 1e-3)
+    res["sgemm_cells_per_s"] = 8192**3 / (time_ms(lambda: a @ a, "cuda", 10) * 1e-3)
     torch.backends.cuda.matmul.allow_tf32 = allow
     return res

@@ -18,4 +18,5 @@ echo "build took $(( $(date +%s) - t0 )) s"
 timeout 420 python3 -m pytest -m "${PYTEST_MARK:-cuda}" -q -p no:cacheprovider "$@" 2>&1 | tee "$OUT/pytest_cuda.log" | tail -40
 if [ "${SKIP_BENCH:-0}" != "1" ]; then
   timeout 300 python3 benchmarks/bmm.py --json "$OUT/bmm.json" 2>&1 | tee "$OUT/bmm.log"
+  timeout 120 python3 benchmarks/memory.py 2>&1 | tee "$OUT/memory.log"
 fi

@@ -7,6 +7,7 @@ compiled on first use (JIT, cached). For an ahead-of-time build set SEMIRING_OPS
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 from setuptools import setup
@@ -34,8 +35,11 @@ def ahead_of_time_extensions():
 
     from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
 
-    spec = importlib.util.spec_from_file_location("_jit", ROOT / "semiring_ops" / "build" / "jit.py")
+    # the extension specs (names, sources, flags) are the JIT's own, read from its file without
+    # importing the package; dataclasses need the module registered while it executes
+    spec = importlib.util.spec_from_file_location("_semiring_ops_jit", ROOT / "semiring_ops" / "build" / "jit.py")
     jit = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = jit
     spec.loader.exec_module(jit)
     rel = os.path.relpath(CSRC, ROOT)
     cpu = jit.CPU_EXTENSION

@@ -1,5 +1,6 @@
 """Structured prediction, written once and generic over the semiring (the chain engine first)."""
 
 from .chain import chain_sum, chain_viterbi
+from .crf import LinearChainCRF
 
-__all__ = ["chain_sum", "chain_viterbi"]
+__all__ = ["LinearChainCRF", "chain_sum", "chain_viterbi"]

@@ -1,0 +1,185 @@
+"""LinearChainCRF: a drop-in for pytorch-crf's CRF, on the chain engine (semiring_ops/structures/chain.py).
+
+Parameters carry pytorch-crf's names and layout, so its state_dict loads unchanged:
+    start_transitions (C,), end_transitions (C,), transitions (C, C) indexed [from, to].
+
+Shapes (batch_first=False, as pytorch-crf): emissions (T, B, C), tags (T, B), mask (T, B);
+with batch_first=True: (B, T, C), (B, T), (B, T). Masks are prefix masks (right padding), bool or
+uint8; a sequence may have length 0. ``lengths=`` (B,) may be given instead of a mask.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from .chain import chain_sum, chain_viterbi
+
+__all__ = ["LinearChainCRF"]
+
+REDUCTIONS = ("none", "sum", "mean", "token_mean")
+
+
+class LinearChainCRF(nn.Module):
+    """Linear-chain conditional random field over `num_tags` tags.
+
+    Args:
+        num_tags: number of tags C.
+        batch_first: emissions are (B, T, C) rather than (T, B, C).
+    """
+
+    def __init__(self, num_tags: int, batch_first: bool = False) -> None:
+        if num_tags <= 0:
+            raise ValueError(f"num_tags must be positive, got {num_tags}")
+        super().__init__()
+        self.num_tags = num_tags
+        self.batch_first = batch_first
+        self.start_transitions = nn.Parameter(torch.empty(num_tags))
+        self.end_transitions = nn.Parameter(torch.empty(num_tags))
+        self.transitions = nn.Parameter(torch.empty(num_tags, num_tags))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Uniform(-0.1, 0.1), as pytorch-crf."""
+        for p in (self.start_transitions, self.end_transitions, self.transitions):
+            nn.init.uniform_(p, -0.1, 0.1)
+
+    def extra_repr(self) -> str:
+        return f"num_tags={self.num_tags}, batch_first={self.batch_first}"
+
+    # ------------------------------------------------------------ inputs
+
+    def _batch_major(self, x: Tensor | None) -> Tensor | None:
+        return x if (x is None or self.batch_first) else x.transpose(0, 1)
+
+    def _lengths(self, emissions: Tensor, mask: Tensor | None, lengths: Tensor | None) -> Tensor:
+        """emissions (B, T, C) batch-major -> lengths (B,) int64, validating mask / lengths."""
+        B, T, C = emissions.shape
+        if self.num_tags != C:
+            raise ValueError(
+                f"emissions has {C} tags in its last dimension (shape {tuple(emissions.shape)}); "
+                f"this CRF has num_tags={self.num_tags}"
+            )
+        if mask is not None and lengths is not None:
+            raise ValueError("give mask or lengths, not both")
+        if lengths is not None:
+            lengths = torch.as_tensor(lengths, device=emissions.device)
+            if lengths.shape != (B,) or lengths.dtype.is_floating_point:
+                raise ValueError(
+                    f"lengths must be an integer tensor of shape ({B},), got {tuple(lengths.shape)} {lengths.dtype}"
+                )
+            if bool(((lengths < 0) | (lengths > T)).any()):
+                raise ValueError(f"lengths must lie in 0..{T}, got {lengths.tolist()}")
+            return lengths.long()
+        if mask is None:
+            return torch.full((B,), T, dtype=torch.long, device=emissions.device)
+        mask = self._batch_major(mask)
+        if mask.shape != (B, T):
+            raise ValueError(f"mask has shape {tuple(mask.shape)}; expected {(B, T)} (batch-major) to match emissions")
+        mask = mask.bool()
+        if bool((mask[:, 1:] & ~mask[:, :-1]).any()):
+            raise ValueError("mask has holes (a 1 after a 0): only prefix masks (right padding) are supported")
+        return mask.sum(dim=1)
+
+    def _chain(self, emissions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """init (B, C), edges (B, T-1, C, C), final (B, C) from batch-major emissions (B, T, C)."""
+        init = self.start_transitions + emissions[:, 0]
+        edges = self.transitions + emissions[:, 1:, None, :]
+        final = self.end_transitions.expand(emissions.shape[0], -1)
+        return init, edges, final
+
+    # ------------------------------------------------------------ scores
+
+    def log_partition(self, emissions: Tensor, mask: Tensor | None = None, lengths: Tensor | None = None) -> Tensor:
+        """log Z of each sequence -> (B,); 0 for a sequence of length 0."""
+        em = self._batch_major(emissions)
+        L = self._lengths(em, mask, lengths)
+        if em.shape[1] == 0:
+            return em.new_zeros(em.shape[0])
+        return chain_sum(*self._chain(em), L, "log")
+
+    def score(
+        self, emissions: Tensor, tags: Tensor, mask: Tensor | None = None, lengths: Tensor | None = None
+    ) -> Tensor:
+        """Unnormalised log-score of the given tag sequences -> (B,)."""
+        em = self._batch_major(emissions)
+        L = self._lengths(em, mask, lengths)
+        tags = self._batch_major(tags)
+        B, T, C = em.shape
+        if tags.shape != (B, T):
+            raise ValueError(f"tags has shape {tuple(tags.shape)}; expected {(B, T)} (batch-major)")
+        live = torch.arange(T, device=em.device)[None, :] < L[:, None]
+        if bool(((tags < 0) | (tags >= C))[live].any()):
+            raise ValueError(f"tags must lie in [0, {C}) at unmasked positions")
+        tags = torch.where(live, tags, 0).long()
+        unary = em.gather(2, tags.unsqueeze(-1)).squeeze(-1)
+        pair = self.transitions[tags[:, :-1], tags[:, 1:]]
+        last = tags.gather(1, (L - 1).clamp_min(0).unsqueeze(1)).squeeze(1)
+        total = (unary * live).sum(1) + (pair * live[:, 1:]).sum(1)
+        total = total + self.start_transitions[tags[:, 0]] + self.end_transitions[last]
+        return torch.where(L > 0, total, torch.zeros_like(total))
+
+    def forward(
+        self,
+        emissions: Tensor,
+        tags: Tensor,
+        mask: Tensor | None = None,
+        reduction: str = "sum",
+        lengths: Tensor | None = None,
+    ) -> Tensor:
+        """Log-likelihood of `tags` (as pytorch-crf): reduction none (B,) | sum | mean | token_mean."""
+        if reduction not in REDUCTIONS:
+            raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+        llh = self.score(emissions, tags, mask, lengths) - self.log_partition(emissions, mask, lengths)
+        if reduction == "none":
+            return llh
+        if reduction == "sum":
+            return llh.sum()
+        if reduction == "mean":
+            return llh.mean()
+        tokens = self._lengths(self._batch_major(emissions), mask, lengths).sum()
+        return llh.sum() / tokens.clamp_min(1)
+
+    def nll(
+        self,
+        emissions: Tensor,
+        tags: Tensor,
+        mask: Tensor | None = None,
+        reduction: str = "sum",
+        lengths: Tensor | None = None,
+    ) -> Tensor:
+        """The loss to minimise: minus the log-likelihood."""
+        return -self.forward(emissions, tags, mask, reduction, lengths)
+
+    def marginals(self, emissions: Tensor, mask: Tensor | None = None, lengths: Tensor | None = None) -> Tensor:
+        """Posterior probability of each tag at each position -> (B, T, C) batch-major, 0 past the length.
+
+        The gradient of log Z with respect to the emissions (forward-backward by autograd).
+        """
+        em = self._batch_major(emissions).detach().requires_grad_()
+        L = self._lengths(em, mask, lengths)
+        if em.shape[1] == 0:
+            return torch.zeros_like(em)
+        with torch.enable_grad():
+            logz = chain_sum(*self._chain(em), L, "log")
+            (marg,) = torch.autograd.grad(logz.sum(), (em,))
+        return marg
+
+    # ------------------------------------------------------------ decoding
+
+    def viterbi(
+        self, emissions: Tensor, mask: Tensor | None = None, lengths: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Best tag sequences as tensors: (tags (B, T) padded with -1, scores (B,))."""
+        em = self._batch_major(emissions)
+        L = self._lengths(em, mask, lengths)
+        B, T, _ = em.shape
+        if T == 0:
+            return em.new_empty((B, 0), dtype=torch.long), em.new_zeros(B)
+        score, tags = chain_viterbi(*self._chain(em), L)
+        return tags, score
+
+    def decode(self, emissions: Tensor, mask: Tensor | None = None) -> list[list[int]]:
+        """Best tag sequences as lists (as pytorch-crf's decode)."""
+        tags, _ = self.viterbi(emissions, mask)
+        return [row[row >= 0].tolist() for row in tags]

@@ -93,7 +93,9 @@ class LinearChainCRF(nn.Module):
     def log_partition(self, emissions: Tensor, mask: Tensor | None = None, lengths: Tensor | None = None) -> Tensor:
         """log Z of each sequence -> (B,); 0 for a sequence of length 0."""
         em = self._batch_major(emissions)
-        L = self._lengths(em, mask, lengths)
+        return self._log_partition(em, self._lengths(em, mask, lengths))
+
+    def _log_partition(self, em: Tensor, L: Tensor) -> Tensor:
         if em.shape[1] == 0:
             return em.new_zeros(em.shape[0])
         return chain_sum(*self._chain(em), L, "log")
@@ -103,8 +105,9 @@ class LinearChainCRF(nn.Module):
     ) -> Tensor:
         """Unnormalised log-score of the given tag sequences -> (B,)."""
         em = self._batch_major(emissions)
-        L = self._lengths(em, mask, lengths)
-        tags = self._batch_major(tags)
+        return self._score(em, self._batch_major(tags), self._lengths(em, mask, lengths))
+
+    def _score(self, em: Tensor, tags: Tensor, L: Tensor) -> Tensor:
         B, T, C = em.shape
         if tags.shape != (B, T):
             raise ValueError(f"tags has shape {tuple(tags.shape)}; expected {(B, T)} (batch-major)")
@@ -130,15 +133,16 @@ class LinearChainCRF(nn.Module):
         """Log-likelihood of `tags` (as pytorch-crf): reduction none (B,) | sum | mean | token_mean."""
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-        llh = self.score(emissions, tags, mask, lengths) - self.log_partition(emissions, mask, lengths)
+        em = self._batch_major(emissions)
+        L = self._lengths(em, mask, lengths)
+        llh = self._score(em, self._batch_major(tags), L) - self._log_partition(em, L)
         if reduction == "none":
             return llh
         if reduction == "sum":
             return llh.sum()
         if reduction == "mean":
             return llh.mean()
-        tokens = self._lengths(self._batch_major(emissions), mask, lengths).sum()
-        return llh.sum() / tokens.clamp_min(1)
+        return llh.sum() / L.sum().clamp_min(1)
 
     def nll(
         self,
@@ -161,8 +165,7 @@ class LinearChainCRF(nn.Module):
         if em.shape[1] == 0:
             return torch.zeros_like(em)
         with torch.enable_grad():
-            logz = chain_sum(*self._chain(em), L, "log")
-            (marg,) = torch.autograd.grad(logz.sum(), (em,))
+            (marg,) = torch.autograd.grad(self._log_partition(em, L).sum(), (em,))
         return marg
 
     # ------------------------------------------------------------ decoding

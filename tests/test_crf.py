@@ -114,3 +114,64 @@ def test_bad_masks_tags_and_shapes_are_refused():
         crf(em, tags, reduction="avg")
     with pytest.raises(ValueError, match="lengths must lie"):
         crf(em, tags, lengths=torch.tensor([5, 1]))
+
+
+SCHEME_LABELS = {
+    "BIO": ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"],
+    "IOB1": ["O", "B-PER", "I-PER", "I-LOC"],
+    "BIOUL": ["O", "B-PER", "I-PER", "L-PER", "U-PER", "U-LOC"],
+    "BMES": ["B", "M", "E", "S"],
+}
+
+
+def _legal(path, c):
+    return (
+        bool(c.start[path[0]])
+        and bool(c.end[path[-1]])
+        and all(bool(c.transitions[a, b]) for a, b in itertools.pairwise(path))
+    )
+
+
+@pytest.mark.parametrize("scheme", sorted(SCHEME_LABELS))
+def test_constrained_crf_sums_and_decodes_only_legal_paths(device, scheme):
+    from semiring_ops.structures import allowed_transitions
+
+    labels = SCHEME_LABELS[scheme]
+    c = allowed_transitions(scheme, labels)
+    C, T, B = len(labels), 4, 3
+    crf = LinearChainCRF(C, batch_first=True, constraints=c).to(device=device, dtype=torch.float64)
+    with torch.no_grad():
+        for p in crf.parameters():
+            p.normal_()
+    em = torch.randn(B, T, C, dtype=torch.float64, device=device) * 3
+    lengths = torch.tensor([4, 3, 1], device=device)
+    logz = crf.log_partition(em, lengths=lengths)
+    best, _ = crf.viterbi(em, lengths=lengths)
+    for b in range(B):
+        L = int(lengths[b])
+        unconstrained = LinearChainCRF(C).to(device=device, dtype=torch.float64)
+        unconstrained.load_state_dict(crf.state_dict())
+        scores = _brute(unconstrained, em[b], L)
+        legal = [s for path, s in scores.items() if _legal(path, c)]
+        with torch.no_grad():
+            torch.testing.assert_close(logz[b], torch.logsumexp(torch.stack(legal), 0))
+        assert _legal(tuple(best[b, :L].tolist()), c), f"illegal decode {best[b, :L].tolist()}"
+    # training sees the constraints too: an illegal gold path has log-likelihood -inf, a legal one is finite
+    tags = best.clamp_min(0)
+    llh = crf(em, tags, lengths=lengths, reduction="none")
+    assert torch.isfinite(llh).all()
+    llh.sum().backward()
+    assert all(torch.isfinite(p.grad).all() for p in crf.parameters())
+
+
+def test_scheme_rules_spot_checks():
+    from semiring_ops.structures import allowed_transitions
+
+    bio = allowed_transitions("BIO", ["O", "B-PER", "I-PER", "I-LOC"])
+    assert not bio.start[2] and bio.transitions[1, 2] and not bio.transitions[1, 3] and not bio.transitions[0, 2]
+    bioul = allowed_transitions("BIOUL", ["O", "B-X", "I-X", "L-X", "U-X"])
+    assert not bioul.end[1] and not bioul.transitions[1, 0] and bioul.transitions[2, 3] and bioul.transitions[3, 4]
+    with pytest.raises(ValueError, match="does not fit"):
+        allowed_transitions("BIO", ["O", "U-PER"])
+    with pytest.raises(ValueError, match="scheme"):
+        allowed_transitions("XYZ", ["O"])

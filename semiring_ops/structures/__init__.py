@@ -1,6 +1,7 @@
 """Structured prediction, written once and generic over the semiring (the chain engine first)."""
 
 from .chain import chain_sum, chain_viterbi
+from .constraints import Constraints, allowed_transitions
 from .crf import LinearChainCRF
 
-__all__ = ["LinearChainCRF", "chain_sum", "chain_viterbi"]
+__all__ = ["Constraints", "LinearChainCRF", "allowed_transitions", "chain_sum", "chain_viterbi"]

@@ -10,10 +10,13 @@ uint8; a sequence may have length 0. ``lengths=`` (B,) may be given instead of a
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor, nn
 
 from .chain import chain_sum, chain_viterbi
+from .constraints import Constraints
 
 __all__ = ["LinearChainCRF"]
 
@@ -26,9 +29,11 @@ class LinearChainCRF(nn.Module):
     Args:
         num_tags: number of tags C.
         batch_first: emissions are (B, T, C) rather than (T, B, C).
+        constraints: legal starts / transitions / ends (see ``allowed_transitions``); illegal ones get
+            score -inf in training and decoding alike, so no illegal path is ever produced.
     """
 
-    def __init__(self, num_tags: int, batch_first: bool = False) -> None:
+    def __init__(self, num_tags: int, batch_first: bool = False, constraints: Constraints | None = None) -> None:
         if num_tags <= 0:
             raise ValueError(f"num_tags must be positive, got {num_tags}")
         super().__init__()
@@ -37,6 +42,14 @@ class LinearChainCRF(nn.Module):
         self.start_transitions = nn.Parameter(torch.empty(num_tags))
         self.end_transitions = nn.Parameter(torch.empty(num_tags))
         self.transitions = nn.Parameter(torch.empty(num_tags, num_tags))
+        if constraints is not None:
+            shapes = (constraints.start.shape, constraints.transitions.shape, constraints.end.shape)
+            if shapes != ((num_tags,), (num_tags, num_tags), (num_tags,)):
+                raise ValueError(f"constraints are for {constraints.start.shape[0]} tags, this CRF has {num_tags}")
+            self.register_buffer("allowed_start", constraints.start.bool(), persistent=False)
+            self.register_buffer("allowed_transitions", constraints.transitions.bool(), persistent=False)
+            self.register_buffer("allowed_end", constraints.end.bool(), persistent=False)
+        self.constrained = constraints is not None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -81,11 +94,21 @@ class LinearChainCRF(nn.Module):
             raise ValueError("mask has holes (a 1 after a 0): only prefix masks (right padding) are supported")
         return mask.sum(dim=1)
 
+    def _transition_scores(self) -> tuple[Tensor, Tensor, Tensor]:
+        """start (C,), transitions (C, C), end (C,), with -inf where the constraints forbid."""
+        start, trans, end = self.start_transitions, self.transitions, self.end_transitions
+        if self.constrained:
+            start = start.masked_fill(~self.allowed_start, -math.inf)
+            trans = trans.masked_fill(~self.allowed_transitions, -math.inf)
+            end = end.masked_fill(~self.allowed_end, -math.inf)
+        return start, trans, end
+
     def _chain(self, emissions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """init (B, C), edges (B, T-1, C, C), final (B, C) from batch-major emissions (B, T, C)."""
-        init = self.start_transitions + emissions[:, 0]
-        edges = self.transitions + emissions[:, 1:, None, :]
-        final = self.end_transitions.expand(emissions.shape[0], -1)
+        start, trans, end = self._transition_scores()
+        init = start + emissions[:, 0]
+        edges = trans + emissions[:, 1:, None, :]
+        final = end.expand(emissions.shape[0], -1)
         return init, edges, final
 
     # ------------------------------------------------------------ scores
@@ -116,10 +139,12 @@ class LinearChainCRF(nn.Module):
             raise ValueError(f"tags must lie in [0, {C}) at unmasked positions")
         tags = torch.where(live, tags, 0).long()
         unary = em.gather(2, tags.unsqueeze(-1)).squeeze(-1)
-        pair = self.transitions[tags[:, :-1], tags[:, 1:]]
+        start, trans, end = self._transition_scores()
+        pair = trans[tags[:, :-1], tags[:, 1:]]
         last = tags.gather(1, (L - 1).clamp_min(0).unsqueeze(1)).squeeze(1)
-        total = (unary * live).sum(1) + (pair * live[:, 1:]).sum(1)
-        total = total + self.start_transitions[tags[:, 0]] + self.end_transitions[last]
+        # where, not multiply: a forbidden (-inf) transition in the padding must not become NaN
+        total = torch.where(live, unary, 0).sum(1) + torch.where(live[:, 1:], pair, 0).sum(1)
+        total = total + start[tags[:, 0]] + end[last]
         return torch.where(L > 0, total, torch.zeros_like(total))
 
     def forward(

@@ -99,3 +99,69 @@ def test_unknown_strategy_is_refused():
     init, edges, final, lengths = _random_chain(1, 3, 2, "cpu")
     with pytest.raises(ValueError, match="strategy"):
         chain_sum(init, edges, final, lengths, strategy="magic")
+
+
+@given(B=st.integers(1, 3), T=st.integers(1, 4), C=st.integers(1, 3), k=st.integers(1, 6), with_final=st.booleans())
+def test_topk_matches_enumeration(device, B, T, C, k, with_final):
+    from semiring_ops.structures.chain import chain_topk
+
+    init, edges, final, lengths = _random_chain(B, T, C, device, with_final)
+    scores, tags = chain_topk(init, edges, final, lengths, k)
+    assert scores.shape == (B, k) and tags.shape == (B, k, T)
+    for b in range(B):
+        L = int(lengths[b])
+        if L == 0:
+            assert scores[b, 0].item() == 0.0 and torch.all(scores[b, 1:] == -float("inf"))
+            assert torch.all(tags[b] == -1)
+            continue
+        paths = _path_scores(init[b], edges[b], None if final is None else final[b], L)
+        want = sorted((s.item() for s in paths.values()), reverse=True)[:k]
+        got = scores[b, : len(want)].tolist()
+        torch.testing.assert_close(torch.tensor(got), torch.tensor(want))
+        assert torch.all(scores[b, len(want) :] == -float("inf"))
+        seen = set()
+        for r in range(len(want)):
+            path = tuple(tags[b, r, :L].tolist())
+            assert path in paths and path not in seen, "each of the k paths is a distinct real path"
+            seen.add(path)
+            torch.testing.assert_close(paths[path].item(), got[r])
+            assert torch.all(tags[b, r, L:] == -1)
+        assert torch.all(tags[b, len(want) :] == -1)
+
+
+@given(B=st.integers(1, 3), T=st.integers(1, 4), C=st.integers(1, 3))
+def test_entropy_matches_enumeration_and_is_differentiable(device, B, T, C):
+    from semiring_ops.structures.chain import chain_entropy
+
+    init, edges, final, lengths = _random_chain(B, T, C, device)
+    edges.requires_grad_()
+    h = chain_entropy(init, edges, final, lengths)
+    for b in range(B):
+        L = int(lengths[b])
+        if L == 0:
+            torch.testing.assert_close(h[b].detach(), torch.zeros((), dtype=h.dtype, device=device))
+            continue
+        s = torch.stack(list(_path_scores(init[b], edges[b].detach(), final[b], L).values()))
+        p = torch.softmax(s, 0)
+        torch.testing.assert_close(h[b].detach(), -(p * torch.log(p)).sum())
+    if T > 1:
+        (g,) = torch.autograd.grad(h.sum(), (edges,))
+        assert torch.isfinite(g).all()
+
+
+def test_sampling_follows_the_distribution(device):
+    from semiring_ops.structures.chain import chain_sample
+
+    init, edges, final, _ = _random_chain(1, 3, 2, device)
+    lengths = torch.tensor([3], device=device)
+    n = 20_000
+    tags = chain_sample(init, edges, final, lengths, n=n)
+    assert tags.shape == (n, 1, 3)
+    paths = _path_scores(init[0], edges[0], final[0], 3)
+    probs = torch.softmax(torch.stack(list(paths.values())), 0)
+    codes = (tags[:, 0, 0] * 4 + tags[:, 0, 1] * 2 + tags[:, 0, 2]).cpu()
+    freq = torch.bincount(codes, minlength=8).double() / n
+    want = torch.zeros(8, dtype=torch.float64)
+    for (a, b, c), p in zip(paths, probs, strict=True):
+        want[a * 4 + b * 2 + c] = p.item()
+    assert (freq - want).abs().max().item() < 0.02

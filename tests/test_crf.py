@@ -175,3 +175,26 @@ def test_scheme_rules_spot_checks():
         allowed_transitions("BIO", ["O", "U-PER"])
     with pytest.raises(ValueError, match="scheme"):
         allowed_transitions("XYZ", ["O"])
+
+
+def test_crf_top_k_entropy_and_samples(device):
+    from semiring_ops.structures import allowed_transitions
+
+    c = allowed_transitions("BIOUL", ["O", "B-X", "I-X", "L-X", "U-X"])
+    crf = LinearChainCRF(5, batch_first=True, constraints=c).to(device=device, dtype=torch.float64)
+    em = torch.randn(2, 4, 5, dtype=torch.float64, device=device, requires_grad=True)
+    lengths = torch.tensor([4, 2], device=device)
+    tags, scores = crf.viterbi(em, lengths=lengths, top_k=3)
+    best, best_score = crf.viterbi(em, lengths=lengths)
+    assert tags.shape == (2, 3, 4) and torch.equal(tags[:, 0], best)
+    torch.testing.assert_close(scores[:, 0], best_score)
+    assert torch.all(scores[:, :-1] >= scores[:, 1:])
+    h = crf.entropy(em, lengths=lengths)  # constraints put -inf potentials in: no NaN anywhere
+    assert torch.isfinite(h).all() and torch.all(h >= 0)
+    (g,) = torch.autograd.grad(h.sum(), (em,))
+    assert torch.isfinite(g).all()
+    draws = crf.sample(em, lengths=lengths, n=50)
+    assert draws.shape == (50, 2, 4) and torch.all(draws[:, 1, 2:] == -1)
+    for row in draws.reshape(-1, 4).tolist():
+        path = [y for y in row if y >= 0]
+        assert _legal(tuple(path), c), f"sampled an illegal path {path}"

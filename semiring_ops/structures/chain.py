@@ -23,13 +23,23 @@ Two strategies, chosen automatically or by name:
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
 from ..ops.matmul import semiring_matmul
-from ..semirings import MaxSemiring, Semiring, resolve_semiring
+from ..semirings import LogSemiring, MaxSemiring, Semiring, resolve_semiring
 
-__all__ = ["chain_sum", "chain_viterbi", "choose_strategy", "pad_edges_past_length"]
+__all__ = [
+    "chain_entropy",
+    "chain_sample",
+    "chain_sum",
+    "chain_topk",
+    "chain_viterbi",
+    "choose_strategy",
+    "pad_edges_past_length",
+]
 
 
 def pad_edges_past_length(edges: Tensor, lengths: Tensor | None, semiring: type[Semiring]) -> Tensor:
@@ -122,3 +132,115 @@ def chain_viterbi(
         tags = torch.where(positions[None, :] < lengths[:, None], tags, -1)
         score = torch.where(lengths > 0, score, torch.zeros_like(score))
     return score, tags
+
+
+def chain_topk(
+    init: Tensor,
+    edges: Tensor,
+    final: Tensor | None = None,
+    lengths: Tensor | None = None,
+    k: int = 1,
+) -> tuple[Tensor, Tensor]:
+    """The k best paths of each chain: (scores (B, k) best first, tags (B, k, T), -1 past the length).
+
+    A k-best max-plus recursion: each tag keeps its k best prefix scores with back-pointers to
+    (previous tag, rank). Chains with fewer than k paths pad with score -inf and tags -1.
+    """
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    B, C = init.shape
+    steps = edges.shape[1]
+    T = steps + 1
+    padded = pad_edges_past_length(edges, lengths, MaxSemiring)
+    # alpha (B, C, k): k best scores of prefixes ending in each tag; only rank 0 exists at the start
+    alpha = torch.full((B, C, k), -math.inf, dtype=init.dtype, device=init.device)
+    alpha[:, :, 0] = init
+    pointers = []
+    for t in range(steps):
+        cand = alpha.unsqueeze(2) + padded[:, t].unsqueeze(-1)  # (B, from, to, k)
+        cand = cand.permute(0, 2, 1, 3).reshape(B, C, C * k)  # (B, to, from*k)
+        alpha, idx = cand.topk(k, dim=-1)  # sorted, best first
+        pointers.append(idx)  # from = idx // k, rank = idx % k
+    last = alpha if final is None else alpha + final.unsqueeze(-1)
+    scores, idx = last.reshape(B, C * k).topk(min(k, C * k), dim=-1)
+    if scores.shape[1] < k:
+        fill = scores.new_full((B, k - scores.shape[1]), -math.inf)
+        scores = torch.cat([scores, fill], 1)
+        idx = torch.cat([idx, idx.new_zeros((B, k - idx.shape[1]))], 1)
+    tag, rank = idx // k, idx % k  # (B, k)
+    tags = torch.empty(B, k, T, dtype=torch.int64, device=init.device)
+    tags[:, :, T - 1] = tag
+    for t in range(steps - 1, -1, -1):
+        back = pointers[t].gather(1, tag.unsqueeze(-1).expand(B, k, k)).gather(2, rank.unsqueeze(-1)).squeeze(-1)
+        tag, rank = back // k, back % k
+        tags[:, :, t] = tag
+    valid = torch.isfinite(scores)
+    if lengths is not None:
+        positions = torch.arange(T, device=init.device)
+        tags = torch.where(positions[None, None, :] < lengths[:, None, None], tags, -1)
+        empty = lengths == 0  # the empty path: one path of score 0
+        first = torch.zeros_like(scores).masked_fill(torch.arange(k, device=init.device) > 0, -math.inf)
+        scores = torch.where(empty[:, None], first, scores)
+        valid = torch.isfinite(scores)
+    tags = torch.where(valid.unsqueeze(-1), tags, -1)
+    return scores, tags
+
+
+def chain_entropy(init: Tensor, edges: Tensor, final: Tensor | None = None, lengths: Tensor | None = None) -> Tensor:
+    """Entropy of the Gibbs distribution over each chain's paths -> (B,), differentiable.
+
+    H = log Z - E[score] = log Z - <grad log Z, potentials>; forbidden (-inf) potentials carry
+    probability 0 and contribute nothing.
+    """
+    differentiable = torch.is_grad_enabled()
+    leaves = [x if x.requires_grad else x.detach().requires_grad_() for x in (init, edges, final) if x is not None]
+    with torch.enable_grad():
+        logz = chain_sum(leaves[0], leaves[1], leaves[2] if final is not None else None, lengths, "log")
+        grads = torch.autograd.grad(logz.sum(), leaves, create_graph=differentiable, allow_unused=True)
+    expected = logz.new_zeros(logz.shape)
+    for g, x in zip(grads, leaves, strict=True):
+        if g is None:
+            continue
+        safe = torch.where(g == 0, torch.zeros_like(x), x)  # no 0 * -inf, in value or in gradient
+        expected = expected + (g * safe).reshape(x.shape[0], -1).sum(1)
+    return logz - expected
+
+
+def chain_sample(
+    init: Tensor,
+    edges: Tensor,
+    final: Tensor | None = None,
+    lengths: Tensor | None = None,
+    n: int = 1,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """n paths per chain drawn from the Gibbs distribution -> tags (n, B, T), -1 past the length.
+
+    Forward filtering (log semiring) then backward sampling, batched over samples and chains.
+    """
+    B, C = init.shape
+    steps = edges.shape[1]
+    T = steps + 1
+    padded = pad_edges_past_length(edges, lengths, LogSemiring)
+    alphas = [init]
+    for t in range(steps):
+        alphas.append(semiring_matmul(alphas[-1].unsqueeze(1), padded[:, t], LogSemiring).squeeze(1))
+    last = alphas[-1] if final is None else alphas[-1] + final
+    tags = torch.empty(n, B, T, dtype=torch.int64, device=init.device)
+
+    def draw(logits: Tensor) -> Tensor:  # logits (n, B, C) -> (n, B)
+        probs = torch.softmax(logits, dim=-1).reshape(-1, C)
+        return torch.multinomial(probs, 1, generator=generator).reshape(n, B)
+
+    tag = draw(last.expand(n, B, C))
+    tags[:, :, T - 1] = tag
+    for t in range(steps - 1, -1, -1):
+        # p(y_t | y_{t+1}) ∝ alpha_t(y_t) * edge_t(y_t, y_{t+1})
+        to = padded[:, t].transpose(1, 2).unsqueeze(0).expand(n, B, C, C)  # (n, B, to, from)
+        logits = alphas[t].unsqueeze(0) + to.gather(2, tag[..., None, None].expand(n, B, 1, C)).squeeze(2)
+        tag = draw(logits)
+        tags[:, :, t] = tag
+    if lengths is not None:
+        positions = torch.arange(T, device=init.device)
+        tags = torch.where(positions < lengths[:, None], tags, -1)
+    return tags

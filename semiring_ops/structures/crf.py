@@ -15,7 +15,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .chain import chain_sum, chain_viterbi
+from .chain import chain_entropy, chain_sample, chain_sum, chain_topk, chain_viterbi
 from .constraints import Constraints
 
 __all__ = ["LinearChainCRF"]
@@ -196,16 +196,53 @@ class LinearChainCRF(nn.Module):
     # ------------------------------------------------------------ decoding
 
     def viterbi(
-        self, emissions: Tensor, mask: Tensor | None = None, lengths: Tensor | None = None
+        self,
+        emissions: Tensor,
+        mask: Tensor | None = None,
+        lengths: Tensor | None = None,
+        top_k: int | None = None,
     ) -> tuple[Tensor, Tensor]:
-        """Best tag sequences as tensors: (tags (B, T) padded with -1, scores (B,))."""
+        """Best tag sequences as tensors, for export: (tags (B, T), scores (B,)), tags padded with -1;
+        with top_k=k the k best: (tags (B, k, T), scores (B, k)), best first, -inf / -1 where a
+        sequence has fewer than k paths."""
         em = self._batch_major(emissions)
         L = self._lengths(em, mask, lengths)
         B, T, _ = em.shape
+        if top_k is not None:
+            if T == 0:
+                scores = em.new_full((B, top_k), -math.inf)
+                scores[:, 0] = 0.0
+                return em.new_empty((B, top_k, 0), dtype=torch.long), scores
+            scores, tags = chain_topk(*self._chain(em), L, top_k)
+            return tags, scores
         if T == 0:
             return em.new_empty((B, 0), dtype=torch.long), em.new_zeros(B)
         score, tags = chain_viterbi(*self._chain(em), L)
         return tags, score
+
+    def entropy(self, emissions: Tensor, mask: Tensor | None = None, lengths: Tensor | None = None) -> Tensor:
+        """Entropy of the CRF's distribution over each sequence's tag paths -> (B,), differentiable."""
+        em = self._batch_major(emissions)
+        L = self._lengths(em, mask, lengths)
+        if em.shape[1] == 0:
+            return em.new_zeros(em.shape[0])
+        return chain_entropy(*self._chain(em), L)
+
+    def sample(
+        self,
+        emissions: Tensor,
+        mask: Tensor | None = None,
+        n: int = 1,
+        lengths: Tensor | None = None,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
+        """n tag sequences per input drawn from the CRF -> (n, B, T) batch-major, -1 past the length."""
+        em = self._batch_major(emissions).detach()
+        L = self._lengths(em, mask, lengths)
+        if em.shape[1] == 0:
+            return em.new_empty((n, em.shape[0], 0), dtype=torch.long)
+        with torch.no_grad():
+            return chain_sample(*self._chain(em), L, n=n, generator=generator)
 
     def decode(self, emissions: Tensor, mask: Tensor | None = None) -> list[list[int]]:
         """Best tag sequences as lists (as pytorch-crf's decode)."""

@@ -38,6 +38,7 @@ __all__ = [
     "chain_topk",
     "chain_viterbi",
     "choose_strategy",
+    "mask_past_length",
     "pad_edges_past_length",
 ]
 
@@ -50,6 +51,12 @@ def pad_edges_past_length(edges: Tensor, lengths: Tensor | None, semiring: type[
     live = steps[None, :] + 1 < lengths[:, None]  # (B, T-1): step t joins positions t and t+1
     eye = semiring.identity(edges.shape[-1], dtype=edges.dtype, device=edges.device)
     return torch.where(live[:, :, None, None], edges, eye)
+
+
+def mask_past_length(tags: Tensor, lengths: Tensor) -> Tensor:
+    """tags (..., T) with -1 at positions >= lengths, which broadcasts against tags' leading dims."""
+    positions = torch.arange(tags.shape[-1], device=tags.device)
+    return torch.where(positions < lengths.unsqueeze(-1), tags, -1)
 
 
 def choose_strategy(T: int, C: int) -> str:
@@ -128,8 +135,7 @@ def chain_viterbi(
         tag = pointers[t].gather(1, tag.unsqueeze(1)).squeeze(1)
         tags[:, t] = tag
     if lengths is not None:
-        positions = torch.arange(T, device=init.device)
-        tags = torch.where(positions[None, :] < lengths[:, None], tags, -1)
+        tags = mask_past_length(tags, lengths)
         score = torch.where(lengths > 0, score, torch.zeros_like(score))
     return score, tags
 
@@ -176,8 +182,7 @@ def chain_topk(
         tags[:, :, t] = tag
     valid = torch.isfinite(scores)
     if lengths is not None:
-        positions = torch.arange(T, device=init.device)
-        tags = torch.where(positions[None, None, :] < lengths[:, None, None], tags, -1)
+        tags = mask_past_length(tags, lengths.unsqueeze(-1))
         empty = lengths == 0  # the empty path: one path of score 0
         first = torch.zeros_like(scores).masked_fill(torch.arange(k, device=init.device) > 0, -math.inf)
         scores = torch.where(empty[:, None], first, scores)
@@ -241,6 +246,5 @@ def chain_sample(
         tag = draw(logits)
         tags[:, :, t] = tag
     if lengths is not None:
-        positions = torch.arange(T, device=init.device)
-        tags = torch.where(positions < lengths[:, None], tags, -1)
+        tags = mask_past_length(tags, lengths)
     return tags

@@ -9,6 +9,7 @@ Environment: SEMIRING_OPS_BACKEND=reference forces the reference everywhere.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import threading
 import warnings
@@ -60,8 +61,8 @@ def _build(device_type: str) -> Backend:
 
         if torch.version.cuda is None:
             return _reference(device_type, "this torch build has no CUDA")
-        prebuilt = _try_import(spec.aot_module)
-        if prebuilt is None and CUDA_HOME is None:
+        prebuilt = importlib.util.find_spec(spec.aot_module) is not None  # jit.load imports it
+        if not prebuilt and CUDA_HOME is None:
             return _fallback(device_type, "nvcc / CUDA_HOME not found, so the CUDA kernels cannot be built")
     else:
         return _reference(device_type, f"no compiled kernels for device type {device_type!r}")
@@ -73,15 +74,6 @@ def _build(device_type: str) -> Backend:
     kind = "prebuilt" if module.__name__ == spec.aot_module else "compiled"
     where = getattr(module, "__file__", "") or ""
     return Backend(device_type, kind, module, detail=where)
-
-
-def _try_import(name: str):
-    import importlib
-
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        return None
 
 
 def _fallback(device_type: str, reason: str) -> Backend:

@@ -3,5 +3,14 @@
 from .chain import chain_sum, chain_viterbi
 from .constraints import Constraints, allowed_transitions
 from .crf import LinearChainCRF
+from .factored import chain_sum_factored, chain_viterbi_factored
 
-__all__ = ["Constraints", "LinearChainCRF", "allowed_transitions", "chain_sum", "chain_viterbi"]
+__all__ = [
+    "Constraints",
+    "LinearChainCRF",
+    "allowed_transitions",
+    "chain_sum",
+    "chain_sum_factored",
+    "chain_viterbi",
+    "chain_viterbi_factored",
+]

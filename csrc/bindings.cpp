@@ -1,6 +1,5 @@
 // The Python module of one backend. The same file is compiled into the CPU extension (with csrc/cpu/*.cpp)
-// and into the CUDA extension (with csrc/cuda/*.cu); each links its own semiring_ops::bmm_forward and
-// semiring_ops::log_contract (contracts in ops.h).
+// and into the CUDA extension (with csrc/cuda/*.cu); each links its own implementation of every entry point of ops.h.
 #include <torch/extension.h>
 
 #include "checks.h"
@@ -19,6 +18,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("log_contract", &semiring_ops::log_contract,
         "out[p, r, s] = sum_t L1[p, r, t] * R1[p, t, s] * exp(L0[p, r, t] + R0[p, t, s] + O0[p, r, s])",
         py::arg("l0"), py::arg("l1") = py::none(), py::arg("r0"), py::arg("r1") = py::none(), py::arg("o0"));
+
+  m.def("chain_scan", &semiring_ops::chain_scan,
+        "One direction of the linear-chain recursion: emissions (B, T, C), transitions (C, C), start (C), end (C), "
+        "lengths (B,) -> [total (B,), scores (B, T, C) or empty]",
+        py::arg("emissions"), py::arg("transitions"), py::arg("start"), py::arg("end"), py::arg("lengths"),
+        py::arg("semiring_id"), py::arg("reverse"), py::arg("save_scores"));
+
+  m.def("chain_viterbi", &semiring_ops::chain_viterbi,
+        "Best path per chain under max / min: same arguments as chain_scan -> [score (B,), tags (B, T) int64]",
+        py::arg("emissions"), py::arg("transitions"), py::arg("start"), py::arg("end"), py::arg("lengths"),
+        py::arg("semiring_id"));
 
   m.def(
       "set_poison_outputs", [](bool enabled) { semiring_ops::poison_outputs_flag() = enabled; },

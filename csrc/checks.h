@@ -64,4 +64,27 @@ inline void check_contract_args(const at::Tensor& l0, const std::optional<at::Te
   }
 }
 
+inline void check_chain_args(const at::Tensor& em, const at::Tensor& trans, const at::Tensor& start,
+                             const at::Tensor& end, const at::Tensor& lengths) {
+  TORCH_CHECK(em.dim() == 3, "chain kernel: emissions must be (B, T, C), got ", describe(em));
+  const int64_t C = em.size(2);
+  TORCH_CHECK(trans.dim() == 2 && trans.size(0) == C && trans.size(1) == C,
+              "chain kernel: transitions must be (C, C) with C = emissions.size(2): transitions ", describe(trans),
+              ", emissions ", describe(em));
+  TORCH_CHECK(start.dim() == 1 && start.size(0) == C && end.dim() == 1 && end.size(0) == C,
+              "chain kernel: start and end must be (C,): start ", describe(start), ", end ", describe(end));
+  TORCH_CHECK(em.scalar_type() == at::kFloat || em.scalar_type() == at::kDouble,
+              "chain kernel: float32 or float64 only, got emissions ", describe(em));
+  for (const at::Tensor* t : {&trans, &start, &end})
+    TORCH_CHECK(t->scalar_type() == em.scalar_type() && t->device() == em.device(),
+                "chain kernel: transitions, start and end must match the emissions' dtype and device: got ",
+                describe(*t), ", emissions ", describe(em));
+  TORCH_CHECK(lengths.dim() == 1 && lengths.size(0) == em.size(0) && lengths.scalar_type() == at::kLong &&
+                  lengths.device() == em.device(),
+              "chain kernel: lengths must be int64 (B,) on the emissions' device: lengths ", describe(lengths),
+              ", emissions ", describe(em));
+  TORCH_CHECK(C <= std::numeric_limits<int16_t>::max(), "chain kernel: at most 32767 tags, got emissions ",
+              describe(em));
+}
+
 }  // namespace semiring_ops

@@ -30,4 +30,29 @@ std::vector<at::Tensor> bmm_forward(const at::Tensor& a, const at::Tensor& b, in
 at::Tensor log_contract(const at::Tensor& l0, const std::optional<at::Tensor>& l1, const at::Tensor& r0,
                         const std::optional<at::Tensor>& r1, const at::Tensor& o0);
 
+// One direction of the linear-chain recursion, for a batch of chains whose potentials factor into
+// emissions and one shared transition matrix (a CRF, an HMM), in one kernel launch per direction:
+//   emissions (B, T, C), transitions (C, C) [from, to], start (C), end (C): one dtype (float32 or
+//   float64), one device, any strides; lengths (B,) int64 in 0..T on the same device.
+// Forward (reverse = false), in the semiring S of semiring_id:
+//   scores[b, 0, j] = start[j] (x) em[b, 0, j]
+//   scores[b, t, j] = ((+)_i scores[b, t-1, i] (x) trans[i, j]) (x) em[b, t, j]        t = 1 .. L-1
+//   total[b]        = (+)_j scores[b, L-1, j] (x) end[j]
+// Reverse:
+//   scores[b, L-1, i] = end[i]
+//   scores[b, t, i]   = (+)_j trans[i, j] (x) em[b, t+1, j] (x) scores[b, t+1, j]          t = L-2 .. 0
+//   total[b]          = (+)_i start[i] (x) em[b, 0, i] (x) scores[b, 0, i]
+// with L = lengths[b]; scores past L are the semiring's zero, and total is its one when L = 0.
+// Returns {total (B,), scores (B, T, C) contiguous, or an empty tensor unless save_scores}.
+std::vector<at::Tensor> chain_scan(const at::Tensor& emissions, const at::Tensor& transitions,
+                                   const at::Tensor& start, const at::Tensor& end, const at::Tensor& lengths,
+                                   int64_t semiring_id, bool reverse, bool save_scores);
+
+// The best path of each chain under a selecting semiring (max: Viterbi; min), arguments as chain_scan:
+// the forward recursion keeping back-pointers (lowest index on ties), then the backtrack, on the device.
+// Returns {score (B,) = the forward total, tags (B, T) int64, -1 past each length}.
+std::vector<at::Tensor> chain_viterbi(const at::Tensor& emissions, const at::Tensor& transitions,
+                                      const at::Tensor& start, const at::Tensor& end, const at::Tensor& lengths,
+                                      int64_t semiring_id);
+
 }  // namespace semiring_ops

@@ -131,6 +131,14 @@ template <class T> struct LogSumExp2Accumulator {
     s = up ? s * e + T(1) : s + e;
     m = up ? v : m;
   }
+  // Folds in another accumulator of a disjoint set of terms (split reductions, warp merges).
+  SR_HD void merge(const LogSumExp2Accumulator& o) {
+    const T top = o.m > m ? o.m : m;
+    const T ea = fast_exp2(m == top ? T(0) : m - top);  // m == top == +inf: factor 1, not 2^NaN
+    const T eb = fast_exp2(o.m == top ? T(0) : o.m - top);
+    s = s * ea + o.s * eb;
+    m = top;
+  }
   SR_HD T result() const { return (m + sr_log2(s)) * T(kLn2); }
   SR_HD int32_t arg() const { return 0; }
 };
@@ -155,6 +163,20 @@ template <class T, bool kArg, bool kIsMax> struct ExtremumAccumulator {
       best = kIsMax ? nan_max(best, v) : nan_min(best, v);
     }
   }
+  // Folds in another accumulator of a disjoint set of terms; with kArg the result is the one a single
+  // pass in increasing k would give (lowest index among ties, first NaN).
+  SR_HD void merge(const ExtremumAccumulator& o) {
+    if constexpr (kArg) {
+      const bool better = kIsMax ? (o.best > best) : (o.best < best);
+      const bool tie = (o.best == best || (is_nan(o.best) && is_nan(best))) && o.idx < idx;
+      if (better || tie || (is_nan(o.best) && !is_nan(best))) {
+        best = o.best;
+        idx = o.idx;
+      }
+    } else {
+      best = kIsMax ? nan_max(best, o.best) : nan_min(best, o.best);
+    }
+  }
   SR_HD T result() const { return best; }
   SR_HD int32_t arg() const { return idx; }
 };
@@ -163,6 +185,7 @@ template <class T> struct SumAccumulator {
   T s;
   SR_HD void init() { s = T(0); }
   SR_HD void add(T v, int32_t /*k*/) { s += v; }
+  SR_HD void merge(const SumAccumulator& o) { s += o.s; }
   SR_HD T result() const { return s; }
   SR_HD int32_t arg() const { return 0; }
 };

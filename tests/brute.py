@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -29,3 +30,17 @@ def arg(a: Tensor, b: Tensor, semiring: str, dtype: torch.dtype) -> tuple[Tensor
     dtype), so ties and rounding match exactly: (values, first index)."""
     c = a.to(dtype).unsqueeze(-1) + b.to(dtype).unsqueeze(-3)
     return c.max(dim=-2) if semiring == "max" else c.min(dim=-2)
+
+
+def chain_path_scores(init, edges, final, length):
+    """{path: score} for one chain (tensors of one batch entry), every path of `length` tags."""
+    C = init.shape[-1]
+    scores = {}
+    for path in itertools.product(range(C), repeat=length):
+        s = init[path[0]]
+        for t in range(1, length):
+            s = s + edges[t - 1, path[t - 1], path[t]]
+        if final is not None:
+            s = s + final[path[-1]]
+        scores[path] = s
+    return scores

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 import torch
+from brute import chain_path_scores as _path_scores
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -19,20 +18,6 @@ def _random_chain(B, T, C, device, with_final=True):
     final = torch.randn(B, C, generator=g, dtype=torch.float64).to(device) if with_final else None
     lengths = torch.randint(0, T + 1, (B,), generator=g).to(device)
     return init, edges, final, lengths
-
-
-def _path_scores(init, edges, final, length):
-    """{path: score} for one chain (tensors of one batch entry), every path of `length` tags."""
-    C = init.shape[-1]
-    scores = {}
-    for path in itertools.product(range(C), repeat=length):
-        s = init[path[0]]
-        for t in range(1, length):
-            s = s + edges[t - 1, path[t - 1], path[t]]
-        if final is not None:
-            s = s + final[path[-1]]
-        scores[path] = s
-    return scores
 
 
 @pytest.mark.parametrize("semiring", ["log", "max"])

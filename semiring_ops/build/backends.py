@@ -38,6 +38,12 @@ class Backend:
     def log_contract(self, l0, l1, r0, r1, o0):
         return self.module.log_contract(l0, l1, r0, r1, o0)
 
+    def chain_scan(self, em, trans, start, end, lengths, semiring_id: int, reverse: bool, save_scores: bool):
+        return self.module.chain_scan(em, trans, start, end, lengths, semiring_id, reverse, save_scores)
+
+    def chain_viterbi(self, em, trans, start, end, lengths, semiring_id: int):
+        return self.module.chain_viterbi(em, trans, start, end, lengths, semiring_id)
+
 
 _lock = threading.Lock()
 _backends: dict[str, Backend] = {}

@@ -15,7 +15,15 @@ from torch import Tensor
 
 from ..semirings import SEMIRINGS, Semiring
 
-__all__ = ["accumulation_dtype", "block_elements", "bmm_forward", "generic_bmm", "log_contract"]
+__all__ = [
+    "accumulation_dtype",
+    "block_elements",
+    "bmm_forward",
+    "chain_scan",
+    "chain_viterbi",
+    "generic_bmm",
+    "log_contract",
+]
 
 
 def block_elements() -> int:
@@ -124,3 +132,66 @@ def generic_bmm(a: Tensor, b: Tensor, semiring: type[Semiring]) -> Tensor:
             rows.append(acc)
         batches.append(torch.cat(rows, dim=1) if rows else a.new_full((min(bb, B - b0), 0, m), semiring.zero))
     return torch.cat(batches, dim=0) if batches else a.new_full((0, n, m), semiring.zero)
+
+
+# ---------------------------------------------------------------- chains (contracts in csrc/ops.h)
+
+
+def _chain_walk(em, trans, start, end, lengths, S, reverse, keep_args):
+    """The recursion of chain_scan, one (B, C, C) semiring reduction per step; chains past their length
+    carry their last vector unchanged. Returns (total, scores (B, T, C), args list per step or None)."""
+    B, T, C = em.shape
+    L = lengths.clamp(0, T)
+    zero = torch.full((), S.zero, dtype=em.dtype, device=em.device)
+    scores = zero.expand(B, T, C).clone()
+    mat = trans if not reverse else trans.t()  # mat[k, o]: from input k to output o
+    pointers = torch.zeros(B, T, C, dtype=torch.long, device=em.device)
+    first = (L - 1).clamp_min(0) if reverse else torch.zeros_like(L)
+    rows = torch.arange(B, device=em.device)
+    u = (end if reverse else start).expand(B, C)
+    vec = zero.expand(B, C)
+    for s in range(T):
+        t = first - s if reverse else first + s  # (B,) position of step s of each chain
+        live = s < L
+        tc = t.clamp(0, max(T - 1, 0))
+        if s > 0:
+            terms = S.times(vec.unsqueeze(2), mat)  # (B, k, o)
+            if keep_args:
+                best, arg = terms.max(1) if S.name == "max" else terms.min(1)
+                pointers[rows, tc] = torch.where(live[:, None], arg, pointers[rows, tc])
+                u = best
+            else:
+                u = S.sum(terms, dim=1)
+        through = S.times(u, em[rows, tc])
+        stored = u if reverse else through
+        scores[rows, tc] = torch.where(live[:, None], stored, scores[rows, tc])
+        vec = torch.where(live[:, None], through, vec)
+    last = S.times(vec, start if reverse else end)
+    return last, scores, pointers, L
+
+
+def chain_scan(em, trans, start, end, lengths, semiring_id: int, reverse: bool, save_scores: bool):
+    """The PyTorch twin of the chain_scan kernel (csrc/ops.h)."""
+    S = _semiring_by_id(semiring_id)
+    last, scores, _, L = _chain_walk(em, trans, start, end, lengths, S, reverse, False)
+    total = torch.where(L > 0, S.sum(last, dim=-1), torch.full_like(L, S.one, dtype=em.dtype))
+    return total, scores if save_scores else em.new_empty((0,))
+
+
+def chain_viterbi(em, trans, start, end, lengths, semiring_id: int):
+    """The PyTorch twin of the chain_viterbi kernel (csrc/ops.h)."""
+    S = _semiring_by_id(semiring_id)
+    if S.name not in ("max", "min"):
+        raise ValueError(f"chain_viterbi needs a selecting semiring, got {S.name}")
+    B, T, _ = em.shape
+    last, _, pointers, L = _chain_walk(em, trans, start, end, lengths, S, False, True)
+    total, tag = last.max(-1) if S.name == "max" else last.min(-1)
+    total = torch.where(L > 0, total, torch.zeros_like(total))
+    tags = torch.full((B, T), -1, dtype=torch.long, device=em.device)
+    rows = torch.arange(B, device=em.device)
+    for t in range(T - 1, -1, -1):
+        live = t < L
+        tags[:, t] = torch.where(live, tag, -1)
+        step = pointers[rows, t].gather(1, tag.clamp_min(0).unsqueeze(1)).squeeze(1)
+        tag = torch.where(live & (t > 0), step, tag)
+    return total, tags

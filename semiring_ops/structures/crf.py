@@ -15,8 +15,9 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .chain import chain_entropy, chain_sample, chain_sum, chain_topk, chain_viterbi
+from .chain import chain_entropy, chain_sample, chain_topk
 from .constraints import Constraints
+from .factored import chain_sum_factored, chain_viterbi_factored
 
 __all__ = ["LinearChainCRF"]
 
@@ -119,9 +120,8 @@ class LinearChainCRF(nn.Module):
         return self._log_partition(em, self._lengths(em, mask, lengths))
 
     def _log_partition(self, em: Tensor, L: Tensor) -> Tensor:
-        if em.shape[1] == 0:
-            return em.new_zeros(em.shape[0])
-        return chain_sum(*self._chain(em), L, "log")
+        start, trans, end = self._transition_scores()
+        return chain_sum_factored(em, trans, start, end, L, "log", check_lengths=False)
 
     def score(
         self, emissions: Tensor, tags: Tensor, mask: Tensor | None = None, lengths: Tensor | None = None
@@ -217,7 +217,8 @@ class LinearChainCRF(nn.Module):
             return tags, scores
         if T == 0:
             return em.new_empty((B, 0), dtype=torch.long), em.new_zeros(B)
-        score, tags = chain_viterbi(*self._chain(em), L)
+        start, trans, end = self._transition_scores()
+        score, tags = chain_viterbi_factored(em, trans, start, end, L, check_lengths=False)
         return tags, score
 
     def entropy(self, emissions: Tensor, mask: Tensor | None = None, lengths: Tensor | None = None) -> Tensor:

@@ -1,14 +1,16 @@
 """Chains whose potentials factor into per-step emissions and one shared transition matrix.
 
-    emissions   (B, T, C)  score of tag c at step t,
-    transitions (C, C)     score of moving from tag i to tag j ([from, to]), shared by every step,
-    start, end  (C,) or None  scores of the first / last tag (None: the semiring's one),
-    lengths     (B,) int64 or None  each chain's length in 0..T (None: all T).
+    emissions   (B, T, C)         score of tag c at step t,
+    transitions (C, C)            score of moving from tag i to tag j ([from, to]), shared by every step,
+    start, end  (C,) or None      scores of the first / last tag (None: the semiring's one),
+    lengths     (B,) int or None  each chain's length in 0..T (None: all T).
 
-This is the shape of a linear-chain CRF and of an HMM (log probabilities). Here the (B, T-1, C, C)
-edge tensor never has to exist: the fused chain kernels run the whole recursion in one launch with
-the transition matrix kept on chip. Everything else falls back to the generic engine in chain.py,
-which takes explicit edges.
+This is the shape of a linear-chain CRF and of an HMM (log probabilities). The fused chain kernels
+(semiring_ops::chain_scan / chain_viterbi, csrc/cpu/chain_cpu.cpp and csrc/cuda/chain_cuda.cu) run the
+whole recursion in one launch with the transition matrix on chip, and the (B, T-1, C, C) edge tensor
+never exists; the log-partition's gradient is forward-backward (a reverse scan). A semiring with no
+C++ twin, or a gradient the fused kernels do not provide (through max / min sums), takes the generic
+engine of chain.py on explicit edges instead.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..semirings import MaxSemiring, Semiring, resolve_semiring
-from .chain import chain_sum, chain_viterbi
+from ..ops.chain_ops import chain_scan, chain_viterbi
+from ..ops.reference import accumulation_dtype
+from ..semirings import LogSemiring, MaxSemiring, Semiring, resolve_semiring
+from .chain import chain_sum
 
 __all__ = ["chain_sum_factored", "chain_viterbi_factored", "factored_to_edges"]
 
@@ -33,6 +37,57 @@ def factored_to_edges(
     return init, edges, final
 
 
+def _check(emissions: Tensor, transitions: Tensor, start: Tensor | None, end: Tensor | None) -> None:
+    if emissions.dim() != 3:
+        raise ValueError(f"emissions must be (B, T, C), got shape {tuple(emissions.shape)}")
+    C = emissions.shape[2]
+    named = {"transitions": (transitions, (C, C)), "start": (start, (C,)), "end": (end, (C,))}
+    for name, (x, shape) in named.items():
+        if x is None:
+            continue
+        if tuple(x.shape) != shape:
+            raise ValueError(
+                f"{name} must have shape {shape} for emissions of shape {tuple(emissions.shape)}, got {tuple(x.shape)}"
+            )
+        if x.device != emissions.device:
+            raise ValueError(f"{name} is on {x.device}, emissions on {emissions.device}")
+        if not x.is_floating_point():
+            raise TypeError(f"{name} must be floating point, got {x.dtype}")
+    if not emissions.is_floating_point():
+        raise TypeError(f"emissions must be floating point, got {emissions.dtype}")
+
+
+def _kernel_inputs(
+    emissions: Tensor,
+    transitions: Tensor,
+    start: Tensor | None,
+    end: Tensor | None,
+    lengths: Tensor | None,
+    one: float,
+    check_lengths: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The fused kernels' arguments: one accumulation dtype, start / end filled with the semiring's
+    one when absent, lengths int64 on the emissions' device."""
+    B, T, C = emissions.shape
+    dtype = torch.promote_types(accumulation_dtype(emissions.dtype), accumulation_dtype(transitions.dtype))
+    device = emissions.device
+    start = emissions.new_full((C,), one, dtype=dtype) if start is None else start.to(dtype)
+    end = emissions.new_full((C,), one, dtype=dtype) if end is None else end.to(dtype)
+    if lengths is None:
+        lengths = torch.full((B,), T, dtype=torch.long, device=device)
+    else:
+        lengths = torch.as_tensor(lengths, device=device)
+        if lengths.shape != (B,) or lengths.is_floating_point() or lengths.is_complex():
+            raise ValueError(
+                f"lengths must be an integer tensor of shape ({B},) for emissions of shape "
+                f"{tuple(emissions.shape)}, got shape {tuple(lengths.shape)} {lengths.dtype}"
+            )
+        lengths = lengths.long()
+        if check_lengths and not torch.compiler.is_compiling() and bool(((lengths < 0) | (lengths > T)).any()):
+            raise ValueError(f"lengths must lie in 0..{T}, got {lengths.tolist()}")
+    return emissions.to(dtype), transitions.to(dtype), start, end, lengths
+
+
 def chain_sum_factored(
     emissions: Tensor,
     transitions: Tensor,
@@ -40,17 +95,28 @@ def chain_sum_factored(
     end: Tensor | None = None,
     lengths: Tensor | None = None,
     semiring: str | type[Semiring] = "log",
+    check_lengths: bool = True,
 ) -> Tensor:
     """Semiring sum over all paths of each chain -> (B,); the semiring's one for length 0.
 
     With the log semiring: the log-partition, differentiable; its gradient with respect to the
     emissions is the posterior marginals (B, T, C), with respect to the transitions the expected
-    transition counts summed over the batch (C, C).
+    transition counts summed over the batch (C, C), with respect to start / end the marginals of the
+    first / last tag summed over the batch. check_lengths=False skips the range check of lengths (one
+    device synchronisation) for callers that have validated them.
     """
+    _check(emissions, transitions, start, end)
     S = resolve_semiring(semiring)
-    if emissions.shape[1] == 0:
-        return emissions.new_full((emissions.shape[0],), S.one)
-    return chain_sum(*factored_to_edges(emissions, transitions, start, end, S), lengths, S)
+    needs_grad = torch.is_grad_enabled() and any(
+        x is not None and x.requires_grad for x in (emissions, transitions, start, end)
+    )
+    if S.kernel_id is None or (needs_grad and S is not LogSemiring):
+        if emissions.shape[1] == 0:
+            return emissions.new_full((emissions.shape[0],), S.one)
+        return chain_sum(*factored_to_edges(emissions, transitions, start, end, S), lengths, S)
+    args = _kernel_inputs(emissions, transitions, start, end, lengths, S.one, check_lengths)
+    total, _ = chain_scan(*args, S.kernel_id, False, needs_grad)
+    return total
 
 
 def chain_viterbi_factored(
@@ -59,9 +125,19 @@ def chain_viterbi_factored(
     start: Tensor | None = None,
     end: Tensor | None = None,
     lengths: Tensor | None = None,
+    check_lengths: bool = True,
 ) -> tuple[Tensor, Tensor]:
-    """Best path of each chain: (score (B,), tags (B, T) int64, -1 past each chain's length)."""
-    B, T, _ = emissions.shape
-    if T == 0:
-        return emissions.new_zeros(B), emissions.new_empty((B, 0), dtype=torch.long)
-    return chain_viterbi(*factored_to_edges(emissions, transitions, start, end, MaxSemiring), lengths)
+    """Best path of each chain: (score (B,), tags (B, T) int64, -1 past each chain's length).
+
+    One launch of the fused Viterbi kernel (back-pointers and backtrack on the device); the score is
+    not differentiable.
+    """
+    _check(emissions, transitions, start, end)
+    args = _kernel_inputs(
+        emissions.detach(), transitions.detach(), _detach(start), _detach(end), lengths, 0.0, check_lengths
+    )
+    return chain_viterbi(*args, MaxSemiring.kernel_id)
+
+
+def _detach(x: Tensor | None) -> Tensor | None:
+    return None if x is None else x.detach()

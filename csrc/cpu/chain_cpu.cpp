@@ -1,0 +1,188 @@
+// semiring_ops::chain_scan and chain_viterbi for CPU tensors (contracts in ops.h).
+//
+// Chains run in parallel (at::parallel_for over the batch); each walks its own length, one step at a time.
+// A step is the vector-matrix product  u[o] = (+)_k vec[k] (x) M[k, o]  with the step matrix M stored
+// input-major, in the kernel domain (S::to_kernel applied once per call) and with its columns padded to
+// whole tiles of kCols with the semiring's zero: for each k, the loop over a tile's columns vectorises, the
+// tile's accumulators staying in registers (the same AccTile as the bmm kernel, cpu_common.h).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")  // lets GCC vectorise the selects of semiring.h; see cpu_common.h
+#endif
+
+#include <ATen/Dispatch.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "checks.h"
+#include "cpu_common.h"
+#include "ops.h"
+#include "semiring.h"
+
+namespace semiring_ops {
+namespace {
+
+// One chain's inputs and outputs; em(t, c) reads any strides.
+template <class T> struct ChainView {
+  const T* em;
+  int64_t es1, es2;
+  T em_at(int64_t t, int64_t c) const { return em[t * es1 + c * es2]; }
+};
+
+// The step matrix, input-major and padded: element (k, o) at m[k * cols + o]. Forward steps go from tag i
+// to tag j through trans[i, j] (k = i, o = j); reverse steps from j back to i (k = j, o = i).
+template <class S, class T> std::vector<T> step_matrix(const at::Tensor& trans, bool reverse, int64_t cols) {
+  const int64_t C = trans.size(0);
+  const at::Tensor m = (reverse ? trans.t() : trans).contiguous();
+  const T* src = m.data_ptr<T>();
+  std::vector<T> out(static_cast<size_t>(C * cols), S::to_kernel(S::template zero<T>()));
+  for (int64_t k = 0; k < C; ++k)
+    for (int64_t o = 0; o < C; ++o) out[k * cols + o] = S::to_kernel(src[k * C + o]);
+  return out;
+}
+
+template <class S, class T, bool kArg> struct ChainRunner {
+  using Acc = typename S::template Accumulator<T, kArg>;
+  static constexpr int kCols = cpu::kTileCols<T>;
+  using Tile = cpu::AccTile<Acc, 1, kCols>;
+
+  int64_t T_len, C, cols;
+  bool reverse;
+  const T* mat;       // step_matrix
+  const T* boundary_in;   // start (forward) or end (reverse), contiguous (C)
+  const T* boundary_out;  // end (forward) or start (reverse)
+
+  // u[o] = (+)_k vec[k] (x) mat[k, o] for o < C; args[o] the selected k (kArg).
+  void step(const T* vec, T* u, int16_t* args) const {
+    for (int64_t o0 = 0; o0 < cols; o0 += kCols) {
+      Tile tile;
+      tile.init();
+      for (int64_t k = 0; k < C; ++k) {
+        const T v = vec[k];
+        const T* row = mat + k * cols + o0;
+        const int32_t kk = static_cast<int32_t>(k);
+        for (int j = 0; j < kCols; ++j) {
+          Acc x = tile.get(0, j);
+          x.add(S::times(v, row[j]), kk);
+          tile.put(0, j, x);
+        }
+      }
+      for (int64_t j = 0; j < kCols && o0 + j < C; ++j) {
+        const Acc x = tile.get(0, static_cast<int>(j));
+        u[o0 + j] = x.result();
+        if constexpr (kArg) args[o0 + j] = static_cast<int16_t>(x.arg());
+      }
+    }
+  }
+
+  // Runs one chain of length L; scores (T, C) or null; pointers (T, C) for kArg. Returns the final
+  // accumulator over the last vector (its result is the total, its arg the best last tag).
+  Acc run(const ChainView<T>& ch, int64_t L, T* scores, int16_t* pointers, std::vector<T>& vec,
+          std::vector<T>& u) const {
+    for (int64_t c = 0; c < C; ++c) u[c] = boundary_in[c];
+    for (int64_t s = 0; s < L; ++s) {
+      const int64_t t = reverse ? L - 1 - s : s;
+      if (s > 0) step(vec.data(), u.data(), kArg ? pointers + t * C : nullptr);
+      for (int64_t c = 0; c < C; ++c) {
+        const T through = S::times(u[c], ch.em_at(t, c));
+        if (scores) scores[t * C + c] = reverse ? u[c] : through;
+        vec[c] = S::to_kernel(through);
+      }
+    }
+    Acc acc;
+    acc.init();
+    for (int64_t c = 0; c < C; ++c) acc.add(S::times(vec[c], S::to_kernel(boundary_out[c])), static_cast<int32_t>(c));
+    return acc;
+  }
+};
+
+int64_t clamp_length(int64_t L, int64_t T) { return std::min<int64_t>(std::max<int64_t>(L, 0), T); }
+
+template <class S, class T, bool kArg>
+void run_chains(const at::Tensor& em, const at::Tensor& trans, const at::Tensor& start, const at::Tensor& end,
+                const at::Tensor& lengths, bool reverse, at::Tensor& total, at::Tensor* scores, at::Tensor* tags) {
+  const int64_t B = em.size(0), T_len = em.size(1), C = em.size(2);
+  const int64_t cols = (C + ChainRunner<S, T, kArg>::kCols - 1) / ChainRunner<S, T, kArg>::kCols *
+                       ChainRunner<S, T, kArg>::kCols;
+  const std::vector<T> mat = step_matrix<S, T>(trans, reverse, cols);
+  const at::Tensor start_c = start.contiguous(), end_c = end.contiguous();
+  ChainRunner<S, T, kArg> runner{T_len, C, cols, reverse, mat.data(),
+                                 (reverse ? end_c : start_c).data_ptr<T>(),
+                                 (reverse ? start_c : end_c).data_ptr<T>()};
+  const T* em_ptr = em.data_ptr<T>();
+  const int64_t* len = lengths.data_ptr<int64_t>();
+  T* total_ptr = total.data_ptr<T>();
+  T* scores_ptr = scores ? scores->data_ptr<T>() : nullptr;
+  int64_t* tags_ptr = tags ? tags->data_ptr<int64_t>() : nullptr;
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, T_len * C * C));
+  at::parallel_for(0, B, grain, [&](int64_t b0, int64_t b1) {
+    std::vector<T> vec(static_cast<size_t>(C)), u(static_cast<size_t>(C));
+    std::vector<int16_t> pointers(kArg ? static_cast<size_t>(T_len * C) : 0);
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t L = clamp_length(len[b], T_len);
+      const ChainView<T> ch{em_ptr + b * em.stride(0), em.stride(1), em.stride(2)};
+      T* sc = scores_ptr ? scores_ptr + b * T_len * C : nullptr;
+      const auto acc = runner.run(ch, L, sc, pointers.data(), vec, u);
+      total_ptr[b] = L > 0 ? acc.result() : S::template one<T>();
+      if (sc)
+        for (int64_t i = L * C; i < T_len * C; ++i) sc[i] = S::template zero<T>();
+      if constexpr (kArg) {
+        int64_t* tg = tags_ptr + b * T_len;
+        for (int64_t t = L; t < T_len; ++t) tg[t] = -1;
+        if (L > 0) {
+          int64_t c = acc.arg();
+          tg[L - 1] = c;
+          for (int64_t t = L - 1; t > 0; --t) {
+            c = pointers[t * C + c];
+            tg[t - 1] = c;
+          }
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+std::vector<at::Tensor> chain_scan(const at::Tensor& emissions, const at::Tensor& transitions,
+                                   const at::Tensor& start, const at::Tensor& end, const at::Tensor& lengths,
+                                   int64_t semiring_id, bool reverse, bool save_scores) {
+  check_chain_args(emissions, transitions, start, end, lengths);
+  TORCH_CHECK(emissions.device().is_cpu(), "chain kernel (CPU): got emissions ", describe(emissions));
+  const int64_t B = emissions.size(0), T_len = emissions.size(1), C = emissions.size(2);
+  at::Tensor total = new_output({B}, emissions.options());
+  at::Tensor scores = save_scores ? new_output({B, T_len, C}, emissions.options()) : at::empty({0}, emissions.options());
+  const bool found = dispatch_semiring(semiring_id, [&](auto semiring) {
+    using S = decltype(semiring);
+    AT_DISPATCH_FLOATING_TYPES(emissions.scalar_type(), "semiring_chain_scan_cpu", [&] {
+      run_chains<S, scalar_t, false>(emissions, transitions, start, end, lengths, reverse, total,
+                                     save_scores ? &scores : nullptr, nullptr);
+    });
+  });
+  TORCH_CHECK(found, "chain kernel (CPU): unknown semiring id ", semiring_id);
+  return {total, scores};
+}
+
+std::vector<at::Tensor> chain_viterbi(const at::Tensor& emissions, const at::Tensor& transitions,
+                                      const at::Tensor& start, const at::Tensor& end, const at::Tensor& lengths,
+                                      int64_t semiring_id) {
+  check_chain_args(emissions, transitions, start, end, lengths);
+  TORCH_CHECK(emissions.device().is_cpu(), "chain kernel (CPU): got emissions ", describe(emissions));
+  const int64_t B = emissions.size(0), T_len = emissions.size(1);
+  at::Tensor total = new_output({B}, emissions.options());
+  at::Tensor tags = new_output({B, T_len}, emissions.options().dtype(at::kLong));
+  bool selects = false;
+  const bool found = dispatch_semiring(semiring_id, [&](auto semiring) {
+    using S = decltype(semiring);
+    if constexpr (S::kSelects) {
+      selects = true;
+      AT_DISPATCH_FLOATING_TYPES(emissions.scalar_type(), "semiring_chain_viterbi_cpu", [&] {
+        run_chains<S, scalar_t, true>(emissions, transitions, start, end, lengths, false, total, nullptr, &tags);
+      });
+    }
+  });
+  TORCH_CHECK(found && selects, "chain_viterbi (CPU): semiring id ", semiring_id, " is not a selecting semiring");
+  return {total, tags};
+}
+
+}  // namespace semiring_ops

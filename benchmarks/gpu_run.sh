@@ -16,7 +16,12 @@ t0=$(date +%s)
 python3 -m semiring_ops build 2>&1 | tee "$OUT/build.log"
 echo "build took $(( $(date +%s) - t0 )) s"
 timeout 420 python3 -m pytest -m "${PYTEST_MARK:-cuda}" -q -p no:cacheprovider "$@" 2>&1 | tee "$OUT/pytest_cuda.log" | tail -40
-if [ "${SKIP_BENCH:-0}" != "1" ]; then
-  timeout 300 python3 benchmarks/bmm.py --json "$OUT/bmm.json" 2>&1 | tee "$OUT/bmm.log"
-  timeout 120 python3 benchmarks/memory.py 2>&1 | tee "$OUT/memory.log"
-fi
+# BENCH: which benchmarks to run (default all; SKIP_BENCH=1 for none)
+[ "${SKIP_BENCH:-0}" = "1" ] && BENCH=""
+for b in ${BENCH-bmm memory crf}; do
+  case $b in
+    bmm) timeout 300 python3 benchmarks/bmm.py --json "$OUT/bmm.json" 2>&1 | tee "$OUT/bmm.log" ;;
+    memory) timeout 120 python3 benchmarks/memory.py 2>&1 | tee "$OUT/memory.log" ;;
+    crf) timeout 240 python3 benchmarks/crf.py --json "$OUT/crf.json" 2>&1 | tee "$OUT/crf.log" ;;
+  esac
+done

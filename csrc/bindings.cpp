@@ -30,6 +30,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("emissions"), py::arg("transitions"), py::arg("start"), py::arg("end"), py::arg("lengths"),
         py::arg("semiring_id"));
 
+  m.def("chain_log_backward", &semiring_ops::chain_log_backward,
+        "Gradient of the log-partition by one reverse scan -> [g_em, g_trans, g_start, g_end]",
+        py::arg("emissions"), py::arg("transitions"), py::arg("start"), py::arg("end"), py::arg("lengths"),
+        py::arg("alpha"), py::arg("log_z"), py::arg("grad"));
+
   m.def(
       "set_poison_outputs", [](bool enabled) { semiring_ops::poison_outputs_flag() = enabled; },
       "Testing aid: allocate outputs filled with NaN (indices with -1) instead of uninitialised.",

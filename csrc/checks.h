@@ -87,4 +87,16 @@ inline void check_chain_args(const at::Tensor& em, const at::Tensor& trans, cons
               describe(em));
 }
 
+inline void check_chain_grad_args(const at::Tensor& em, const at::Tensor& alpha, const at::Tensor& log_z,
+                                  const at::Tensor& grad) {
+  TORCH_CHECK(alpha.sizes() == em.sizes() && alpha.scalar_type() == em.scalar_type() && alpha.device() == em.device(),
+              "chain_log_backward: alpha must match the emissions: alpha ", describe(alpha), ", emissions ",
+              describe(em));
+  for (const at::Tensor* t : {&log_z, &grad})
+    TORCH_CHECK(t->dim() == 1 && t->size(0) == em.size(0) && t->scalar_type() == em.scalar_type() &&
+                    t->device() == em.device(),
+                "chain_log_backward: log_z and grad must be (B,) like the emissions' batch: got ", describe(*t),
+                ", emissions ", describe(em));
+}
+
 }  // namespace semiring_ops

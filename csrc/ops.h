@@ -55,4 +55,15 @@ std::vector<at::Tensor> chain_viterbi(const at::Tensor& emissions, const at::Ten
                                       const at::Tensor& start, const at::Tensor& end, const at::Tensor& lengths,
                                       int64_t semiring_id);
 
+// The gradient of sum_b grad[b] * log_z[b] for log_z, alpha = chain_scan's forward log-semiring total
+// and scores (arguments as chain_scan, plus alpha (B, T, C), log_z (B,), grad (B,)), computed during one
+// reverse scan: with beta the reverse scores and P = exp(alpha + beta - log_z) the marginals,
+//   g_em (B, T, C) = grad * P,   g_start (C) = sum_b g_em[b, 0],   g_end (C) = sum_b g_em[b, L-1],
+//   g_trans (C, C) = sum_{b, t} grad_b exp(alpha[b,t,i] + trans[i,j] + em[b,t+1,j] + beta[b,t+1,j] - log_z_b).
+// A chain whose log_z is -inf gets zero gradient. Returns {g_em, g_trans, g_start, g_end}. (When the pair
+// marginals do not fit on chip, large C on the GPU, g_trans is one log_contract over (b, t) instead.)
+std::vector<at::Tensor> chain_log_backward(const at::Tensor& emissions, const at::Tensor& transitions,
+                                           const at::Tensor& start, const at::Tensor& end, const at::Tensor& lengths,
+                                           const at::Tensor& alpha, const at::Tensor& log_z, const at::Tensor& grad);
+
 }  // namespace semiring_ops

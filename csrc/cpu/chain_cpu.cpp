@@ -12,6 +12,7 @@
 #include <ATen/Dispatch.h>
 
 #include <algorithm>
+#include <mutex>
 #include <vector>
 
 #include "checks.h"
@@ -183,6 +184,87 @@ std::vector<at::Tensor> chain_viterbi(const at::Tensor& emissions, const at::Ten
   });
   TORCH_CHECK(found && selects, "chain_viterbi (CPU): semiring id ", semiring_id, " is not a selecting semiring");
   return {total, tags};
+}
+
+namespace {
+
+// exp(x) as one base-2 exponential of semiring.h (vectorisable for float; exp(-inf) = 0).
+template <class T> T exp_e(T x) { return fast_exp2(x * T(kLog2e)); }
+
+// chain_log_backward's work for the chains of one parallel task: per chain, the reverse scan (beta), then
+// the marginals and pair marginals from alpha and beta; the (C, C), (C) sums stay in task-local buffers
+// that are added to the outputs under a lock at the end.
+template <class T>
+void log_backward_chains(const at::Tensor& em, const at::Tensor& trans, const at::Tensor& start, const at::Tensor& end,
+                         const at::Tensor& lengths, const at::Tensor& alpha, const at::Tensor& log_z,
+                         const at::Tensor& grad, at::Tensor& g_em, at::Tensor& g_trans, at::Tensor& g_start,
+                         at::Tensor& g_end) {
+  using S = LogSemiring;
+  const int64_t B = em.size(0), T_len = em.size(1), C = em.size(2);
+  constexpr int kCols = ChainRunner<S, T, false>::kCols;
+  const int64_t cols = (C + kCols - 1) / kCols * kCols;
+  const std::vector<T> mat = step_matrix<S, T>(trans, true, cols);
+  const at::Tensor start_c = start.contiguous(), end_c = end.contiguous(), trans_c = trans.contiguous();
+  const ChainRunner<S, T, false> runner{T_len, C, cols, true, mat.data(), end_c.data_ptr<T>(), start_c.data_ptr<T>()};
+  const T* tr = trans_c.data_ptr<T>();
+  const T* al = alpha.data_ptr<T>();
+  const int64_t* len = lengths.data_ptr<int64_t>();
+  std::mutex lock;
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, T_len * C * C));
+  at::parallel_for(0, B, grain, [&](int64_t b0, int64_t b1) {
+    std::vector<T> vec(static_cast<size_t>(C)), u(static_cast<size_t>(C)), beta(static_cast<size_t>(T_len * C));
+    std::vector<T> xi(static_cast<size_t>(C * C), T(0)), gs(static_cast<size_t>(C), T(0)), ge(gs);
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t L = clamp_length(len[b], T_len);
+      T* gm = g_em.data_ptr<T>() + b * T_len * C;
+      std::fill(gm + L * C, gm + T_len * C, T(0));
+      const T z = log_z.data_ptr<T>()[b];
+      if (L == 0) continue;
+      const T g = z == -pos_inf<T>() ? T(0) : grad.data_ptr<T>()[b];
+      const T nz = z == -pos_inf<T>() ? T(0) : -z;
+      const ChainView<T> ch{em.data_ptr<T>() + b * em.stride(0), em.stride(1), em.stride(2)};
+      runner.run(ch, L, beta.data(), nullptr, vec, u);
+      const T* a = al + b * T_len * C;
+      for (int64_t t = 0; t < L; ++t)
+        for (int64_t c = 0; c < C; ++c) gm[t * C + c] = g * exp_e(a[t * C + c] + beta[t * C + c] + nz);
+      for (int64_t c = 0; c < C; ++c) {
+        gs[c] += gm[c];
+        ge[c] += gm[(L - 1) * C + c];
+      }
+      for (int64_t t = 0; t + 1 < L; ++t)
+        for (int64_t i = 0; i < C; ++i) {
+          const T left = a[t * C + i] + nz;
+          for (int64_t j = 0; j < C; ++j)
+            xi[i * C + j] += g * exp_e(left + tr[i * C + j] + ch.em_at(t + 1, j) + beta[(t + 1) * C + j]);
+        }
+    }
+    const std::lock_guard<std::mutex> guard(lock);
+    T* out_t = g_trans.data_ptr<T>();
+    for (int64_t i = 0; i < C * C; ++i) out_t[i] += xi[i];
+    for (int64_t c = 0; c < C; ++c) {
+      g_start.data_ptr<T>()[c] += gs[c];
+      g_end.data_ptr<T>()[c] += ge[c];
+    }
+  });
+}
+
+}  // namespace
+
+std::vector<at::Tensor> chain_log_backward(const at::Tensor& emissions, const at::Tensor& transitions,
+                                           const at::Tensor& start, const at::Tensor& end, const at::Tensor& lengths,
+                                           const at::Tensor& alpha, const at::Tensor& log_z, const at::Tensor& grad) {
+  check_chain_args(emissions, transitions, start, end, lengths);
+  check_chain_grad_args(emissions, alpha, log_z, grad);
+  TORCH_CHECK(emissions.device().is_cpu(), "chain_log_backward (CPU): got emissions ", describe(emissions));
+  const int64_t B = emissions.size(0), T_len = emissions.size(1), C = emissions.size(2);
+  const auto opts = emissions.options();
+  at::Tensor g_em = new_output({B, T_len, C}, opts);
+  at::Tensor g_trans = at::zeros({C, C}, opts), g_start = at::zeros({C}, opts), g_end = at::zeros({C}, opts);
+  AT_DISPATCH_FLOATING_TYPES(emissions.scalar_type(), "semiring_chain_log_backward_cpu", [&] {
+    log_backward_chains<scalar_t>(emissions, transitions, start, end, lengths, alpha.contiguous(), log_z.contiguous(),
+                                  grad.contiguous(), g_em, g_trans, g_start, g_end);
+  });
+  return {g_em, g_trans, g_start, g_end};
 }
 
 }  // namespace semiring_ops

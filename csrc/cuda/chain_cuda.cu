@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "checks.h"
 #include "ops.h"
@@ -40,6 +41,14 @@ template <class T> struct ChainParams {
   int64_t* tags;          // (B, T) or null
   int steps, C;  // T (the chain dimension) and C
   bool reverse;
+  // The log-partition's gradient, computed during the reverse scan (kGrad; the log semiring only):
+  const T* alpha;      // (B, T, C) the forward scan's scores
+  const T* log_z;      // (B,) the forward totals
+  const T* grad;       // (B,) d loss / d log_z
+  T* g_em;             // (B, T, C) g * marginals
+  T* g_start;          // (C) accumulated with atomics
+  T* g_end;            // (C)
+  T* g_trans;          // (C, C) accumulated with atomics, when kXi (pair marginals summed on chip)
 };
 
 // Shuffles an accumulator (a few 32-bit words) across the lanes of a warp.
@@ -59,15 +68,33 @@ template <class Acc> __device__ __forceinline__ void warp_merge(Acc& a) {
   for (int mask = 16; mask > 0; mask >>= 1) a.merge(shfl_xor(a, mask));
 }
 
-template <class S, class T, bool kArg, bool kMatShared>
+// exp(x) for the gradient epilogue, as one ex2 of x scaled to base 2 (x = -inf gives 0).
+template <class T> __device__ __forceinline__ T exp_e(T x) { return fast_exp2(x * T(kLog2e)); }
+
+// Shared memory, in this order: vec and nxt (C each); the step matrix (C * C, kMatShared); the
+// back-pointers (T * C int16, kArg, when they fit); for kGrad two rows of alpha (2 C) and, for kXi, the
+// pair-marginal sums (C * C).
+template <class T> struct ChainSmem {
+  static size_t bytes(int C, int Tn, bool mat, bool ptr, bool grad, bool xi) {
+    size_t n = (2 * size_t(C) + (mat ? size_t(C) * C : 0) + (grad ? 2 * size_t(C) : 0) + (xi ? size_t(C) * C : 0)) *
+               sizeof(T);
+    return n + (ptr ? size_t(Tn) * C * sizeof(int16_t) : 0);
+  }
+};
+
+template <class S, class T, bool kArg, bool kMatShared, bool kGrad, bool kXi>
 __global__ void __launch_bounds__(kMaxWarps * 32) chain_kernel(ChainParams<T> p) {
   using Acc = typename S::template Accumulator<T, kArg>;
+  static_assert(!kGrad || std::is_same<S, LogSemiring>::value, "the gradient epilogue is the log semiring's");
+  static_assert(!kXi || (kGrad && kMatShared), "pair marginals need the gradient and the matrix on chip");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int C = p.C, Tn = p.steps;
   T* vec = reinterpret_cast<T*>(smem_raw);  // the step's input, kernel domain
   T* nxt = vec + C;                         // the next step's input
   T* mat_s = nxt + C;                       // (C, C) kernel domain, when kMatShared
-  int16_t* ptr_s = reinterpret_cast<int16_t*>(mat_s + (kMatShared ? C * C : 0));
+  T* arow = mat_s + (kMatShared ? C * C : 0);  // kGrad: alpha[t] - log_z, kernel domain, two rows
+  T* xi = arow + (kGrad ? 2 * C : 0);          // kXi: sum over this chain's t of g * pair marginals
+  int16_t* ptr_s = reinterpret_cast<int16_t*>(xi + (kXi ? C * C : 0));
   const int64_t b = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   const int64_t given = p.lengths[b];
@@ -86,24 +113,70 @@ __global__ void __launch_bounds__(kMaxWarps * 32) chain_kernel(ChainParams<T> p)
     for (int64_t t = L + threadIdx.x; t < Tn; t += blockDim.x) p.tags[b * Tn + t] = -1;
   }
 
-  // u (user domain) -> the stored score and the next input; t is the position of this step.
-  auto emit = [&](int o, int64_t t, T u, T* dst) {
-    const T through = S::times(u, em[t * p.es1 + o * p.es2]);
+  // The gradient epilogue (kGrad): weights are g * exp(score - log_z), and none when log_z = -inf.
+  T grad = T(0), neg_log_z = T(0);
+  const T* alpha = nullptr;
+  if constexpr (kGrad) {
+    const T z = p.log_z[b];
+    grad = z == -pos_inf<T>() ? T(0) : p.grad[b];
+    neg_log_z = z == -pos_inf<T>() ? T(0) : -z;
+    alpha = p.alpha + b * int64_t(Tn) * C;
+    T* ge = p.g_em + b * int64_t(Tn) * C;
+    for (int64_t i = L * C + threadIdx.x; i < int64_t(Tn) * C; i += blockDim.x) ge[i] = T(0);
+    if constexpr (kXi) {
+      for (int i = threadIdx.x; i < C * C; i += blockDim.x) xi[i] = T(0);
+    }
+    // alpha[t] - log_z in the kernel domain, for the pair marginals of step t -> t + 1
+    if (L > 1)
+      for (int i = threadIdx.x; i < C; i += blockDim.x) arow[C + i] = S::to_kernel(alpha[(L - 2) * C + i] + neg_log_z);
+  }
+
+  // u (user domain), the emission e at (t, o) and alpha[t, o] (kGrad) -> the stored score, the next
+  // input, and the marginal of tag o at t.
+  auto emit = [&](int o, int64_t t, T u, T e, T a, T* dst) {
+    const T through = S::times(u, e);
     if (p.scores) p.scores[(b * Tn + t) * C + o] = p.reverse ? u : through;
     dst[o] = S::to_kernel(through);
+    if constexpr (kGrad) {
+      const T m = grad * exp_e(a + u + neg_log_z);
+      p.g_em[(b * Tn + t) * C + o] = m;
+      if (t == 0) atomicAdd(p.g_start + o, m);
+      if (t == L - 1) atomicAdd(p.g_end + o, m);
+    }
   };
+  auto alpha_at = [&](int64_t t, int o) { return kGrad ? alpha[t * C + o] : T(0); };
 
   if (L > 0) {
     const int64_t t0 = p.reverse ? L - 1 : 0;
-    for (int o = threadIdx.x; o < C; o += blockDim.x) emit(o, t0, p.boundary_in[o], vec);
+    for (int o = threadIdx.x; o < C; o += blockDim.x)
+      emit(o, t0, p.boundary_in[o], em[t0 * p.es1 + o * p.es2], alpha_at(t0, o), vec);
   }
   __syncthreads();
   for (int64_t s = 1; s < L; ++s) {
     const int64_t t = p.reverse ? L - 1 - s : s;
+    if constexpr (kXi) {
+      // pairs (t, t + 1): xi[i, j] += g exp(alpha[t, i] + trans[i, j] + em[t + 1, j] + beta[t + 1, j] - log_z),
+      // with vec = em[t + 1] + beta[t + 1] and mat_s[i * C + j] = trans[i, j], all in the kernel domain
+      const T* a_t = arow + (s & 1) * C;
+      for (int idx = threadIdx.x; idx < C * C; idx += blockDim.x) {
+        const int i = idx / C, j = idx - i * C;
+        xi[idx] += grad * fast_exp2(a_t[i] + mat_s[idx] + vec[j]);
+      }
+      if (t > 0) {
+        T* a_next = arow + ((s + 1) & 1) * C;
+        for (int i = threadIdx.x; i < C; i += blockDim.x) a_next[i] = S::to_kernel(alpha[(t - 1) * C + i] + neg_log_z);
+      }
+    }
     for (int o0 = warp * kOutPerWarp; o0 < C; o0 += nwarps * kOutPerWarp) {
+      // lane r emits output o0 + r: its loads are issued now, their latency hidden by the step
+      const int o_mine = o0 + lane;
+      const bool emitter = lane < kOutPerWarp && o_mine < C;
+      const T e_mine = emitter ? em[t * p.es1 + o_mine * p.es2] : T(0);
+      const T a_mine = emitter ? alpha_at(t, o_mine) : T(0);
       Acc acc[kOutPerWarp];
 #pragma unroll
       for (int r = 0; r < kOutPerWarp; ++r) acc[r].init();
+#pragma unroll 4  // several k in flight: from global memory (large C) each load waits on L2
       for (int k = lane; k < C; k += 32) {
         const T v = vec[k];
 #pragma unroll
@@ -118,7 +191,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) chain_kernel(ChainParams<T> p)
         warp_merge(acc[r]);
         const int o = o0 + r;
         if (lane == r && o < C) {
-          emit(o, t, acc[r].result(), nxt);
+          emit(o, t, acc[r].result(), e_mine, a_mine, nxt);
           if constexpr (kArg) pointers[t * C + o] = static_cast<int16_t>(acc[r].arg());
         }
       }
@@ -129,6 +202,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32) chain_kernel(ChainParams<T> p)
     nxt = tmp;
   }
 
+  if constexpr (kXi) {
+    for (int idx = threadIdx.x; idx < C * C; idx += blockDim.x)
+      if (L > 1) atomicAdd(p.g_trans + idx, xi[idx]);
+  }
   if (warp == 0) {
     Acc acc;
     acc.init();
@@ -152,26 +229,34 @@ __global__ void __launch_bounds__(kMaxWarps * 32) chain_kernel(ChainParams<T> p)
   }
 }
 
-template <class S, class T, bool kArg>
-void launch(const at::Tensor& em, const at::Tensor& trans, const at::Tensor& start, const at::Tensor& end,
-            const at::Tensor& lengths, bool reverse, at::Tensor& total, at::Tensor* scores, at::Tensor* tags) {
+// The log-partition's gradient outputs, for a reverse scan run as the backward pass (kGrad).
+struct GradArgs {
+  const at::Tensor *alpha, *log_z, *grad;
+  at::Tensor *g_em, *g_trans, *g_start, *g_end;
+};
+
+// Runs the kernel over the batch; returns whether the pair marginals were summed on chip (kGrad).
+template <class S, class T, bool kArg, bool kGrad>
+bool launch(const at::Tensor& em, const at::Tensor& trans, const at::Tensor& start, const at::Tensor& end,
+            const at::Tensor& lengths, bool reverse, at::Tensor& total, at::Tensor* scores, at::Tensor* tags,
+            const GradArgs* grads = nullptr) {
   const int64_t B = em.size(0);
   const int Tn = static_cast<int>(em.size(1)), C = static_cast<int>(em.size(2));
-  if (B == 0) return;
+  if (B == 0) return true;
   // Output-major step matrix: forward steps produce tag j from tag i (M[j, i] = trans[i, j]); reverse
   // steps produce i from j (M[i, j] = trans[i, j]).
   const at::Tensor mat = (reverse ? trans : trans.t()).contiguous();
   const at::Tensor start_c = start.contiguous(), end_c = end.contiguous();
 
-  int device = em.get_device();
   int optin = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  const size_t vec_bytes = 2 * size_t(C) * sizeof(T);
-  const size_t mat_bytes = size_t(C) * C * sizeof(T);
-  const size_t ptr_bytes = kArg ? size_t(Tn) * C * sizeof(int16_t) : 0;
-  const bool mat_shared = vec_bytes + mat_bytes <= size_t(optin);
-  const bool ptr_shared = vec_bytes + (mat_shared ? mat_bytes : 0) + ptr_bytes <= size_t(optin);
-  const size_t smem = vec_bytes + (mat_shared ? mat_bytes : 0) + (ptr_shared ? ptr_bytes : 0);
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, em.get_device()));
+  const auto fits = [&](bool mat_on, bool ptr_on, bool xi_on) {
+    return ChainSmem<T>::bytes(C, Tn, mat_on, ptr_on, kGrad, xi_on) <= size_t(optin);
+  };
+  const bool mat_shared = fits(true, false, false);
+  const bool xi = kGrad && mat_shared && fits(true, false, true);
+  const bool ptr_shared = kArg && fits(mat_shared, true, xi);
+  const size_t smem = ChainSmem<T>::bytes(C, Tn, mat_shared, ptr_shared, kGrad, xi);
   at::Tensor ptr_scratch;
   if (kArg && !ptr_shared) ptr_scratch = at::empty({B, Tn, C}, em.options().dtype(at::kShort));
 
@@ -185,18 +270,61 @@ void launch(const at::Tensor& em, const at::Tensor& trans, const at::Tensor& sta
   p.boundary_out = (reverse ? start_c : end_c).data_ptr<T>();
   p.lengths = lengths.data_ptr<int64_t>();
   p.total = total.data_ptr<T>();
-  p.scores = scores ? scores->data_ptr<T>() : nullptr;
+  p.scores = scores && !(kGrad && xi) ? scores->data_ptr<T>() : nullptr;  // with xi, beta is not needed
   p.pointers = ptr_scratch.defined() ? ptr_scratch.data_ptr<int16_t>() : nullptr;
   p.tags = tags ? tags->data_ptr<int64_t>() : nullptr;
   p.steps = Tn;
   p.C = C;
   p.reverse = reverse;
+  if (grads) {
+    p.alpha = grads->alpha->data_ptr<T>();
+    p.log_z = grads->log_z->data_ptr<T>();
+    p.grad = grads->grad->data_ptr<T>();
+    p.g_em = grads->g_em->data_ptr<T>();
+    p.g_start = grads->g_start->data_ptr<T>();
+    p.g_end = grads->g_end->data_ptr<T>();
+    p.g_trans = xi ? grads->g_trans->data_ptr<T>() : nullptr;
+  }
 
   const int warps = std::max(1, std::min(kMaxWarps, (C + kOutPerWarp - 1) / kOutPerWarp));
-  auto kernel = mat_shared ? chain_kernel<S, T, kArg, true> : chain_kernel<S, T, kArg, false>;
+  auto kernel = mat_shared ? (xi ? chain_kernel<S, T, kArg, true, kGrad, kGrad> : chain_kernel<S, T, kArg, true, kGrad, false>)
+                           : chain_kernel<S, T, kArg, false, kGrad, false>;
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   kernel<<<static_cast<unsigned>(B), warps * 32, smem, at::cuda::getCurrentCUDAStream()>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return xi;
+}
+
+// g_trans when the pair marginals do not fit on chip: the contraction
+//   sum_n grad_n exp(left[n, i] + right[n, j] + trans[i, j]),  n = (b, t), left = alpha[b, t] - log_z_b,
+//   right = em[b, t + 1] + beta[b, t + 1] (-inf past the length),
+// as log_contract (ops.h) over chunks of n run as a batch, so that even a single (C, C) output fills the GPU.
+at::Tensor pair_marginal_sum(const at::Tensor& em, const at::Tensor& trans, const at::Tensor& lengths,
+                             const at::Tensor& alpha, const at::Tensor& log_z, const at::Tensor& grad,
+                             const at::Tensor& beta) {
+  using at::indexing::None;
+  using at::indexing::Slice;
+  const int64_t B = em.size(0), T_len = em.size(1), C = em.size(2);
+  const double inf = std::numeric_limits<double>::infinity();
+  const at::Tensor neg_z = at::where(log_z == -inf, log_z, -log_z).view({B, 1, 1});
+  const at::Tensor live = (at::arange(1, T_len, lengths.options()).view({1, -1}) < lengths.view({-1, 1})).unsqueeze(-1);
+  at::Tensor left = (alpha.index({Slice(), Slice(None, -1)}) + neg_z).reshape({-1, C});
+  at::Tensor right = at::where(live, em.index({Slice(), Slice(1, None)}) + beta.index({Slice(), Slice(1, None)}), -inf)
+                         .reshape({-1, C});
+  at::Tensor weight = grad.view({B, 1, 1}).expand({B, T_len - 1, C}).reshape({-1, C});
+  const int64_t N = left.size(0);
+  const int64_t tiles = ((C + 63) / 64) * ((C + 63) / 64);
+  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>((N + 63) / 64, (264 + tiles - 1) / tiles));
+  const int64_t size = (N + chunks - 1) / chunks, pad = chunks * size - N;
+  if (pad) {
+    left = at::cat({left, at::full({pad, C}, -inf, left.options())});
+    right = at::cat({right, at::full({pad, C}, -inf, right.options())});
+    weight = at::cat({weight, at::zeros({pad, C}, weight.options())});
+  }
+  const at::Tensor parts = log_contract(left.view({chunks, size, C}).transpose(1, 2), std::nullopt,
+                                        right.view({chunks, size, C}), weight.view({chunks, size, C}),
+                                        trans.unsqueeze(0).expand({chunks, C, C}));
+  return parts.sum(0);
 }
 
 void check_cuda(const at::Tensor& em, const char* what) {
@@ -220,7 +348,7 @@ std::vector<at::Tensor> chain_scan(const at::Tensor& emissions, const at::Tensor
   const bool found = dispatch_semiring(semiring_id, [&](auto semiring) {
     using S = decltype(semiring);
     AT_DISPATCH_FLOATING_TYPES(emissions.scalar_type(), "semiring_chain_scan_cuda", [&] {
-      cuda::launch<S, scalar_t, false>(emissions, transitions, start, end, lengths, reverse, total,
+      cuda::launch<S, scalar_t, false, false>(emissions, transitions, start, end, lengths, reverse, total,
                                        save_scores ? &scores : nullptr, nullptr);
     });
   });
@@ -243,12 +371,36 @@ std::vector<at::Tensor> chain_viterbi(const at::Tensor& emissions, const at::Ten
     if constexpr (S::kSelects) {
       selects = true;
       AT_DISPATCH_FLOATING_TYPES(emissions.scalar_type(), "semiring_chain_viterbi_cuda", [&] {
-        cuda::launch<S, scalar_t, true>(emissions, transitions, start, end, lengths, false, total, nullptr, &tags);
+        cuda::launch<S, scalar_t, true, false>(emissions, transitions, start, end, lengths, false, total, nullptr, &tags);
       });
     }
   });
   TORCH_CHECK(found && selects, "chain_viterbi (CUDA): semiring id ", semiring_id, " is not a selecting semiring");
   return {total, tags};
+}
+
+std::vector<at::Tensor> chain_log_backward(const at::Tensor& emissions, const at::Tensor& transitions,
+                                           const at::Tensor& start, const at::Tensor& end, const at::Tensor& lengths,
+                                           const at::Tensor& alpha, const at::Tensor& log_z, const at::Tensor& grad) {
+  check_chain_args(emissions, transitions, start, end, lengths);
+  check_chain_grad_args(emissions, alpha, log_z, grad);
+  cuda::check_cuda(emissions, "chain_log_backward");
+  const c10::cuda::CUDAGuard guard(emissions.device());
+  const int64_t B = emissions.size(0), T_len = emissions.size(1), C = emissions.size(2);
+  const auto opts = emissions.options();
+  at::Tensor total = at::empty({B}, opts);
+  at::Tensor g_em = new_output({B, T_len, C}, opts);
+  at::Tensor g_trans = at::zeros({C, C}, opts), g_start = at::zeros({C}, opts), g_end = at::zeros({C}, opts);
+  at::Tensor beta = at::empty({B, T_len, C}, opts);
+  const at::Tensor alpha_c = alpha.contiguous(), log_z_c = log_z.contiguous(), grad_c = grad.contiguous();
+  bool xi_on_chip = true;
+  AT_DISPATCH_FLOATING_TYPES(emissions.scalar_type(), "semiring_chain_log_backward_cuda", [&] {
+    const cuda::GradArgs grads{&alpha_c, &log_z_c, &grad_c, &g_em, &g_trans, &g_start, &g_end};
+    xi_on_chip = cuda::launch<LogSemiring, scalar_t, false, true>(emissions, transitions, start, end, lengths, true,
+                                                                  total, &beta, nullptr, &grads);
+  });
+  if (!xi_on_chip && T_len > 1) g_trans = cuda::pair_marginal_sum(emissions, transitions, lengths, alpha_c, log_z_c, grad_c, beta);
+  return {g_em, g_trans, g_start, g_end};
 }
 
 }  // namespace semiring_ops

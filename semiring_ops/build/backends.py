@@ -44,6 +44,9 @@ class Backend:
     def chain_viterbi(self, em, trans, start, end, lengths, semiring_id: int):
         return self.module.chain_viterbi(em, trans, start, end, lengths, semiring_id)
 
+    def chain_log_backward(self, em, trans, start, end, lengths, alpha, log_z, grad):
+        return self.module.chain_log_backward(em, trans, start, end, lengths, alpha, log_z, grad)
+
 
 _lock = threading.Lock()
 _backends: dict[str, Backend] = {}

@@ -3,11 +3,10 @@
     semiring_ops::chain_scan(em, trans, start, end, lengths, semiring_id, reverse, save_scores)
         -> (total (B,), scores (B, T, C) or (0,))
         one direction of the linear-chain recursion in one kernel launch; differentiable for the log
-        semiring through `total` (forward-backward: the reverse scan gives beta, and then
-            d total_b / d em[b, t, c]   = exp(alpha + beta - total)[b, t, c]           (marginals)
-            d total / d trans[i, j]     = sum_{b, t} exp(alpha[b,t,i] + trans[i,j] + em[b,t+1,j]
-                                                      + beta[b,t+1,j] - total_b)    (one log_contract)
-            d total / d start, d end    = the marginals at the first / last position)
+        semiring through `total`, by chain_log_backward
+    semiring_ops::chain_log_backward(em, trans, start, end, lengths, alpha, log_z, grad)
+        -> (g_em, g_trans, g_start, g_end): forward-backward in one reverse-scan launch that also sums
+        the marginals (g_em = grad * exp(alpha + beta - log_z)) and the pair marginals into g_trans
     semiring_ops::chain_viterbi(em, trans, start, end, lengths, semiring_id) -> (score (B,), tags (B, T))
         the best path under max (or min), backtracked on the device; not differentiable.
 
@@ -16,16 +15,13 @@ Shapes: em (B, T, C), trans (C, C) [from, to], start and end (C,), lengths (B,) 
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
 from ..build.backends import backend_for
 from ..semirings import LogSemiring
-from .registry import log_contract
 
-__all__ = ["chain_log_gradients", "chain_scan", "chain_viterbi"]
+__all__ = ["chain_log_backward", "chain_scan", "chain_viterbi"]
 
 _LOG = LogSemiring.kernel_id
 
@@ -69,37 +65,33 @@ def _scan_backward(ctx, grad_total, grad_scores):
         raise NotImplementedError(
             "chain_scan: only the forward log-semiring scan run with save_scores=True is differentiable"
         )
-    g_em, g_trans, g_start, g_end = chain_log_gradients(em, trans, start, end, lengths, total, alpha, grad_total)
+    grad = grad_total.to(em.dtype)
+    g_em, g_trans, g_start, g_end = chain_log_backward(em, trans, start, end, lengths, alpha, total, grad)
     return g_em, g_trans, g_start, g_end, None, None, None, None
 
 
 chain_scan.register_autograd(_scan_backward, setup_context=_scan_setup_context)
 
 
-def chain_log_gradients(
-    em: Tensor, trans: Tensor, start: Tensor, end: Tensor, lengths: Tensor, total: Tensor, alpha: Tensor, g: Tensor
+@torch.library.custom_op("semiring_ops::chain_log_backward", mutates_args=())
+def chain_log_backward(
+    em: Tensor,
+    trans: Tensor,
+    start: Tensor,
+    end: Tensor,
+    lengths: Tensor,
+    alpha: Tensor,
+    log_z: Tensor,
+    grad: Tensor,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Gradients of sum_b g_b total_b (log semiring) with respect to em, trans, start and end, by the
-    reverse scan (beta) and one log_contract; a chain whose total is -inf gets zero gradient."""
-    B, T, C = em.shape
-    _, beta = chain_scan(em, trans, start, end, lengths, _LOG, True, True)
-    neg_total = torch.where(total == -math.inf, total, -total)[:, None, None]  # -inf: every weight exp(-inf) = 0
-    g = g.to(em.dtype)
-    g_em = torch.exp(alpha + beta + neg_total) * g[:, None, None]  # (B, T, C) marginals, 0 past each length
-    g_start = g_em[:, 0].sum(0) if T > 0 else torch.zeros_like(start)
-    rows = torch.arange(B, device=em.device)
-    last = g_em[rows, (lengths - 1).clamp(0, max(T - 1, 0))] if T > 0 else em.new_zeros((B, C))
-    g_end = torch.where((lengths > 0)[:, None], last, 0).sum(0)
-    if T > 1:
-        N = B * (T - 1)
-        live = (torch.arange(1, T, device=em.device)[None, :] < lengths[:, None])[:, :, None]
-        left = (alpha[:, :-1] + neg_total).reshape(1, N, C).transpose(1, 2)  # (1, C, N): rows i
-        right = torch.where(live, em[:, 1:] + beta[:, 1:], -math.inf).reshape(1, N, C)  # columns j
-        weight = g[:, None, None].expand(B, T - 1, C).reshape(1, N, C)
-        g_trans = log_contract(left, None, right, weight, trans.unsqueeze(0)).squeeze(0)
-    else:
-        g_trans = torch.zeros_like(trans)
-    return g_em, g_trans, g_start, g_end
+    """Gradients of sum_b grad_b log_z_b with respect to (em, trans, start, end), by one reverse scan
+    (forward-backward); a chain whose log_z is -inf gets zero gradient (contract in csrc/ops.h)."""
+    return tuple(backend_for(em.device).chain_log_backward(em, trans, start, end, lengths, alpha, log_z, grad))
+
+
+@chain_log_backward.register_fake
+def _(em, trans, start, end, lengths, alpha, log_z, grad):
+    return em.new_empty(em.shape), trans.new_empty(trans.shape), start.new_empty(start.shape), end.new_empty(end.shape)
 
 
 @torch.library.custom_op("semiring_ops::chain_viterbi", mutates_args=())

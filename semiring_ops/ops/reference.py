@@ -7,6 +7,7 @@ materialises at most ``block_elements()`` cells of the (B, n, k, m) product, nev
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 
@@ -19,6 +20,7 @@ __all__ = [
     "accumulation_dtype",
     "block_elements",
     "bmm_forward",
+    "chain_log_backward",
     "chain_scan",
     "chain_viterbi",
     "generic_bmm",
@@ -195,3 +197,24 @@ def chain_viterbi(em, trans, start, end, lengths, semiring_id: int):
         step = pointers[rows, t].gather(1, tag.clamp_min(0).unsqueeze(1)).squeeze(1)
         tag = torch.where(live & (t > 0), step, tag)
     return total, tags
+
+
+def chain_log_backward(em, trans, start, end, lengths, alpha, log_z, grad):
+    """The PyTorch twin of the chain_log_backward kernel (csrc/ops.h): beta from the reverse scan, then
+    the marginals and one log_contract for the pair marginals."""
+    B, T, C = em.shape
+    _, beta = chain_scan(em, trans, start, end, lengths, SEMIRINGS["log"].kernel_id, True, True)
+    neg_z = torch.where(log_z == -math.inf, log_z, -log_z)[:, None, None]  # -inf: every weight exp(-inf) = 0
+    g_em = torch.exp(alpha + beta + neg_z) * grad[:, None, None]  # 0 past each length (alpha = -inf there)
+    g_start = g_em[:, 0].sum(0) if T > 0 else torch.zeros_like(start)
+    rows = torch.arange(B, device=em.device)
+    last = g_em[rows, (lengths - 1).clamp(0, max(T - 1, 0))] if T > 0 else em.new_zeros((B, C))
+    g_end = torch.where((lengths > 0)[:, None], last, 0).sum(0)
+    if T < 2:
+        return g_em, torch.zeros_like(trans), g_start, g_end
+    live = (torch.arange(1, T, device=em.device)[None, :] < lengths[:, None])[:, :, None]
+    left = (alpha[:, :-1] + neg_z).reshape(1, -1, C).transpose(1, 2)  # (1, C, N), N = B (T - 1)
+    right = torch.where(live, em[:, 1:] + beta[:, 1:], -math.inf).reshape(1, -1, C)
+    weight = grad[:, None, None].expand(B, T - 1, C).reshape(1, -1, C)
+    g_trans = log_contract(left, None, right, weight, trans.unsqueeze(0)).squeeze(0)
+    return g_em, g_trans, g_start, g_end

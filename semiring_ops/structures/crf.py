@@ -135,16 +135,17 @@ class LinearChainCRF(nn.Module):
         if tags.shape != (B, T):
             raise ValueError(f"tags has shape {tuple(tags.shape)}; expected {(B, T)} (batch-major)")
         live = torch.arange(T, device=em.device)[None, :] < L[:, None]
-        if bool(((tags < 0) | (tags >= C))[live].any()):
+        if bool((((tags < 0) | (tags >= C)) & live).any()):
             raise ValueError(f"tags must lie in [0, {C}) at unmasked positions")
         tags = torch.where(live, tags, 0).long()
         unary = em.gather(2, tags.unsqueeze(-1)).squeeze(-1)
         start, trans, end = self._transition_scores()
-        pair = trans[tags[:, :-1], tags[:, 1:]]
+        # index_select, not advanced indexing: its gradient is an index_add, not a sorting index_put
+        pair = trans.reshape(-1).index_select(0, (tags[:, :-1] * C + tags[:, 1:]).reshape(-1)).view(B, T - 1)
         last = tags.gather(1, (L - 1).clamp_min(0).unsqueeze(1)).squeeze(1)
         # where, not multiply: a forbidden (-inf) transition in the padding must not become NaN
         total = torch.where(live, unary, 0).sum(1) + torch.where(live[:, 1:], pair, 0).sum(1)
-        total = total + start[tags[:, 0]] + end[last]
+        total = total + start.index_select(0, tags[:, 0]) + end.index_select(0, last)
         return torch.where(L > 0, total, torch.zeros_like(total))
 
     def forward(

@@ -1,0 +1,882 @@
+"""Hidden Markov models on the factored chain engine (factored.py): hmmlearn's calls and EM, torch's batches.
+
+A model is a start distribution, a row-stochastic transition matrix and an emission model, all kept in
+log space as ``nn.Parameter`` s and normalised with ``log_softmax`` whenever they are used, so gradient
+training keeps valid distributions:
+
+    log_startprob   (C,)      unnormalised log start probabilities,
+    log_transmat    (C, C)    unnormalised log transition probabilities, [from, to],
+    emission        an :class:`Emission` (categorical, Gaussian with diagonal covariance, your own),
+                    or none: then every call takes ``log_emissions=`` (B, T, C) directly.
+
+Two ways to call it:
+
+* hmmlearn's, on concatenated samples X (n_samples, ...) with ``lengths`` (a list of ints summing to
+  n_samples; None: one sequence): ``fit`` (Baum-Welch), ``score``, ``score_samples``, ``decode``,
+  ``predict``, ``predict_proba``, ``sample``. Results are torch tensors on the model's device (not
+  numpy arrays): on the CPU they go straight into ``np.testing`` / ``np.asarray``; elsewhere call
+  ``.cpu()``. Scalars are 0-dim tensors (``float(score)`` gives a Python float).
+* torch's, on padded batches X (B, T, ...) with ``mask=`` (B, T) or ``lengths=`` (B,):
+  ``log_likelihood`` / ``forward`` (B,), differentiable, ``posteriors`` (B, T, C), ``viterbi``,
+  ``sample_batch`` and ``sample_paths`` (posterior paths).
+
+Concatenated samples are scattered into a padded batch by one vectorised index, so the math never
+loops over sequences. The E-step is autograd of the log-likelihood (``chain_sum_factored``): its
+gradient is the state posteriors with respect to the emissions, the expected transition counts with
+respect to the transition matrix and the expected start counts with respect to the start vector.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import time
+from collections.abc import Sequence
+from typing import NamedTuple, TextIO
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from ..semirings import LogSemiring
+from .chain import chain_sample
+from .factored import chain_sum_factored, chain_viterbi_factored, factored_to_edges
+
+__all__ = ["HMM", "CategoricalEmission", "ConvergenceMonitor", "Emission", "GaussianDiagEmission"]
+
+_log = logging.getLogger(__name__)
+
+ArrayLike = Tensor | np.ndarray | Sequence
+
+
+# ---------------------------------------------------------------------------------------------- inputs
+
+
+def _shape(x: ArrayLike) -> tuple[int, ...]:
+    return tuple(x.shape) if hasattr(x, "shape") else tuple(np.shape(x))
+
+
+def _log_distribution(value: ArrayLike, shape: tuple[int, ...], name: str, like: Tensor) -> Tensor:
+    """Validated probabilities (rows over the last dimension sum to 1) -> their logs, as `like`."""
+    p = torch.as_tensor(np.asarray(value) if not isinstance(value, Tensor) else value).detach()
+    p = p.to(device=like.device, dtype=torch.float64)
+    if tuple(p.shape) != shape:
+        raise ValueError(f"{name} has shape {tuple(p.shape)}; expected {shape}")
+    if not bool(torch.isfinite(p).all()) or bool((p < 0).any()):
+        raise ValueError(f"{name} must hold finite non-negative probabilities")
+    sums = p.sum(-1)
+    if not torch.allclose(sums, torch.ones_like(sums), rtol=1e-5, atol=1e-8):
+        raise ValueError(f"{name} must sum to 1 along its last dimension, got sums {sums.tolist()}")
+    return p.log().to(like.dtype)
+
+
+def _normalised_log(counts: Tensor, previous: Tensor) -> Tensor:
+    """log(counts / row sums) over the last dimension; rows with no counts keep `previous` (log)."""
+    total = counts.sum(-1, keepdim=True)
+    return torch.where(total > 0, counts.log() - total.log(), previous)
+
+
+def _as_generator(seed: int | torch.Generator | None, device: torch.device) -> torch.Generator | None:
+    """An int seeds a fresh generator on `device`; a generator must already live there."""
+    if seed is None or isinstance(seed, torch.Generator):
+        return seed
+    return torch.Generator(device=device).manual_seed(int(seed))
+
+
+def _resolve_lengths(B: int, T: int, mask: ArrayLike | None, lengths: ArrayLike | None, device) -> Tensor:
+    """Padded-batch lengths (B,) int64 from a prefix mask (B, T) or lengths (B,) (None: all T)."""
+    if mask is not None and lengths is not None:
+        raise ValueError("give mask or lengths, not both")
+    if lengths is not None:
+        L = torch.as_tensor(lengths, device=device)
+        if L.shape != (B,) or L.dtype.is_floating_point or L.dtype == torch.bool:
+            raise ValueError(f"lengths must be an integer tensor of shape ({B},), got {tuple(L.shape)} {L.dtype}")
+        if bool(((L < 0) | (L > T)).any()):
+            raise ValueError(f"lengths must lie in 0..{T}, got {L.tolist()}")
+        return L.long()
+    if mask is None:
+        return torch.full((B,), T, dtype=torch.long, device=device)
+    m = torch.as_tensor(mask, device=device)
+    if m.shape != (B, T):
+        raise ValueError(f"mask has shape {tuple(m.shape)}; expected {(B, T)} to match X")
+    m = m.bool()
+    if bool((m[:, 1:] & ~m[:, :-1]).any()):
+        raise ValueError("mask has holes (a 1 after a 0): only prefix masks (right padding) are supported")
+    return m.sum(1)
+
+
+def _sequence_lengths(n_samples: int, lengths: ArrayLike | None, device) -> Tensor:
+    """hmmlearn's `lengths` (ints summing to n_samples; None: one sequence) -> (B,) int64."""
+    if lengths is None:
+        return torch.tensor([n_samples], dtype=torch.long, device=device)
+    L = torch.as_tensor(np.asarray(lengths) if not isinstance(lengths, Tensor) else lengths, device=device)
+    if L.ndim != 1 or L.dtype.is_floating_point or L.dtype == torch.bool:
+        raise ValueError(f"lengths must be a 1-D list of ints, got shape {tuple(L.shape)} {L.dtype}")
+    if bool((L < 0).any()):
+        raise ValueError(f"lengths must be non-negative, got {L.tolist()}")
+    if int(L.sum()) != n_samples:
+        raise ValueError(f"lengths sum to {int(L.sum())} but X has n_samples={n_samples}")
+    return L.long()
+
+
+class _Layout(NamedTuple):
+    """Where each of n_samples concatenated samples sits in the padded (B, T) batch."""
+
+    lengths: Tensor  # (B,)
+    seq: Tensor  # (n_samples,) batch row of each sample
+    pos: Tensor  # (n_samples,) time step of each sample
+
+    @staticmethod
+    def of(lengths: Tensor) -> _Layout:
+        seq = torch.repeat_interleave(torch.arange(len(lengths), device=lengths.device), lengths)
+        starts = torch.cumsum(lengths, 0) - lengths
+        pos = torch.arange(len(seq), device=lengths.device) - starts[seq]
+        return _Layout(lengths, seq, pos)
+
+    @property
+    def T(self) -> int:
+        return int(self.lengths.max()) if len(self.lengths) else 0
+
+    def pad(self, x: Tensor) -> Tensor:
+        """(n_samples, ...) -> (B, T, ...), zeros past each length."""
+        out = x.new_zeros((len(self.lengths), self.T, *x.shape[1:]))
+        out[self.seq, self.pos] = x
+        return out
+
+    def unpad(self, x: Tensor) -> Tensor:
+        """(B, T, ...) -> (n_samples, ...)."""
+        return x[self.seq, self.pos]
+
+
+def _valid(lengths: Tensor, T: int) -> Tensor:
+    """(B, T) bool: position t < length."""
+    return torch.arange(T, device=lengths.device)[None, :] < lengths[:, None]
+
+
+# ---------------------------------------------------------------------------------------------- emissions
+
+
+class Emission(nn.Module):
+    """An HMM's emission model over C states: the interface HMM is written against.
+
+    Observations have shape ``(*batch, *event_shape)``; subclasses implement
+
+        check(x, batch_ndim, valid)  coerce and validate observations, clean padded positions,
+        log_prob(x)                  (*batch, *event_shape) -> (*batch, C) log p(x | state),
+        m_step(x, weights)           EM update from x (N, *event_shape) and posteriors (N, C),
+        sample(states, generator)    (*batch,) int64 states -> (*batch, *event_shape),
+        reset_parameters(generator)  random parameters (drawn on the CPU),
+    and may override ``init_from_data(x, generator)`` (defaults to reset_parameters).
+    """
+
+    n_states: int
+    event_shape: tuple[int, ...]
+
+    def check(self, x: ArrayLike, batch_ndim: int, valid: Tensor | None = None) -> Tensor:
+        raise NotImplementedError
+
+    def log_prob(self, x: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def m_step(self, x: Tensor, weights: Tensor) -> None:
+        raise NotImplementedError
+
+    def sample(self, states: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        raise NotImplementedError
+
+    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
+        raise NotImplementedError
+
+    def init_from_data(self, x: Tensor, generator: torch.Generator | None = None) -> None:
+        """Data-driven initialisation from observations x (N, *event_shape); default: random."""
+        self.reset_parameters(generator)
+
+    def _check_shape(self, x: Tensor, batch_ndim: int, what: str) -> None:
+        if x.ndim != batch_ndim + len(self.event_shape) or tuple(x.shape[batch_ndim:]) != self.event_shape:
+            batch = "(n_samples" if batch_ndim == 1 else "(B, T"
+            expected = batch + "".join(f", {d}" for d in self.event_shape) + ")"
+            raise ValueError(f"X has shape {tuple(x.shape)}; {type(self).__name__} expects {expected} {what}")
+
+    @property
+    def _device(self) -> torch.device:
+        return next(self.parameters()).device
+
+
+class CategoricalEmission(Emission):
+    """Categorical emissions over V symbols (hmmlearn's CategoricalHMM).
+
+    Parameter: ``log_emissionprob`` (C, V), unnormalised logs, normalised over symbols when used.
+    Observations: int64 symbols, event_shape () (hmmlearn's (n_samples, 1) is accepted too).
+    """
+
+    def __init__(self, n_states: int, n_symbols: int) -> None:
+        if n_symbols is None or n_symbols <= 0:
+            raise ValueError(f"n_symbols must be a positive int, got {n_symbols}")
+        super().__init__()
+        self.n_states, self.n_symbols, self.event_shape = n_states, n_symbols, ()
+        self.log_emissionprob = nn.Parameter(torch.empty(n_states, n_symbols))
+        self.reset_parameters()
+
+    def extra_repr(self) -> str:
+        return f"n_states={self.n_states}, n_symbols={self.n_symbols}"
+
+    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
+        """Uniform random rows, normalised (as hmmlearn's init)."""
+        p = torch.rand(self.n_states, self.n_symbols, generator=generator, dtype=torch.float64)
+        with torch.no_grad():
+            self.log_emissionprob.copy_((p / p.sum(-1, keepdim=True)).log())
+
+    @property
+    def emissionprob_(self) -> Tensor:
+        """(C, V) emission probabilities; write probabilities (tensor or numpy) to set them."""
+        return self._log_table().detach().exp()
+
+    @emissionprob_.setter
+    def emissionprob_(self, value: ArrayLike) -> None:
+        shape = (self.n_states, self.n_symbols)
+        with torch.no_grad():
+            self.log_emissionprob.copy_(_log_distribution(value, shape, "emissionprob_", self.log_emissionprob))
+
+    def _log_table(self) -> Tensor:
+        return torch.log_softmax(self.log_emissionprob, dim=-1)
+
+    def check(self, x: ArrayLike, batch_ndim: int, valid: Tensor | None = None) -> Tensor:
+        x = torch.as_tensor(x, device=self._device)
+        if x.ndim == batch_ndim + 1 and x.shape[-1] == 1:
+            x = x.squeeze(-1)
+        self._check_shape(x, batch_ndim, "integer symbols (or a trailing dimension of 1)")
+        if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
+            raise ValueError(f"X must hold integer symbols, got dtype {x.dtype} (shape {tuple(x.shape)})")
+        x = x.long() if valid is None else torch.where(valid, x.long(), 0)
+        if x.numel() and bool(((x < 0) | (x >= self.n_symbols)).any()):
+            raise ValueError(
+                f"X has symbols in [{int(x.min())}, {int(x.max())}] (shape {tuple(x.shape)}); "
+                f"n_symbols={self.n_symbols} allows 0..{self.n_symbols - 1}"
+            )
+        return x
+
+    def log_prob(self, x: Tensor) -> Tensor:
+        return self._log_table().T[x]
+
+    def m_step(self, x: Tensor, weights: Tensor) -> None:
+        """emissionprob = posterior-weighted symbol counts, normalised per state (hmmlearn, prior 1)."""
+        counts = weights.new_zeros(self.n_states, self.n_symbols).index_add_(1, x, weights.T)
+        with torch.no_grad():
+            self.log_emissionprob.copy_(_normalised_log(counts, self._log_table()))
+
+    def sample(self, states: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        if states.numel() == 0:
+            return states.clone()
+        probs = self.emissionprob_[states.reshape(-1)]
+        return torch.multinomial(probs, 1, generator=generator).reshape(states.shape)
+
+
+class GaussianDiagEmission(Emission):
+    """Gaussian emissions with diagonal covariance in D features (hmmlearn's GaussianHMM, "diag").
+
+    Parameters: ``means`` (C, D) and ``log_covars`` (C, D), the log variances. Observations: floats,
+    event_shape (D,). The M-step is hmmlearn's with means_prior=0, means_weight=0, covars_weight=1 and
+    ``covars_prior`` (default 1e-2), then floors the variances at ``min_covar`` (default 1e-3;
+    hmmlearn only adds min_covar at initialisation, so the two differ only where a variance would fall
+    below min_covar).
+    """
+
+    def __init__(self, n_states: int, n_features: int, min_covar: float = 1e-3, covars_prior: float = 1e-2) -> None:
+        if n_features is None or n_features <= 0:
+            raise ValueError(f"n_features must be a positive int, got {n_features}")
+        super().__init__()
+        self.n_states, self.n_features, self.event_shape = n_states, n_features, (n_features,)
+        self.min_covar, self.covars_prior = min_covar, covars_prior
+        self.means = nn.Parameter(torch.empty(n_states, n_features))
+        self.log_covars = nn.Parameter(torch.empty(n_states, n_features))
+        self.reset_parameters()
+
+    def extra_repr(self) -> str:
+        return f"n_states={self.n_states}, n_features={self.n_features}, min_covar={self.min_covar}"
+
+    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
+        """Standard normal means, unit variances."""
+        with torch.no_grad():
+            self.means.copy_(torch.randn(self.means.shape, generator=generator, dtype=torch.float64))
+            self.log_covars.zero_()
+
+    def init_from_data(self, x: Tensor, generator: torch.Generator | None = None) -> None:
+        """Means at C distinct random samples, every variance the data's variance + min_covar."""
+        N, C = len(x), self.n_states
+        if N == 0:
+            raise ValueError("init_from_data needs at least one sample")
+        pick = torch.randperm(N, generator=generator)[:C] if N >= C else torch.randint(N, (C,), generator=generator)
+        var = x.var(0, correction=0) + self.min_covar
+        with torch.no_grad():
+            self.means.copy_(x[pick.to(x.device)])
+            self.log_covars.copy_(var.log().expand(C, -1))
+
+    @property
+    def means_(self) -> Tensor:
+        """(C, D) means; write (tensor or numpy) to set them."""
+        return self.means.detach().clone()
+
+    @means_.setter
+    def means_(self, value: ArrayLike) -> None:
+        m = torch.as_tensor(np.asarray(value) if not isinstance(value, Tensor) else value).detach()
+        if tuple(m.shape) != (self.n_states, self.n_features) or not bool(torch.isfinite(m).all()):
+            raise ValueError(f"means_ must be finite of shape {(self.n_states, self.n_features)}, got {tuple(m.shape)}")
+        with torch.no_grad():
+            self.means.copy_(m)
+
+    @property
+    def covars_(self) -> Tensor:
+        """(C, D) variances (hmmlearn's internal ``_covars_``); write (C, D), or hmmlearn's (C, D, D)
+        diagonal matrices, to set them."""
+        return self.log_covars.detach().exp()
+
+    @covars_.setter
+    def covars_(self, value: ArrayLike) -> None:
+        v = torch.as_tensor(np.asarray(value) if not isinstance(value, Tensor) else value).detach().double()
+        C, D = self.n_states, self.n_features
+        if tuple(v.shape) == (C, D, D):
+            if bool((v - torch.diag_embed(v.diagonal(dim1=1, dim2=2))).any()):
+                raise ValueError("covars_ of shape (C, D, D) must be diagonal for covariance_type='diag'")
+            v = v.diagonal(dim1=1, dim2=2)
+        if tuple(v.shape) != (C, D):
+            raise ValueError(f"covars_ has shape {tuple(v.shape)}; expected {(C, D)} (or {(C, D, D)} diagonal)")
+        if not bool(torch.isfinite(v).all()) or bool((v <= 0).any()):
+            raise ValueError("covars_ must be finite and positive")
+        with torch.no_grad():
+            self.log_covars.copy_(v.log())
+
+    def check(self, x: ArrayLike, batch_ndim: int, valid: Tensor | None = None) -> Tensor:
+        x = torch.as_tensor(x, device=self._device)
+        self._check_shape(x, batch_ndim, f"(n_features={self.n_features})")
+        if not (x.dtype.is_floating_point or x.dtype in (torch.int32, torch.int64, torch.int16, torch.int8)):
+            raise ValueError(f"X must hold real numbers, got dtype {x.dtype}")
+        x = x.to(self.means.dtype)
+        if valid is not None:
+            x = torch.where(valid[..., None], x, 0.0)
+        if not bool(torch.isfinite(x).all()):
+            raise ValueError(f"X (shape {tuple(x.shape)}) has non-finite values")
+        return x
+
+    def log_prob(self, x: Tensor) -> Tensor:
+        diff = x.unsqueeze(-2) - self.means  # (..., C, D)
+        return -0.5 * (
+            self.n_features * math.log(2 * math.pi)
+            + self.log_covars.sum(-1)
+            + (diff.square() * torch.exp(-self.log_covars)).sum(-1)
+        )
+
+    def m_step(self, x: Tensor, weights: Tensor) -> None:
+        """hmmlearn's diag update: means = Σγx / Σγ; covars = (prior + Σγx² − 2μΣγx + μ²Σγ) / Σγ."""
+        post = weights.sum(0)[:, None]  # (C, 1)
+        obs, obs2 = weights.T @ x, weights.T @ x.square()
+        means = obs / post
+        covars = (self.covars_prior + obs2 - 2 * means * obs + means.square() * post) / post.clamp_min(1e-5)
+        seen = post > 0  # states with no posterior mass keep their parameters
+        with torch.no_grad():
+            self.means.copy_(torch.where(seen, means, self.means))
+            self.log_covars.copy_(torch.where(seen, covars.clamp_min(self.min_covar).log(), self.log_covars))
+
+    def sample(self, states: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        noise = torch.randn(
+            (*states.shape, self.n_features), generator=generator, dtype=self.means.dtype, device=states.device
+        )
+        return self.means_[states] + noise * torch.exp(0.5 * self.log_covars.detach())[states]
+
+
+# ---------------------------------------------------------------------------------------------- EM reporting
+
+
+class ConvergenceMonitor:
+    """hmmlearn's ConvergenceMonitor: EM's log-likelihood history and stopping rule.
+
+    ``history`` lists the log-likelihood of the data before each M-step (so it must not decrease),
+    ``iter`` counts iterations; ``converged`` is true after n_iter iterations or once an iteration
+    gains less than ``tol``.
+    """
+
+    _template = "{iter:>10d} {log_prob:>16.8f} {delta:>+16.8f} {seconds:>9.3f}s"
+
+    def __init__(self, tol: float, n_iter: int, verbose: bool = False) -> None:
+        self.tol, self.n_iter, self.verbose = tol, n_iter, verbose
+        self.history: list[float] = []
+        self.iter = 0
+
+    def __repr__(self) -> str:
+        return f"ConvergenceMonitor(tol={self.tol}, n_iter={self.n_iter}, iter={self.iter}, history={self.history})"
+
+    def report(self, log_prob: float, seconds: float = 0.0) -> str:
+        """Record one iteration's log-likelihood; returns hmmlearn's per-iteration line (plus seconds)."""
+        delta = log_prob - self.history[-1] if self.history else math.nan
+        if self.history and delta < -math.sqrt(np.finfo(float).eps) * max(1.0, abs(log_prob)):
+            _log.warning(f"EM is not converging: log-likelihood {log_prob} < {self.history[-1]} (delta {delta})")
+        self.history.append(log_prob)
+        self.iter += 1
+        return self._template.format(iter=self.iter, log_prob=log_prob, delta=delta, seconds=seconds)
+
+    @property
+    def converged(self) -> bool:
+        return self.iter == self.n_iter or (len(self.history) >= 2 and self.history[-1] - self.history[-2] < self.tol)
+
+
+class _ProgressBar:
+    """EM progress on a stream (stderr): on a terminal a bar redrawn in place, with lines printed above
+    it; elsewhere (a file, a pipe) a plain line at every tenth of the iterations and at the end."""
+
+    def __init__(self, total: int, stream: TextIO | None = None, width: int = 30) -> None:
+        self.total, self.stream, self.width = max(total, 1), stream or sys.stderr, width
+        self.live = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.shown = ""  # the bar as last drawn on the terminal
+        self.tenth = -1  # the last tenth reported off the terminal
+
+    def update(self, done: int, log_prob: float, final: bool = False) -> None:
+        filled = self.width * done // self.total
+        text = f"EM [{'#' * filled}{'.' * (self.width - filled)}] {done}/{self.total}  log-likelihood {log_prob:.6f}"
+        if self.live:
+            self._draw(text)
+        elif final or 10 * done // self.total > self.tenth:
+            self.tenth = 10 * done // self.total
+            self.stream.write(text + "\n")
+
+    def write(self, line: str) -> None:
+        shown = self.shown
+        if shown:
+            self._draw("")
+            self.stream.write("\r")
+        self.stream.write(line + "\n")
+        if shown:
+            self._draw(shown)
+
+    def close(self) -> None:
+        if self.shown:
+            self.stream.write("\n")
+        self.stream.flush()
+
+    def _draw(self, text: str) -> None:
+        self.stream.write("\r" + text.ljust(len(self.shown)))
+        self.stream.flush()
+        self.shown = text
+
+
+# ---------------------------------------------------------------------------------------------- the model
+
+
+class _Expectations(NamedTuple):
+    """One E-step: per-sequence log-likelihoods and expected counts (autograd of log-likelihood)."""
+
+    log_likelihood: Tensor  # (B,)
+    posteriors: Tensor  # (B, T, C), 0 past each length
+    transitions: Tensor  # (C, C) expected transition counts, summed over batch and time
+    starts: Tensor  # (C,) expected start counts, summed over the batch
+
+
+class _Batch(NamedTuple):
+    """Inputs of one call, padded: observations (B, T, *event) or None, log-emissions (B, T, C), lengths."""
+
+    x: Tensor | None
+    log_emissions: Tensor
+    lengths: Tensor
+
+
+def _emission_property(name: str) -> property:
+    """An HMM attribute that forwards to the emission model's property of the same name."""
+
+    def get(self: HMM) -> Tensor:
+        return getattr(self._emission_with(name), name)
+
+    def set_(self: HMM, value: ArrayLike) -> None:
+        setattr(self._emission_with(name), name, value)
+
+    return property(get, set_, doc=f"The emission model's ``{name}`` (see its class).")
+
+
+class HMM(nn.Module):
+    """Hidden Markov model over `n_states` states C.
+
+    Args:
+        n_states: number of hidden states C.
+        emission: "categorical" (needs n_symbols), "gaussian" (needs n_features; covariance_type
+            "diag"), an :class:`Emission` instance, or "custom" / None: no emission model, every call
+            takes ``log_emissions=`` (B, T, C) (padded) or (n_samples, C) (concatenated) instead of X.
+        n_symbols: V, the categorical alphabet size.
+        n_features: D, the Gaussian dimension.
+        covariance_type: only "diag".
+        min_covar, covars_prior: Gaussian variance floor and hmmlearn's covariance prior.
+        generator: CPU generator for the random initial parameters.
+
+    Properties ``startprob_`` (C,), ``transmat_`` (C, C) [from, to], and, from the emission model,
+    ``emissionprob_`` (C, V), ``means_`` (C, D), ``covars_`` (C, D), read probabilities as tensors and
+    accept tensors or numpy arrays on write (hmmlearn's arrays set a model directly).
+    """
+
+    def __init__(
+        self,
+        n_states: int,
+        emission: str | Emission | None = "categorical",
+        *,
+        n_symbols: int | None = None,
+        n_features: int | None = None,
+        covariance_type: str = "diag",
+        min_covar: float = 1e-3,
+        covars_prior: float = 1e-2,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        if n_states <= 0:
+            raise ValueError(f"n_states must be positive, got {n_states}")
+        super().__init__()
+        self.n_states = n_states
+        if emission == "categorical":
+            emission = CategoricalEmission(n_states, n_symbols)
+        elif emission == "gaussian":
+            if covariance_type != "diag":
+                raise ValueError(f"covariance_type must be 'diag', got {covariance_type!r}")
+            emission = GaussianDiagEmission(n_states, n_features, min_covar, covars_prior)
+        elif emission in ("custom", None):
+            emission = None
+        elif not isinstance(emission, Emission):
+            raise ValueError(f"emission must be 'categorical', 'gaussian', 'custom' or an Emission, got {emission!r}")
+        if emission is not None and emission.n_states != n_states:
+            raise ValueError(f"the emission model has {emission.n_states} states, this HMM has n_states={n_states}")
+        self.emission = emission
+        self.log_startprob = nn.Parameter(torch.empty(n_states))
+        self.log_transmat = nn.Parameter(torch.empty(n_states, n_states))
+        self.monitor_: ConvergenceMonitor | None = None
+        self.reset_parameters(generator)
+
+    def extra_repr(self) -> str:
+        return f"n_states={self.n_states}"
+
+    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
+        """Random start and transition distributions (uniform draws, normalised) and emission parameters."""
+        C = self.n_states
+        p = torch.rand(C + 1, C, generator=generator, dtype=torch.float64)
+        p = (p / p.sum(-1, keepdim=True)).log()
+        with torch.no_grad():
+            self.log_startprob.copy_(p[0])
+            self.log_transmat.copy_(p[1:])
+        if self.emission is not None:
+            self.emission.reset_parameters(generator)
+
+    def init_from_data(self, X: ArrayLike, generator: torch.Generator | None = None) -> HMM:
+        """hmmlearn-style initialisation before EM: random start / transitions, emissions from the
+        concatenated samples X (Gaussian: means at random samples, variances the data's)."""
+        x = self._require_emission().check(X, 1)
+        self.reset_parameters(generator)
+        self.emission.init_from_data(x, generator)
+        return self
+
+    # ------------------------------------------------------------ parameters
+
+    @property
+    def device(self) -> torch.device:
+        return self.log_startprob.device
+
+    def log_start(self) -> Tensor:
+        """(C,) normalised log start probabilities (differentiable)."""
+        return torch.log_softmax(self.log_startprob, dim=-1)
+
+    def log_trans(self) -> Tensor:
+        """(C, C) normalised log transition probabilities [from, to] (differentiable)."""
+        return torch.log_softmax(self.log_transmat, dim=-1)
+
+    @property
+    def startprob_(self) -> Tensor:
+        """(C,) start probabilities; write probabilities (tensor or numpy) to set them."""
+        return self.log_start().detach().exp()
+
+    @startprob_.setter
+    def startprob_(self, value: ArrayLike) -> None:
+        with torch.no_grad():
+            self.log_startprob.copy_(_log_distribution(value, (self.n_states,), "startprob_", self.log_startprob))
+
+    @property
+    def transmat_(self) -> Tensor:
+        """(C, C) row-stochastic transition matrix [from, to]; write (tensor or numpy) to set it."""
+        return self.log_trans().detach().exp()
+
+    @transmat_.setter
+    def transmat_(self, value: ArrayLike) -> None:
+        C = self.n_states
+        with torch.no_grad():
+            self.log_transmat.copy_(_log_distribution(value, (C, C), "transmat_", self.log_transmat))
+
+    emissionprob_ = _emission_property("emissionprob_")
+    means_ = _emission_property("means_")
+    covars_ = _emission_property("covars_")
+
+    def _require_emission(self) -> Emission:
+        if self.emission is None:
+            raise ValueError("this HMM has no emission model: pass log_emissions= instead of X")
+        return self.emission
+
+    def _emission_with(self, name: str) -> Emission:
+        if self.emission is None or not hasattr(type(self.emission), name):
+            raise AttributeError(f"{name} belongs to an emission model that has it; this HMM's is {self.emission!r}")
+        return self.emission
+
+    # ------------------------------------------------------------ inputs
+
+    def _log_emissions(self, X: ArrayLike | None, log_emissions: ArrayLike | None, padded: bool) -> Tensor | None:
+        """Validated log_emissions (B, T, C) when padded, else (n_samples, C); None when X is given."""
+        if (X is None) == (log_emissions is None):
+            raise ValueError("give X or log_emissions, exactly one")
+        if log_emissions is None:
+            return None
+        e = torch.as_tensor(log_emissions, device=self.device)
+        expected = "(B, T, C)" if padded else "(n_samples, C)"
+        if e.ndim != (3 if padded else 2) or e.shape[-1] != self.n_states or not e.dtype.is_floating_point:
+            raise ValueError(
+                f"log_emissions has shape {tuple(e.shape)} {e.dtype}; expected floats {expected} with C={self.n_states}"
+            )
+        return e
+
+    def _padded(
+        self, X: ArrayLike | None, mask: ArrayLike | None, lengths: ArrayLike | None, log_emissions: ArrayLike | None
+    ) -> _Batch:
+        """torch-style inputs: X (B, T, *event) or log_emissions (B, T, C), with mask / lengths."""
+        em = self._log_emissions(X, log_emissions, padded=True)
+        if em is not None:
+            L = _resolve_lengths(em.shape[0], em.shape[1], mask, lengths, self.device)
+            return _Batch(None, torch.where(_valid(L, em.shape[1])[..., None], em, 0.0), L)
+        shape = _shape(X)
+        if len(shape) < 2:
+            raise ValueError(f"X has shape {shape}; expected a padded batch (B, T, ...)")
+        L = _resolve_lengths(shape[0], shape[1], mask, lengths, self.device)
+        x = self._require_emission().check(X, 2, _valid(L, shape[1]))
+        return self._with_emissions(x, L)
+
+    def _concatenated(
+        self, X: ArrayLike | None, lengths: ArrayLike | None, log_emissions: ArrayLike | None
+    ) -> tuple[_Batch, _Layout]:
+        """hmmlearn-style inputs: X (n_samples, *event) or log_emissions (n_samples, C), with lengths."""
+        em = self._log_emissions(X, log_emissions, padded=False)
+        if em is not None:
+            layout = _Layout.of(_sequence_lengths(len(em), lengths, self.device))
+            return _Batch(None, layout.pad(em), layout.lengths), layout
+        x = self._require_emission().check(X, 1)
+        layout = _Layout.of(_sequence_lengths(len(x), lengths, self.device))
+        return self._with_emissions(layout.pad(x), layout.lengths), layout
+
+    def _with_emissions(self, x: Tensor, L: Tensor) -> _Batch:
+        em = self.emission.log_prob(x)
+        return _Batch(x, torch.where(_valid(L, x.shape[1])[..., None], em, 0.0), L)
+
+    # ------------------------------------------------------------ inference on padded batches
+
+    def _chain_sum(self, batch: _Batch) -> Tensor:
+        return chain_sum_factored(batch.log_emissions, self.log_trans(), self.log_start(), None, batch.lengths)
+
+    def _expectations(self, batch: _Batch) -> _Expectations:
+        """E-step by autograd of the log-likelihood with respect to emissions, transitions and start."""
+        leaves = [t.detach().requires_grad_() for t in (batch.log_emissions, self.log_trans(), self.log_start())]
+        with torch.enable_grad():
+            ll = chain_sum_factored(leaves[0], leaves[1], leaves[2], None, batch.lengths)
+            if not ll.requires_grad:  # T == 0: nothing to differentiate
+                return _Expectations(ll, *(torch.zeros_like(t) for t in leaves))
+            grads = torch.autograd.grad(ll.sum(), leaves, allow_unused=True, materialize_grads=True)
+        return _Expectations(ll.detach(), *grads)
+
+    def _viterbi(self, batch: _Batch) -> tuple[Tensor, Tensor]:
+        return chain_viterbi_factored(batch.log_emissions, self.log_trans(), self.log_start(), None, batch.lengths)
+
+    def log_likelihood(
+        self,
+        X: ArrayLike | None = None,
+        mask: ArrayLike | None = None,
+        lengths: ArrayLike | None = None,
+        *,
+        log_emissions: ArrayLike | None = None,
+    ) -> Tensor:
+        """log p(X) of each padded sequence -> (B,), differentiable; 0 for length 0.
+
+        X: (B, T) symbols or (B, T, D) features (or ``log_emissions`` (B, T, C)); mask (B, T) prefix
+        mask or lengths (B,) (neither: all T).
+        """
+        return self._chain_sum(self._padded(X, mask, lengths, log_emissions))
+
+    def forward(
+        self,
+        X: ArrayLike | None = None,
+        mask: ArrayLike | None = None,
+        lengths: ArrayLike | None = None,
+        *,
+        log_emissions: ArrayLike | None = None,
+    ) -> Tensor:
+        """Per-sequence log-likelihoods (B,): maximise ``model(X, mask).sum()`` to train by gradient."""
+        return self.log_likelihood(X, mask, lengths, log_emissions=log_emissions)
+
+    @torch.no_grad()
+    def posteriors(
+        self,
+        X: ArrayLike | None = None,
+        mask: ArrayLike | None = None,
+        lengths: ArrayLike | None = None,
+        *,
+        log_emissions: ArrayLike | None = None,
+    ) -> Tensor:
+        """p(state at t | X) -> (B, T, C), 0 past each length (forward-backward by autograd)."""
+        return self._expectations(self._padded(X, mask, lengths, log_emissions)).posteriors
+
+    @torch.no_grad()
+    def viterbi(
+        self,
+        X: ArrayLike | None = None,
+        mask: ArrayLike | None = None,
+        lengths: ArrayLike | None = None,
+        *,
+        log_emissions: ArrayLike | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """Most likely state paths: (tags (B, T) int64, -1 past each length; log p(X, path) (B,))."""
+        score, tags = self._viterbi(self._padded(X, mask, lengths, log_emissions))
+        return tags, score
+
+    @torch.no_grad()
+    def sample_paths(
+        self,
+        X: ArrayLike | None = None,
+        mask: ArrayLike | None = None,
+        lengths: ArrayLike | None = None,
+        *,
+        n: int = 1,
+        log_emissions: ArrayLike | None = None,
+        generator: int | torch.Generator | None = None,
+    ) -> Tensor:
+        """n state paths per sequence from the posterior p(path | X) -> (n, B, T), -1 past each length."""
+        batch = self._padded(X, mask, lengths, log_emissions)
+        B, T, _ = batch.log_emissions.shape
+        if T == 0:
+            return torch.empty((n, B, 0), dtype=torch.long, device=self.device)
+        chain = factored_to_edges(batch.log_emissions, self.log_trans(), self.log_start(), None, LogSemiring)
+        return chain_sample(*chain, batch.lengths, n=n, generator=_as_generator(generator, self.device))
+
+    @torch.no_grad()
+    def sample_batch(
+        self, batch_size: int, length: int, generator: int | torch.Generator | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Draw batch_size sequences of `length` steps from the model -> (X (B, T, *event), states (B, T))."""
+        emission = self._require_emission()
+        g = _as_generator(generator, self.device)
+        start, trans = self.startprob_, self.transmat_
+        states = torch.empty(batch_size, length, dtype=torch.long, device=self.device)
+        if length and batch_size:
+            states[:, 0] = torch.multinomial(start.expand(batch_size, -1), 1, generator=g).squeeze(1)
+            for t in range(1, length):
+                states[:, t] = torch.multinomial(trans[states[:, t - 1]], 1, generator=g).squeeze(1)
+        return emission.sample(states, g), states
+
+    # ------------------------------------------------------------ hmmlearn's calls on concatenated samples
+
+    @torch.no_grad()
+    def score(
+        self, X: ArrayLike | None = None, lengths: ArrayLike | None = None, *, log_emissions: ArrayLike | None = None
+    ) -> Tensor:
+        """Total log-likelihood of the concatenated samples X (n_samples, ...) -> 0-dim tensor."""
+        batch, _ = self._concatenated(X, lengths, log_emissions)
+        return self._chain_sum(batch).sum()
+
+    @torch.no_grad()
+    def score_samples(
+        self, X: ArrayLike | None = None, lengths: ArrayLike | None = None, *, log_emissions: ArrayLike | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """(total log-likelihood, posteriors (n_samples, C))."""
+        batch, layout = self._concatenated(X, lengths, log_emissions)
+        e = self._expectations(batch)
+        return e.log_likelihood.sum(), layout.unpad(e.posteriors)
+
+    def predict_proba(
+        self, X: ArrayLike | None = None, lengths: ArrayLike | None = None, *, log_emissions: ArrayLike | None = None
+    ) -> Tensor:
+        """State posteriors (n_samples, C)."""
+        return self.score_samples(X, lengths, log_emissions=log_emissions)[1]
+
+    @torch.no_grad()
+    def decode(
+        self,
+        X: ArrayLike | None = None,
+        lengths: ArrayLike | None = None,
+        algorithm: str = "viterbi",
+        *,
+        log_emissions: ArrayLike | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """(log-probability, states (n_samples,) int64), as hmmlearn: "viterbi" gives the best paths and
+        the sum of their log p(X, path); "map" the most probable state at each sample and the sum of
+        those posteriors' maxima."""
+        if algorithm not in ("viterbi", "map"):
+            raise ValueError(f"algorithm must be 'viterbi' or 'map', got {algorithm!r}")
+        batch, layout = self._concatenated(X, lengths, log_emissions)
+        if algorithm == "map":
+            best, states = layout.unpad(self._expectations(batch).posteriors).max(-1)
+            return best.sum(), states
+        score, tags = self._viterbi(batch)
+        return score.sum(), layout.unpad(tags)
+
+    def predict(
+        self, X: ArrayLike | None = None, lengths: ArrayLike | None = None, *, log_emissions: ArrayLike | None = None
+    ) -> Tensor:
+        """Viterbi states (n_samples,) int64."""
+        return self.decode(X, lengths, log_emissions=log_emissions)[1]
+
+    def sample(self, n_samples: int = 1, random_state: int | torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+        """One sequence of n_samples steps, as hmmlearn: (X (n_samples, 1) symbols or (n_samples, D),
+        states (n_samples,)). random_state: an int seed or a torch.Generator on the model's device."""
+        x, states = self.sample_batch(1, n_samples, random_state)
+        return x[0].reshape(n_samples, *(self.emission.event_shape or (1,))), states[0]
+
+    @torch.no_grad()
+    def fit(
+        self,
+        X: ArrayLike | None = None,
+        lengths: ArrayLike | None = None,
+        n_iter: int = 100,
+        tol: float = 1e-2,
+        verbose: bool = False,
+        progress: bool = False,
+        *,
+        log_emissions: ArrayLike | None = None,
+        stream: TextIO | None = None,
+    ) -> HMM:
+        """Baum-Welch EM from the current parameters on concatenated samples X (n_samples, ...).
+
+        Each iteration computes the posteriors and expected counts by autograd of the log-likelihood
+        (E-step) and re-estimates every parameter with hmmlearn's formulas (M-step). ``monitor_``
+        records the log-likelihood of each E-step (non-decreasing) and stops after n_iter iterations or
+        a gain below tol. verbose prints hmmlearn's per-iteration line (iteration, log-likelihood,
+        gain, seconds); verbose or progress draws a progress bar; both on stderr (or `stream`).
+        With ``log_emissions`` (n_samples, C) instead of X only start and transitions are re-estimated.
+        """
+        batch, _ = self._concatenated(X, lengths, log_emissions)
+        self.monitor_ = monitor = ConvergenceMonitor(tol, n_iter, verbose)
+        bar = _ProgressBar(n_iter, stream) if (verbose or progress) else None
+        try:
+            for it in range(n_iter):
+                tic = time.perf_counter()
+                if it and batch.x is not None:  # the emissions under the re-estimated parameters
+                    batch = self._with_emissions(batch.x, batch.lengths)
+                stats = self._expectations(batch)
+                log_prob = float(stats.log_likelihood.sum())
+                if not math.isfinite(log_prob):
+                    bad = torch.nonzero(~torch.isfinite(stats.log_likelihood)).flatten().tolist()
+                    raise ValueError(f"X has zero probability under the model (sequences {bad[:10]})")
+                self._m_step(stats, batch)
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize(self.device)
+                line = monitor.report(log_prob, time.perf_counter() - tic)
+                if bar is not None:
+                    if verbose:
+                        bar.write(line)
+                    bar.update(monitor.iter, log_prob, final=monitor.converged)
+                if monitor.converged:
+                    break
+        finally:
+            if bar is not None:
+                bar.close()
+        return self
+
+    def _m_step(self, stats: _Expectations, batch: _Batch) -> None:
+        """hmmlearn's M-step with its default priors (run under no_grad): normalised expected counts."""
+        self.log_startprob.copy_(_normalised_log(stats.starts, self.log_start()))
+        self.log_transmat.copy_(_normalised_log(stats.transitions, self.log_trans()))
+        if batch.x is not None:
+            B, T = batch.x.shape[:2]
+            x = batch.x.reshape(B * T, *batch.x.shape[2:])
+            self.emission.m_step(x, stats.posteriors.reshape(B * T, self.n_states))

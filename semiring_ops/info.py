@@ -40,6 +40,8 @@ def backend_info(load: bool = True) -> dict[str, Any]:
             ops[f"{name} matmul"] = "torch.matmul"
         else:
             ops[f"{name} matmul"] = {dt: b["kind"] for dt, b in backends.items()}
+    # the fused chains (CRF / HMM): chain_scan (every semiring), chain_viterbi, chain_log_backward
+    ops["chain scan, viterbi, log backward"] = {dt: b["kind"] for dt, b in backends.items()}
     return {
         "semiring_ops": __version__,
         "torch": torch.__version__,

@@ -248,5 +248,5 @@ class LinearChainCRF(nn.Module):
 
     def decode(self, emissions: Tensor, mask: Tensor | None = None) -> list[list[int]]:
         """Best tag sequences as lists (as pytorch-crf's decode)."""
-        tags, _ = self.viterbi(emissions, mask)
-        return [row[row >= 0].tolist() for row in tags]
+        tags = self.viterbi(emissions, mask)[0].cpu()  # one device-to-host copy for the batch, not one per row
+        return [row[:n] for row, n in zip(tags.tolist(), (tags >= 0).sum(1).tolist(), strict=True)]

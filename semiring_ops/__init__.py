@@ -4,6 +4,8 @@ import semiring_ops as so
 c = so.logbmm(a, b)                       # logsumexp_k a[..., i, k] + b[..., k, j]
 v, idx = so.maxbmm(a, b, return_argmax=True)
 so.semiring_matmul(a, b, so.MinSemiring)
+crf = so.LinearChainCRF(num_tags, batch_first=True)   # pytorch-crf's interface, fused chain kernels
+hmm = so.HMM(n_states, n_symbols=V)                   # hmmlearn's interface
 """
 
 __version__ = "0.1.0"
@@ -12,8 +14,11 @@ from .info import backend_info
 from .nn import SemiringLinear
 from .ops import logbmm, maxbmm, minbmm, semiring_matmul, stdbmm
 from .semirings import LogSemiring, MaxSemiring, MinSemiring, Semiring, StdSemiring
+from .structures import HMM, LinearChainCRF, allowed_transitions
 
 __all__ = [
+    "HMM",
+    "LinearChainCRF",
     "LogSemiring",
     "MaxSemiring",
     "MinSemiring",
@@ -21,6 +26,7 @@ __all__ = [
     "SemiringLinear",
     "StdSemiring",
     "__version__",
+    "allowed_transitions",
     "backend_info",
     "logbmm",
     "maxbmm",

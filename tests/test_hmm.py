@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from semiring_ops.structures import HMM
 from semiring_ops.structures.hmm import ConvergenceMonitor
 
-LENGTHS = [100, 1, 7, 70, 12]  # 100 and 70 take the parallel scan, 1 has no transition
+LENGTHS = [100, 1, 7, 70, 12]  # long and short sequences; 1 has no transition
 
 
 def _distributions(rng: np.random.Generator, C: int, V: int, zeros: bool = True):

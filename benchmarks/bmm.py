@@ -25,7 +25,7 @@ import torch
 import semiring_ops as so
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing import time_ms
+from timing import time_or_failure
 
 
 def naive_log(a, b):
@@ -77,15 +77,7 @@ def run_one(fn, B: int, n: int, device: str, reps: int, backward: bool) -> float
             with torch.no_grad():
                 return fn(a, b)
 
-    try:
-        return time_ms(step, device, reps)
-    except torch.cuda.OutOfMemoryError:
-        return "OOM"
-    except Exception as exc:
-        return f"ERR {type(exc).__name__}"
-    finally:
-        if device == "cuda":
-            torch.cuda.empty_cache()
+    return time_or_failure(step, device, reps)
 
 
 CEILING_KEY = {

@@ -47,7 +47,7 @@ import torch
 from semiring_ops.structures import LinearChainCRF
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing import time_ms
+from timing import release, time_or_failure
 
 GPU_SHAPES = [(32, 128, 8), (32, 128, 32), (32, 128, 128), (32, 512, 32), (8, 128, 512)]
 CPU_SHAPES = [(4, 32, 8), (8, 64, 32)]
@@ -66,23 +66,6 @@ def parse_shape(text: str) -> tuple[int, int, int]:
     return B, T, C
 
 
-def _release(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.empty_cache()
-
-
-def measure(fn: Callable[[], object], device: str, reps: int) -> float | str:
-    """Median ms, or 'OOM' / 'ERR <type>' when fn fails."""
-    try:
-        return time_ms(fn, device, reps)
-    except torch.cuda.OutOfMemoryError:
-        return "OOM"
-    except Exception as exc:
-        return f"ERR {type(exc).__name__}: {str(exc)[:60]}"
-    finally:
-        _release(device)
-
-
 def peak_mib(step: Callable[[], object], device: str) -> float | str | None:
     """MiB allocated at the peak of one step() above what was allocated before it (CUDA only)."""
     if device != "cuda":
@@ -99,7 +82,7 @@ def peak_mib(step: Callable[[], object], device: str) -> float | str | None:
     except Exception as exc:
         return f"ERR {type(exc).__name__}"
     finally:
-        _release(device)
+        release(device)
 
 
 # ---------------------------------------------------------------- systems: name -> (train step, decode) or None
@@ -193,31 +176,32 @@ def run_shape(B: int, T: int, C: int, device: str, ragged: bool, gpu: bool) -> t
 
     rows = []
     crf, train, decode, decode_lists = ours_fns(em, tags, mask, C, device)
-    rows.append(row("ours", measure(train, device, reps["ours"]), measure(decode, device, reps["ours"])))
+    ours_train = time_or_failure(train, device, reps["ours"])
+    rows.append(row("ours", ours_train, time_or_failure(decode, device, reps["ours"])))
     rows[-1]["peak_mib"] = peak_mib(train, device)
-    rows.append(row("ours .decode", None, measure(decode_lists, device, reps["ours"])))
+    rows.append(row("ours .decode", None, time_or_failure(decode_lists, device, reps["ours"])))
 
     check = ""
     try:
         ptc, ptc_train, ptc_decode = pytorch_crf_fns(em, tags, mask, C, device)
-        rows.append(row("pytorch-crf", measure(ptc_train, device, reps["pytorch-crf"])))
-        rows[-1]["decode_ms"] = measure(ptc_decode, device, reps["pytorch-crf"])
+        rows.append(row("pytorch-crf", time_or_failure(ptc_train, device, reps["pytorch-crf"])))
+        rows[-1]["decode_ms"] = time_or_failure(ptc_decode, device, reps["pytorch-crf"])
         try:
             check = agreement(crf, ptc, em, tags, mask)
         except Exception as exc:  # a check that cannot run (e.g. OOM) must not stop the timings
             check = f"check failed: {type(exc).__name__}"
-            _release(device)
+            release(device)
     except ImportError:
         rows.append(row("pytorch-crf", "unavailable", "unavailable"))
     try:
         ts_train, ts_decode = torch_struct_fns(em, lengths, C, device, ragged)
-        rows.append(row("torch-struct", measure(ts_train, device, reps["torch-struct"])))
-        rows[-1]["decode_ms"] = measure(ts_decode, device, reps["torch-struct"])
+        rows.append(row("torch-struct", time_or_failure(ts_train, device, reps["torch-struct"])))
+        rows[-1]["decode_ms"] = time_or_failure(ts_decode, device, reps["torch-struct"])
         rows[-1]["peak_mib"] = peak_mib(ts_train, device)
     except ImportError:
         rows.append(row("torch-struct", "unavailable", "unavailable"))
     loop_train = torch_loop_fns(em, lengths, C, device, ragged)
-    rows.append(row("torch loop", measure(loop_train, device, reps["torch loop"])))
+    rows.append(row("torch loop", time_or_failure(loop_train, device, reps["torch loop"])))
 
     ours_train, ours_decode = rows[0]["train_ms"], rows[0]["decode_ms"]
     for r in rows:
@@ -227,7 +211,7 @@ def run_shape(B: int, T: int, C: int, device: str, ragged: bool, gpu: bool) -> t
     rows[0]["beats_all_train"] = _beats(ours_train, [r["train_ms"] for r in rows if r["system"] in ANCHORS])
     rows[0]["beats_all_decode"] = _beats(ours_decode, [r["decode_ms"] for r in rows if r["system"] in ANCHORS])
     del em, tags, mask
-    _release(device)
+    release(device)
     return rows, check
 
 

@@ -29,3 +29,21 @@ def time_ms(fn: Callable[[], object], device: str, reps: int) -> float:
             fn()
             times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times)
+
+
+def release(device: str) -> None:
+    """Returns the caching allocator's free blocks (CUDA), so one system's peak does not starve the next."""
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
+def time_or_failure(fn: Callable[[], object], device: str, reps: int) -> float | str:
+    """time_ms, or 'OOM' / 'ERR <type>: <message>' when fn fails; releases cached memory afterwards."""
+    try:
+        return time_ms(fn, device, reps)
+    except torch.cuda.OutOfMemoryError:
+        return "OOM"
+    except Exception as exc:
+        return f"ERR {type(exc).__name__}: {str(exc)[:60]}"
+    finally:
+        release(device)

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <vector>
 
+#include "chain_host.h"
 #include "checks.h"
 #include "cpu_common.h"
 #include "ops.h"
@@ -150,18 +151,11 @@ std::vector<at::Tensor> chain_scan(const at::Tensor& emissions, const at::Tensor
                                    int64_t semiring_id, bool reverse, bool save_scores) {
   check_chain_args(emissions, transitions, start, end, lengths);
   TORCH_CHECK(emissions.device().is_cpu(), "chain kernel (CPU): got emissions ", describe(emissions));
-  const int64_t B = emissions.size(0), T_len = emissions.size(1), C = emissions.size(2);
-  at::Tensor total = new_output({B}, emissions.options());
-  at::Tensor scores = save_scores ? new_output({B, T_len, C}, emissions.options()) : at::empty({0}, emissions.options());
-  const bool found = dispatch_semiring(semiring_id, [&](auto semiring) {
-    using S = decltype(semiring);
-    AT_DISPATCH_FLOATING_TYPES(emissions.scalar_type(), "semiring_chain_scan_cpu", [&] {
-      run_chains<S, scalar_t, false>(emissions, transitions, start, end, lengths, reverse, total,
-                                     save_scores ? &scores : nullptr, nullptr);
-    });
-  });
-  TORCH_CHECK(found, "chain kernel (CPU): unknown semiring id ", semiring_id);
-  return {total, scores};
+  return chain_scan_host("chain_scan (CPU)", emissions, semiring_id, save_scores,
+                         [&](auto s, auto x, auto arg, at::Tensor& total, at::Tensor* scores, at::Tensor* tags) {
+                           run_chains<decltype(s), decltype(x), decltype(arg)::value>(
+                               emissions, transitions, start, end, lengths, reverse, total, scores, tags);
+                         });
 }
 
 std::vector<at::Tensor> chain_viterbi(const at::Tensor& emissions, const at::Tensor& transitions,
@@ -169,21 +163,11 @@ std::vector<at::Tensor> chain_viterbi(const at::Tensor& emissions, const at::Ten
                                       int64_t semiring_id) {
   check_chain_args(emissions, transitions, start, end, lengths);
   TORCH_CHECK(emissions.device().is_cpu(), "chain kernel (CPU): got emissions ", describe(emissions));
-  const int64_t B = emissions.size(0), T_len = emissions.size(1);
-  at::Tensor total = new_output({B}, emissions.options());
-  at::Tensor tags = new_output({B, T_len}, emissions.options().dtype(at::kLong));
-  bool selects = false;
-  const bool found = dispatch_semiring(semiring_id, [&](auto semiring) {
-    using S = decltype(semiring);
-    if constexpr (S::kSelects) {
-      selects = true;
-      AT_DISPATCH_FLOATING_TYPES(emissions.scalar_type(), "semiring_chain_viterbi_cpu", [&] {
-        run_chains<S, scalar_t, true>(emissions, transitions, start, end, lengths, false, total, nullptr, &tags);
-      });
-    }
-  });
-  TORCH_CHECK(found && selects, "chain_viterbi (CPU): semiring id ", semiring_id, " is not a selecting semiring");
-  return {total, tags};
+  return chain_viterbi_host("chain_viterbi (CPU)", emissions, semiring_id,
+                            [&](auto s, auto x, auto arg, at::Tensor& total, at::Tensor* scores, at::Tensor* tags) {
+                              run_chains<decltype(s), decltype(x), decltype(arg)::value>(
+                               emissions, transitions, start, end, lengths, false, total, scores, tags);
+                            });
 }
 
 namespace {

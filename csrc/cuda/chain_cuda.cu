@@ -17,6 +17,7 @@
 #include <cstring>
 #include <limits>
 
+#include "chain_host.h"
 #include "checks.h"
 #include "ops.h"
 #include "semiring.h"
@@ -287,7 +288,8 @@ bool launch(const at::Tensor& em, const at::Tensor& trans, const at::Tensor& sta
   }
 
   const int warps = std::max(1, std::min(kMaxWarps, (C + kOutPerWarp - 1) / kOutPerWarp));
-  auto kernel = mat_shared ? (xi ? chain_kernel<S, T, kArg, true, kGrad, kGrad> : chain_kernel<S, T, kArg, true, kGrad, false>)
+  auto kernel = mat_shared ? (xi ? chain_kernel<S, T, kArg, true, kGrad, kGrad>
+                                  : chain_kernel<S, T, kArg, true, kGrad, false>)
                            : chain_kernel<S, T, kArg, false, kGrad, false>;
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   kernel<<<static_cast<unsigned>(B), warps * 32, smem, at::cuda::getCurrentCUDAStream()>>>(p);
@@ -342,18 +344,11 @@ std::vector<at::Tensor> chain_scan(const at::Tensor& emissions, const at::Tensor
   check_chain_args(emissions, transitions, start, end, lengths);
   cuda::check_cuda(emissions, "chain_scan");
   const c10::cuda::CUDAGuard guard(emissions.device());
-  const int64_t B = emissions.size(0), T_len = emissions.size(1), C = emissions.size(2);
-  at::Tensor total = new_output({B}, emissions.options());
-  at::Tensor scores = save_scores ? new_output({B, T_len, C}, emissions.options()) : at::empty({0}, emissions.options());
-  const bool found = dispatch_semiring(semiring_id, [&](auto semiring) {
-    using S = decltype(semiring);
-    AT_DISPATCH_FLOATING_TYPES(emissions.scalar_type(), "semiring_chain_scan_cuda", [&] {
-      cuda::launch<S, scalar_t, false, false>(emissions, transitions, start, end, lengths, reverse, total,
-                                       save_scores ? &scores : nullptr, nullptr);
-    });
-  });
-  TORCH_CHECK(found, "chain_scan (CUDA): unknown semiring id ", semiring_id);
-  return {total, scores};
+  return chain_scan_host("chain_scan (CUDA)", emissions, semiring_id, save_scores,
+                         [&](auto s, auto x, auto arg, at::Tensor& total, at::Tensor* scores, at::Tensor* tags) {
+                           cuda::launch<decltype(s), decltype(x), decltype(arg)::value, false>(
+                               emissions, transitions, start, end, lengths, reverse, total, scores, tags);
+                         });
 }
 
 std::vector<at::Tensor> chain_viterbi(const at::Tensor& emissions, const at::Tensor& transitions,
@@ -362,21 +357,11 @@ std::vector<at::Tensor> chain_viterbi(const at::Tensor& emissions, const at::Ten
   check_chain_args(emissions, transitions, start, end, lengths);
   cuda::check_cuda(emissions, "chain_viterbi");
   const c10::cuda::CUDAGuard guard(emissions.device());
-  const int64_t B = emissions.size(0), T_len = emissions.size(1);
-  at::Tensor total = new_output({B}, emissions.options());
-  at::Tensor tags = new_output({B, T_len}, emissions.options().dtype(at::kLong));
-  bool selects = false;
-  const bool found = dispatch_semiring(semiring_id, [&](auto semiring) {
-    using S = decltype(semiring);
-    if constexpr (S::kSelects) {
-      selects = true;
-      AT_DISPATCH_FLOATING_TYPES(emissions.scalar_type(), "semiring_chain_viterbi_cuda", [&] {
-        cuda::launch<S, scalar_t, true, false>(emissions, transitions, start, end, lengths, false, total, nullptr, &tags);
-      });
-    }
-  });
-  TORCH_CHECK(found && selects, "chain_viterbi (CUDA): semiring id ", semiring_id, " is not a selecting semiring");
-  return {total, tags};
+  return chain_viterbi_host("chain_viterbi (CUDA)", emissions, semiring_id,
+                            [&](auto s, auto x, auto arg, at::Tensor& total, at::Tensor* scores, at::Tensor* tags) {
+                              cuda::launch<decltype(s), decltype(x), decltype(arg)::value, false>(
+                               emissions, transitions, start, end, lengths, false, total, scores, tags);
+                            });
 }
 
 std::vector<at::Tensor> chain_log_backward(const at::Tensor& emissions, const at::Tensor& transitions,
@@ -399,7 +384,8 @@ std::vector<at::Tensor> chain_log_backward(const at::Tensor& emissions, const at
     xi_on_chip = cuda::launch<LogSemiring, scalar_t, false, true>(emissions, transitions, start, end, lengths, true,
                                                                   total, &beta, nullptr, &grads);
   });
-  if (!xi_on_chip && T_len > 1) g_trans = cuda::pair_marginal_sum(emissions, transitions, lengths, alpha_c, log_z_c, grad_c, beta);
+  if (!xi_on_chip && T_len > 1)
+    g_trans = cuda::pair_marginal_sum(emissions, transitions, lengths, alpha_c, log_z_c, grad_c, beta);
   return {g_em, g_trans, g_start, g_end};
 }
 

@@ -40,6 +40,7 @@ __all__ = [
     "choose_strategy",
     "mask_past_length",
     "pad_edges_past_length",
+    "resolve_lengths",
 ]
 
 
@@ -51,6 +52,30 @@ def pad_edges_past_length(edges: Tensor, lengths: Tensor | None, semiring: type[
     live = steps[None, :] + 1 < lengths[:, None]  # (B, T-1): step t joins positions t and t+1
     eye = semiring.identity(edges.shape[-1], dtype=edges.dtype, device=edges.device)
     return torch.where(live[:, :, None, None], edges, eye)
+
+
+def resolve_lengths(B: int, T: int, mask=None, lengths=None, device=None) -> Tensor:
+    """Each padded sequence's length (B,) int64 from a prefix mask (B, T) (bool or uint8) or lengths (B,)
+    in 0..T (neither: all T), validated: a mask with holes, a shape that is not (B, T) / (B,) or a length
+    out of range raises ValueError saying which."""
+    if mask is not None and lengths is not None:
+        raise ValueError("give mask or lengths, not both")
+    if lengths is not None:
+        L = torch.as_tensor(lengths, device=device)
+        if L.shape != (B,) or L.dtype.is_floating_point or L.dtype == torch.bool:
+            raise ValueError(f"lengths must be an integer tensor of shape ({B},), got {tuple(L.shape)} {L.dtype}")
+        if bool(((L < 0) | (L > T)).any()):
+            raise ValueError(f"lengths must lie in 0..{T}, got {L.tolist()}")
+        return L.long()
+    if mask is None:
+        return torch.full((B,), T, dtype=torch.long, device=device)
+    m = torch.as_tensor(mask, device=device)
+    if m.shape != (B, T):
+        raise ValueError(f"mask has shape {tuple(m.shape)}; expected {(B, T)} (batch-major) to match the inputs")
+    m = m.bool()
+    if bool((m[:, 1:] & ~m[:, :-1]).any()):
+        raise ValueError("mask has holes (a 1 after a 0): only prefix masks (right padding) are supported")
+    return m.sum(1)
 
 
 def mask_past_length(tags: Tensor, lengths: Tensor) -> Tensor:

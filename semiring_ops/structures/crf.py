@@ -15,7 +15,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .chain import chain_entropy, chain_sample, chain_topk
+from .chain import chain_entropy, chain_sample, chain_topk, resolve_lengths
 from .constraints import Constraints
 from .factored import chain_sum_factored, chain_viterbi_factored
 
@@ -74,26 +74,7 @@ class LinearChainCRF(nn.Module):
                 f"emissions has {C} tags in its last dimension (shape {tuple(emissions.shape)}); "
                 f"this CRF has num_tags={self.num_tags}"
             )
-        if mask is not None and lengths is not None:
-            raise ValueError("give mask or lengths, not both")
-        if lengths is not None:
-            lengths = torch.as_tensor(lengths, device=emissions.device)
-            if lengths.shape != (B,) or lengths.dtype.is_floating_point:
-                raise ValueError(
-                    f"lengths must be an integer tensor of shape ({B},), got {tuple(lengths.shape)} {lengths.dtype}"
-                )
-            if bool(((lengths < 0) | (lengths > T)).any()):
-                raise ValueError(f"lengths must lie in 0..{T}, got {lengths.tolist()}")
-            return lengths.long()
-        if mask is None:
-            return torch.full((B,), T, dtype=torch.long, device=emissions.device)
-        mask = self._batch_major(mask)
-        if mask.shape != (B, T):
-            raise ValueError(f"mask has shape {tuple(mask.shape)}; expected {(B, T)} (batch-major) to match emissions")
-        mask = mask.bool()
-        if bool((mask[:, 1:] & ~mask[:, :-1]).any()):
-            raise ValueError("mask has holes (a 1 after a 0): only prefix masks (right padding) are supported")
-        return mask.sum(dim=1)
+        return resolve_lengths(B, T, self._batch_major(mask), lengths, emissions.device)
 
     def _transition_scores(self) -> tuple[Tensor, Tensor, Tensor]:
         """start (C,), transitions (C, C), end (C,), with -inf where the constraints forbid."""

@@ -40,7 +40,7 @@ import torch
 from torch import Tensor, nn
 
 from ..semirings import LogSemiring
-from .chain import chain_sample
+from .chain import chain_sample, resolve_lengths
 from .factored import chain_sum_factored, chain_viterbi_factored, factored_to_edges
 
 __all__ = ["HMM", "CategoricalEmission", "ConvergenceMonitor", "Emission", "GaussianDiagEmission"]
@@ -82,28 +82,6 @@ def _as_generator(seed: int | torch.Generator | None, device: torch.device) -> t
     if seed is None or isinstance(seed, torch.Generator):
         return seed
     return torch.Generator(device=device).manual_seed(int(seed))
-
-
-def _resolve_lengths(B: int, T: int, mask: ArrayLike | None, lengths: ArrayLike | None, device) -> Tensor:
-    """Padded-batch lengths (B,) int64 from a prefix mask (B, T) or lengths (B,) (None: all T)."""
-    if mask is not None and lengths is not None:
-        raise ValueError("give mask or lengths, not both")
-    if lengths is not None:
-        L = torch.as_tensor(lengths, device=device)
-        if L.shape != (B,) or L.dtype.is_floating_point or L.dtype == torch.bool:
-            raise ValueError(f"lengths must be an integer tensor of shape ({B},), got {tuple(L.shape)} {L.dtype}")
-        if bool(((L < 0) | (L > T)).any()):
-            raise ValueError(f"lengths must lie in 0..{T}, got {L.tolist()}")
-        return L.long()
-    if mask is None:
-        return torch.full((B,), T, dtype=torch.long, device=device)
-    m = torch.as_tensor(mask, device=device)
-    if m.shape != (B, T):
-        raise ValueError(f"mask has shape {tuple(m.shape)}; expected {(B, T)} to match X")
-    m = m.bool()
-    if bool((m[:, 1:] & ~m[:, :-1]).any()):
-        raise ValueError("mask has holes (a 1 after a 0): only prefix masks (right padding) are supported")
-    return m.sum(1)
 
 
 def _sequence_lengths(n_samples: int, lengths: ArrayLike | None, device) -> Tensor:
@@ -636,12 +614,12 @@ class HMM(nn.Module):
         """torch-style inputs: X (B, T, *event) or log_emissions (B, T, C), with mask / lengths."""
         em = self._log_emissions(X, log_emissions, padded=True)
         if em is not None:
-            L = _resolve_lengths(em.shape[0], em.shape[1], mask, lengths, self.device)
+            L = resolve_lengths(em.shape[0], em.shape[1], mask, lengths, self.device)
             return _Batch(None, torch.where(_valid(L, em.shape[1])[..., None], em, 0.0), L)
         shape = _shape(X)
         if len(shape) < 2:
             raise ValueError(f"X has shape {shape}; expected a padded batch (B, T, ...)")
-        L = _resolve_lengths(shape[0], shape[1], mask, lengths, self.device)
+        L = resolve_lengths(shape[0], shape[1], mask, lengths, self.device)
         x = self._require_emission().check(X, 2, _valid(L, shape[1]))
         return self._with_emissions(x, L)
 

@@ -54,17 +54,18 @@ def pad_edges_past_length(edges: Tensor, lengths: Tensor | None, semiring: type[
     return torch.where(live[:, :, None, None], edges, eye)
 
 
-def resolve_lengths(B: int, T: int, mask=None, lengths=None, device=None) -> Tensor:
+def resolve_lengths(B: int, T: int, mask=None, lengths=None, device=None, check_range: bool = True) -> Tensor:
     """Each padded sequence's length (B,) int64 from a prefix mask (B, T) (bool or uint8) or lengths (B,)
     in 0..T (neither: all T), validated: a mask with holes, a shape that is not (B, T) / (B,) or a length
-    out of range raises ValueError saying which."""
+    out of range raises ValueError saying which. check_range=False skips the range check of lengths (a
+    device synchronisation) for callers that have made it already."""
     if mask is not None and lengths is not None:
         raise ValueError("give mask or lengths, not both")
     if lengths is not None:
         L = torch.as_tensor(lengths, device=device)
         if L.shape != (B,) or L.dtype.is_floating_point or L.dtype == torch.bool:
             raise ValueError(f"lengths must be an integer tensor of shape ({B},), got {tuple(L.shape)} {L.dtype}")
-        if bool(((L < 0) | (L > T)).any()):
+        if check_range and bool(((L < 0) | (L > T)).any()):
             raise ValueError(f"lengths must lie in 0..{T}, got {L.tolist()}")
         return L.long()
     if mask is None:

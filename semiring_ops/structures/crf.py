@@ -15,9 +15,10 @@ import math
 import torch
 from torch import Tensor, nn
 
+from ..semirings import LogSemiring
 from .chain import chain_entropy, chain_sample, chain_topk, resolve_lengths
 from .constraints import Constraints
-from .factored import chain_sum_factored, chain_viterbi_factored
+from .factored import chain_sum_factored, chain_viterbi_factored, factored_to_edges
 
 __all__ = ["LinearChainCRF"]
 
@@ -88,10 +89,7 @@ class LinearChainCRF(nn.Module):
     def _chain(self, emissions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """init (B, C), edges (B, T-1, C, C), final (B, C) from batch-major emissions (B, T, C)."""
         start, trans, end = self._transition_scores()
-        init = start + emissions[:, 0]
-        edges = trans + emissions[:, 1:, None, :]
-        final = end.expand(emissions.shape[0], -1)
-        return init, edges, final
+        return factored_to_edges(emissions, trans, start, end, LogSemiring)
 
     # ------------------------------------------------------------ scores
 

@@ -21,7 +21,7 @@ from torch import Tensor
 from ..ops.chain_ops import chain_scan, chain_viterbi
 from ..ops.reference import accumulation_dtype
 from ..semirings import LogSemiring, MaxSemiring, Semiring, resolve_semiring
-from .chain import chain_sum
+from .chain import chain_sum, resolve_lengths
 
 __all__ = ["chain_sum_factored", "chain_viterbi_factored", "factored_to_edges"]
 
@@ -73,18 +73,8 @@ def _kernel_inputs(
     device = emissions.device
     start = emissions.new_full((C,), one, dtype=dtype) if start is None else start.to(dtype)
     end = emissions.new_full((C,), one, dtype=dtype) if end is None else end.to(dtype)
-    if lengths is None:
-        lengths = torch.full((B,), T, dtype=torch.long, device=device)
-    else:
-        lengths = torch.as_tensor(lengths, device=device)
-        if lengths.shape != (B,) or lengths.is_floating_point() or lengths.is_complex():
-            raise ValueError(
-                f"lengths must be an integer tensor of shape ({B},) for emissions of shape "
-                f"{tuple(emissions.shape)}, got shape {tuple(lengths.shape)} {lengths.dtype}"
-            )
-        lengths = lengths.long()
-        if check_lengths and not torch.compiler.is_compiling() and bool(((lengths < 0) | (lengths > T)).any()):
-            raise ValueError(f"lengths must lie in 0..{T}, got {lengths.tolist()}")
+    check_range = check_lengths and not torch.compiler.is_compiling()
+    lengths = resolve_lengths(B, T, None, lengths, device, check_range)
     return emissions.to(dtype), transitions.to(dtype), start, end, lengths
 
 

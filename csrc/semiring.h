@@ -15,8 +15,21 @@
 // match semiring_ops/semirings.py (Semiring.kernel_id).
 #pragma once
 
+#if defined(__CUDACC_RTC__)
+// NVRTC (the lazy reductions' generated kernels) has no standard headers: the few names used here.
+typedef int int32_t;
+typedef long long int64_t;
+typedef unsigned int uint32_t;
+#ifndef HUGE_VALF
+#define HUGE_VALF __int_as_float(0x7f800000)
+#endif
+#ifndef HUGE_VAL
+#define HUGE_VAL __longlong_as_double(0x7ff0000000000000LL)
+#endif
+#else
 #include <cmath>
 #include <cstdint>
+#endif
 
 #if defined(__CUDACC__)
 #define SR_HD __host__ __device__ __forceinline__

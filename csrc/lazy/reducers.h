@@ -1,0 +1,151 @@
+// The reducers of the lazy reductions: what a generated kernel (semiring_ops/lazy/codegen_*.py) keeps per
+// output row while it walks the reduced index j. Each reducer consumes the formula's value at (i, j), a
+// vector f of kIn components, and produces kOut values (and kIdx indices) per row:
+//
+//   SemiringReducer<T, S, D, kArg>     one semiring.h accumulator per component: sum (Std), logsumexp (Log),
+//                                      max, min (with the index of the first extremum when kArg)
+//   WeightedLogSumExpReducer<T, DW>    log sum_j exp(f0) * w_j for f = (f0, w_1 .. w_DW)
+//   KBestReducer<T, D, K, kIsMax>      the K best values of each component and their indices
+//
+// The interface, shared by the CPU and CUDA skeletons: init(); add(f, j) with j increasing within one
+// reducer; merge(other) folding in a reducer of a disjoint range of j (split reductions, SIMD lanes);
+// store(vals, idx). Reducers are plain aggregates, so split reductions can park them in a workspace.
+#pragma once
+
+#include "semiring.h"
+
+namespace semiring_ops {
+namespace lazy {
+
+template <class T, class S, int D, bool kArg> struct SemiringReducer {
+  static constexpr int kIn = D, kOut = D, kIdx = kArg ? D : 0;
+  using Acc = typename S::template Accumulator<T, kArg>;
+  Acc acc[D];
+
+  SR_HD void init() {
+#pragma unroll
+    for (int d = 0; d < D; ++d) acc[d].init();
+  }
+  SR_HD void add(const T* f, int32_t j) {
+#pragma unroll
+    for (int d = 0; d < D; ++d) acc[d].add(S::to_kernel(f[d]), j);
+  }
+  SR_HD void merge(const SemiringReducer& o) {
+#pragma unroll
+    for (int d = 0; d < D; ++d) acc[d].merge(o.acc[d]);
+  }
+  SR_HD void store(T* vals, int64_t* idx) const {
+#pragma unroll
+    for (int d = 0; d < D; ++d) {
+      vals[d] = acc[d].result();
+      if (kArg) idx[d] = acc[d].arg();
+    }
+  }
+};
+
+// log(sum_j exp(f0_j) w_j) per weight component, one running maximum of f0 shared by all components
+// (base 2, one ex2 per term as LogSumExp2Accumulator). Negative sums give NaN, as log would.
+template <class T, int DW> struct WeightedLogSumExpReducer {
+  static constexpr int kIn = 1 + DW, kOut = DW, kIdx = 0;
+  T m;
+  T s[DW];
+
+  SR_HD void init() {
+    m = -max_finite<T>();
+#pragma unroll
+    for (int k = 0; k < DW; ++k) s[k] = T(0);
+  }
+  SR_HD void add(const T* f, int32_t /*j*/) {
+    const T v = f[0] * T(kLog2e);
+    const T d = v == m ? T(0) : v - m;
+    const T e = fast_exp2(-sr_abs(d));
+    const bool up = d > T(0);
+#pragma unroll
+    for (int k = 0; k < DW; ++k) s[k] = up ? s[k] * e + f[1 + k] : s[k] + f[1 + k] * e;
+    m = up ? v : m;
+  }
+  SR_HD void merge(const WeightedLogSumExpReducer& o) {
+    const T top = o.m > m ? o.m : m;
+    const T ea = fast_exp2(m == top ? T(0) : m - top);
+    const T eb = fast_exp2(o.m == top ? T(0) : o.m - top);
+#pragma unroll
+    for (int k = 0; k < DW; ++k) s[k] = s[k] * ea + o.s[k] * eb;
+    m = top;
+  }
+  SR_HD void store(T* vals, int64_t* /*idx*/) const {
+#pragma unroll
+    for (int k = 0; k < DW; ++k) vals[k] = (m + sr_log2(s[k])) * T(kLn2);
+  }
+};
+
+// The K best (smallest, or largest with kIsMax) values of each component over j, best first, with their
+// indices; ties keep the lowest index first. NaN counts as the largest value (torch.topk's order): first
+// for kIsMax, last otherwise. Slots not yet filled hold index -1 and lose to everything. Insertion is an
+// unrolled compare-and-swap pass, so the lists stay in registers on the GPU.
+template <class T, int D, int K, bool kIsMax> struct KBestReducer {
+  static constexpr int kIn = D, kOut = D * K, kIdx = D * K;
+  T v[D][K];
+  int32_t ix[D][K];
+
+  // whether (va, ia) comes before (vb, ib)
+  SR_HD static bool before(T va, int32_t ia, T vb, int32_t ib) {
+    if (ib < 0) return ia >= 0;
+    if (ia < 0) return false;
+    const bool na = is_nan(va), nb = is_nan(vb);
+    if (na || nb) {
+      if (na && nb) return ia < ib;
+      return kIsMax ? na : nb;  // NaN is the largest value
+    }
+    if (va == vb) return ia < ib;
+    return kIsMax ? va > vb : va < vb;
+  }
+  SR_HD void init() {
+#pragma unroll
+    for (int d = 0; d < D; ++d)
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        v[d][k] = kIsMax ? -pos_inf<T>() : pos_inf<T>();
+        ix[d][k] = -1;
+      }
+  }
+  SR_HD void insert(int d, T x, int32_t j) {
+    if (!before(x, j, v[d][K - 1], ix[d][K - 1])) return;
+    v[d][K - 1] = x;
+    ix[d][K - 1] = j;
+#pragma unroll
+    for (int k = K - 1; k > 0; --k) {
+      if (before(v[d][k], ix[d][k], v[d][k - 1], ix[d][k - 1])) {
+        const T tv = v[d][k];
+        v[d][k] = v[d][k - 1];
+        v[d][k - 1] = tv;
+        const int32_t ti = ix[d][k];
+        ix[d][k] = ix[d][k - 1];
+        ix[d][k - 1] = ti;
+      }
+    }
+  }
+  SR_HD void add(const T* f, int32_t j) {
+#pragma unroll
+    for (int d = 0; d < D; ++d) insert(d, f[d], j);
+  }
+  SR_HD void merge(const KBestReducer& o) {
+#pragma unroll
+    for (int d = 0; d < D; ++d)
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+        if (o.ix[d][k] >= 0) insert(d, o.v[d][k], o.ix[d][k]);
+  }
+  // values and indices in (K, D) order: vals[k * D + d]
+  SR_HD void store(T* vals, int64_t* idx) const {
+#pragma unroll
+    for (int d = 0; d < D; ++d)
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        vals[k * D + d] = v[d][k];
+        idx[k * D + d] = ix[d][k];
+      }
+  }
+};
+
+}  // namespace lazy
+}  // namespace semiring_ops

@@ -1,0 +1,172 @@
+"""Running a reduction with autograd.
+
+:func:`reduce_formula` canonicalises a formula (its tensors become slot arguments, so equal structures share
+one compiled kernel), then applies :class:`LazyReduction`, whose backward pass is
+
+- for sum and logsumexp: new sum reductions of the formula's symbolic derivative (formula.vjp) with the
+  reduction's cotangent (reductions.Reduction.cotangent), one over j for the i-variables and parameters and one
+  over i for the j-variables. These are LazyReductions themselves, so second derivatives come the same way;
+- for max, min and k-best: the subgradient at the selected pairs, evaluated with torch on those pairs only
+  (O(rows * selected) work and memory), differentiable again through torch.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+
+from .dispatch import execute
+from .formula import Concat, Formula, Var, canonicalize, evaluate, substitute, vjp
+from .plan import Plan, prepare_call
+from .reductions import Reduction, semiring_reduction
+
+__all__ = ["Extent", "reduce_formula"]
+
+MAX_INNER = 2**31 - 1  # the reducers keep int32 indices
+
+
+@dataclass(frozen=True)
+class Extent:
+    """The sizes of a lazy tensor: broadcast batch shape, number of i and of j."""
+
+    batch: tuple[int, ...]
+    n_i: int
+    n_j: int
+
+    def rows(self, cat: str) -> int:
+        return self.n_i if cat == "i" else self.n_j
+
+
+def reduce_formula(
+    formula: Formula, reduction: Reduction, outer: str, extent: Extent, with_arg: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Reduces ``formula`` over the category that is not ``outer``: (values (*batch, rows, value_dim),
+    indices (*batch, rows, index_dim) or None)."""
+    canon, tvars = canonicalize(formula)
+    plan = Plan(canon, tuple(v.cat for v in tvars), tuple(v.dim for v in tvars), reduction, outer, with_arg)
+    tensors = [v.tensor for v in tvars]
+    n_inner = extent.rows(plan.inner)
+    if n_inner > MAX_INNER:
+        raise ValueError(f"reductions over more than 2^31 - 1 terms are not supported (got {n_inner})")
+    out = LazyReduction.apply(plan, extent, *tensors)
+    if plan.index_dim:
+        return out[0], out[1]
+    return out, None
+
+
+class LazyReduction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, plan: Plan, extent: Extent, *tensors: torch.Tensor):
+        device = tensors[0].device if tensors else torch.device("cpu")
+        n_outer, n_inner = extent.rows(plan.outer), extent.rows(plan.inner)
+        call = prepare_call(plan, extent.batch, n_outer, n_inner, list(tensors))
+        vals, idx = execute(plan, call, device)
+        out_dtype = tensors[0].dtype if tensors else vals.dtype
+        vals = vals.to(out_dtype).reshape(*extent.batch, n_outer, plan.value_dim)
+        ctx.plan, ctx.extent = plan, extent
+        if idx is not None:
+            idx = idx.reshape(*extent.batch, n_outer, plan.index_dim)
+            ctx.mark_non_differentiable(idx)
+            ctx.save_for_backward(*tensors, vals, idx)
+            return vals, idx
+        ctx.save_for_backward(*tensors, vals)
+        return vals
+
+    @staticmethod
+    def backward(ctx, grad_vals: torch.Tensor, grad_idx: torch.Tensor | None = None):
+        plan, extent = ctx.plan, ctx.extent
+        needs = ctx.needs_input_grad[2:]
+        if plan.reduction.selects:
+            *tensors, vals, idx = ctx.saved_tensors
+            grads = _selected_pairs_backward(plan, extent, tensors, vals, idx, grad_vals, needs)
+        else:
+            *tensors, vals = ctx.saved_tensors
+            grads = _reduction_backward(plan, extent, tensors, vals, grad_vals, needs)
+        return (None, None, *grads)
+
+
+def _concat(parts: list[Formula]) -> Formula:
+    return functools.reduce(Concat, parts)
+
+
+def _reduction_backward(plan, extent, tensors, vals, grad_vals, needs) -> list[torch.Tensor | None]:
+    """Sum and logsumexp: sum reductions of vjp(F, v, cotangent) for every variable v that needs a gradient."""
+    f = substitute(plan.formula, lambda v: Var(v.cat, v.dim, tensor=tensors[v.slot]))
+    out = Var(plan.outer, plan.value_dim, tensor=vals)
+    grad = Var(plan.outer, plan.value_dim, tensor=grad_vals)
+    cot = plan.reduction.cotangent(f, out, grad)
+    wanted = [k for k in range(len(tensors)) if needs[k]]
+    wrt = [Var(plan.arg_cats[k], plan.arg_dims[k], tensor=tensors[k]) for k in wanted]
+    forms = dict(zip(wanted, vjp(f, wrt, cot), strict=True))
+    grads: list[torch.Tensor | None] = [None] * len(tensors)
+    for rows_cat, roles in ((plan.outer, ("outer", "param")), (plan.inner, ("inner",))):
+        group = [k for k in wanted if plan.role(k) in roles and forms[k] is not None]
+        if not group:
+            continue
+        res, _ = reduce_formula(_concat([forms[k] for k in group]), semiring_reduction("std"), rows_cat, extent)
+        start = 0
+        for k in group:
+            g = res[..., start : start + plan.arg_dims[k]]
+            start += plan.arg_dims[k]
+            if plan.role(k) == "param":
+                g = g.sum(-2)
+            grads[k] = g.sum_to_size(tensors[k].shape)
+    for k in wanted:
+        if grads[k] is None:
+            grads[k] = torch.zeros_like(tensors[k])
+    return grads
+
+
+def _selected_pairs_backward(plan, extent, tensors, vals, idx, grad_vals, needs) -> list[torch.Tensor | None]:
+    """Max, min, k-best: sum over the selected pairs (i, idx[i, p]) of grad[i, p] * dF_c(p)(i, idx[i, p]),
+    with c(p) the component of slot p; outputs that are not finite pass no gradient."""
+    batch, n_outer, n_inner = extent.batch, extent.rows(plan.outer), extent.rows(plan.inner)
+    nbatch = 1
+    for s in batch:
+        nbatch *= s
+    pairs = idx.shape[-1]
+    fdim = plan.formula.dim
+    create_graph = torch.is_grad_enabled()
+    with torch.enable_grad():
+        srcs = [t if create_graph else t.detach().requires_grad_(bool(n)) for t, n in zip(tensors, needs, strict=True)]
+        first_row = torch.arange(nbatch, device=idx.device).view(nbatch, 1, 1) * n_inner
+        flat = (first_row + idx.reshape(nbatch, n_outer, pairs)).reshape(-1)
+
+        def read(var: Var) -> torch.Tensor:
+            t = srcs[var.slot]
+            t = t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+            role = plan.role(var.slot)
+            if role == "param":
+                return t[..., None, None, :]
+            if role == "outer":
+                return t[..., :, None, :]
+            rows = t.expand(*batch, n_inner, var.dim).reshape(nbatch * n_inner, var.dim)
+            return rows.index_select(0, flat).reshape(*batch, n_outer, pairs, var.dim)
+
+        like = vals.float() if vals.dtype in (torch.float16, torch.bfloat16) else vals
+        f = evaluate(plan.formula, read, like).expand(*batch, n_outer, pairs, fdim)
+        comp = (torch.arange(pairs, device=idx.device) % fdim).expand(*batch, n_outer, pairs)
+        picked = f.gather(-1, comp.unsqueeze(-1)).squeeze(-1)
+        g = torch.where(torch.isfinite(vals), grad_vals, torch.zeros_like(grad_vals)).to(picked.dtype)
+        loss = (picked * g).sum()
+        wanted = [k for k in range(len(srcs)) if needs[k]]
+        got = torch.autograd.grad(loss, [srcs[k] for k in wanted], create_graph=create_graph, allow_unused=True)
+    grads: list[torch.Tensor | None] = [None] * len(tensors)
+    for k, g in zip(wanted, got, strict=True):
+        grads[k] = (torch.zeros_like(tensors[k]) if g is None else g).to(tensors[k].dtype)
+    return grads
+
+
+def evaluate_dense(formula: Formula, extent: Extent, like: torch.Tensor) -> torch.Tensor:
+    """The formula at every (i, j): (*batch, n_i, n_j, D), with torch (for ``LazyTensor.dense()``)."""
+
+    def read(var: Var) -> torch.Tensor:
+        t = var.tensor
+        if var.cat == "p":
+            return t[..., None, None, :]
+        return t[..., :, None, :] if var.cat == "i" else t[..., None, :, :]
+
+    f = evaluate(formula, read, like)
+    return f.expand(*extent.batch, extent.n_i, extent.n_j, formula.dim)

@@ -1,0 +1,234 @@
+"""Kernel sources for a plan: the formula's cell code (formula.Emitter) inside a CPU or a CUDA skeleton.
+
+Both skeletons keep one reducer (csrc/lazy/reducers.h) per output row and feed it the formula's value at
+every (row, j) in increasing j; they differ in where the variables live:
+
+CPU (C++, g++, loaded with ctypes): parallel over (batch, row) with OpenMP; the row's outer variables and the
+parameters are scalars in registers; the inner variables are passed transposed, (D, n), and j is walked in
+groups of ``CPU_LANES`` with one reducer per lane, so the loop over lanes vectorises; the lanes are merged at
+the end (merge keeps the lowest index among ties).
+
+CUDA (NVRTC): the tiled 1-D map-reduce scheme. Each thread owns ``rows`` output rows (i, i + block, ...) and
+their reducers in registers; the block walks j in tiles whose inner variables are staged in shared memory as
+rows of ``stride`` values (one 16-byte load per 4 values, broadcast to all threads); when the rows alone
+cannot fill the GPU, the 2-D scheme splits j over ``gridDim.y`` blocks, which park their reducers in a
+workspace that a second kernel merges (the semiring merge).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .formula import Emitter, Var
+from .plan import Plan
+
+__all__ = ["CPU_LANES", "CudaConfig", "cpu_source", "cuda_source"]
+
+CPU_LANES = 16
+
+_PRELUDE = """#include "semiring.h"
+#include "lazy/math.h"
+#include "lazy/reducers.h"
+using namespace semiring_ops;
+using namespace semiring_ops::lazy;
+typedef {ctype} T;
+typedef {reducer} Reducer;
+"""
+
+
+def _ctype(dtype_name: str) -> str:
+    return {"float32": "float", "float64": "double"}[dtype_name]
+
+
+def _prelude(plan: Plan, dtype_name: str) -> str:
+    ctype = _ctype(dtype_name)
+    reducer = plan.reduction.cpp_reducer(ctype, plan.formula.dim, plan.with_arg)
+    return f"// semiring_ops.lazy kernel for: {plan.key}\n" + _PRELUDE.format(ctype=ctype, reducer=reducer)
+
+
+def _cell(plan: Plan, read, prefix: str) -> list[str]:
+    """Statements computing ``{prefix}f[kIn]``, the formula's value, with variables read by read(var, d)."""
+    em = Emitter(read, prefix=prefix)
+    comps = em.emit(plan.formula)
+    return [*em.lines, f"const T {prefix}f[{len(comps)}] = {{{', '.join(comps)}}};"]
+
+
+def _indent(lines: list[str], n: int) -> str:
+    pad = " " * n
+    return "\n".join(pad + line for line in lines)
+
+
+# ---------------------------------------------------------------- CPU
+
+
+def cpu_source(plan: Plan, dtype_name: str) -> str:
+    """extern "C" void lazy_reduce(T* vals, int64_t* idx, const T* const* args, const int64_t* bstride,
+    int64_t nbatch, int64_t n_outer, int64_t n_inner, int nthreads)."""
+    slots = range(len(plan.arg_cats))
+    loads = [f"const T* a{k} = args[{k}] + b * bstride[{k}];" for k in slots]
+    for k in slots:
+        d = plan.arg_dims[k]
+        if plan.role(k) == "outer":
+            loads += [f"const T v{k}_{c} = a{k}[i * {d} + {c}];" for c in range(d)]
+        elif plan.role(k) == "param":
+            loads += [f"const T v{k}_{c} = a{k}[{c}];" for c in range(d)]
+
+    def read(var: Var, c: int) -> str:
+        if plan.role(var.slot) == "inner":
+            return f"a{var.slot}[{c} * n_inner + j]"
+        return f"v{var.slot}_{c}"
+
+    cell = _cell(plan, read, "c")
+    idx_expr = f"idx + row * {plan.index_dim}" if plan.index_dim else "nullptr"
+    return (
+        _prelude(plan, dtype_name)
+        + f"""constexpr int kLanes = {CPU_LANES};
+
+extern "C" void lazy_reduce(T* vals, int64_t* idx, const T* const* args, const int64_t* bstride, int64_t nbatch,
+                            int64_t n_outer, int64_t n_inner, int nthreads) {{
+  const int64_t rows = nbatch * n_outer;
+#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 16)
+  for (int64_t row = 0; row < rows; ++row) {{
+    const int64_t b = row / n_outer, i = row - b * n_outer;
+    (void)i;
+{_indent(loads, 4)}
+    Reducer lane[kLanes];
+    for (int l = 0; l < kLanes; ++l) lane[l].init();
+    int64_t j0 = 0;
+    for (; j0 + kLanes <= n_inner; j0 += kLanes) {{
+      for (int l = 0; l < kLanes; ++l) {{
+        const int64_t j = j0 + l;
+{_indent(cell, 8)}
+        lane[l].add(cf, static_cast<int32_t>(j));
+      }}
+    }}
+    for (int64_t j = j0; j < n_inner; ++j) {{  // the tail, in lane 0 (its j stay increasing)
+{_indent(cell, 6)}
+      lane[0].add(cf, static_cast<int32_t>(j));
+    }}
+    for (int l = 1; l < kLanes; ++l) lane[0].merge(lane[l]);
+    lane[0].store(vals + row * {plan.value_dim}, {idx_expr});
+  }}
+}}
+"""
+    )
+
+
+# ---------------------------------------------------------------- CUDA
+
+
+@dataclass(frozen=True)
+class CudaConfig:
+    """The tile shape of the CUDA kernel: threads per block, output rows per thread, j per shared tile."""
+
+    block: int = 256
+    rows: int = 2
+    tile: int = 256
+
+
+def inner_layout(plan: Plan, dtype_name: str) -> tuple[dict[int, int], int]:
+    """Offsets of the inner variables in a shared-memory row, and the row stride (padded to 16 bytes)."""
+    offsets: dict[int, int] = {}
+    total = 0
+    for k in range(len(plan.arg_cats)):
+        if plan.role(k) == "inner":
+            offsets[k] = total
+            total += plan.arg_dims[k]
+    per16 = 4 if dtype_name == "float32" else 2
+    stride = max(per16, -(-total // per16) * per16) if total else per16
+    return offsets, stride
+
+
+def cuda_tile(plan: Plan, dtype_name: str, cfg: CudaConfig) -> int:
+    """j per shared tile: cfg.tile, fewer when the rows are wide (at most 48 KiB of static shared memory)."""
+    _, stride = inner_layout(plan, dtype_name)
+    size = 4 if dtype_name == "float32" else 8
+    return max(1, min(cfg.tile, (48 * 1024) // (stride * size)))
+
+
+def cuda_source(plan: Plan, dtype_name: str, cfg: CudaConfig) -> str:
+    """Kernels lazy_reduce (both schemes), lazy_merge (the 2-D scheme's merge) and lazy_sizeof."""
+    offsets, stride = inner_layout(plan, dtype_name)
+    tile = cuda_tile(plan, dtype_name, cfg)
+    slots = range(len(plan.arg_cats))
+    params = ", ".join(f"const T* __restrict__ a{k}" for k in slots)
+    bstrides = ", ".join(f"long long bs{k}" for k in slots)
+    sig_args = ", ".join(x for x in (params, bstrides) if x)
+    head = [f"const T* p{k} = a{k} + b * bs{k};" for k in slots]
+    for k in slots:
+        d = plan.arg_dims[k]
+        if plan.role(k) == "param":
+            head += [f"const T v{k}_{c} = p{k}[{c}];" for c in range(d)]
+    for r in range(cfg.rows):
+        head.append(f"const long long i{r} = min(i_base + {r * cfg.block}LL, n_outer - 1);")
+        for k in slots:
+            if plan.role(k) == "outer":
+                d = plan.arg_dims[k]
+                head += [f"const T v{k}_r{r}_{c} = p{k}[i{r} * {d} + {c}];" for c in range(d)]
+    staging = []
+    for k, off in offsets.items():
+        d = plan.arg_dims[k]
+        staging.append(
+            f"for (int t = threadIdx.x; t < nt * {d}; t += {cfg.block}) {{ const int jj = t / {d}; "
+            f"tile[jj * {stride} + {off} + (t - jj * {d})] = p{k}[j0 * {d} + t]; }}"
+        )
+    body: list[str] = []
+    for r in range(cfg.rows):
+
+        def read(var: Var, c: int, r: int = r) -> str:
+            role = plan.role(var.slot)
+            if role == "inner":
+                return f"row[{offsets[var.slot] + c}]"
+            return f"v{var.slot}_r{r}_{c}" if role == "outer" else f"v{var.slot}_{c}"
+
+        body += ["{", *("  " + s for s in _cell(plan, read, f"r{r}_")), f"  red[{r}].add(r{r}_f, j);", "}"]
+    stores = []
+    for r in range(cfg.rows):
+        idx_expr = f"idx + row * {plan.index_dim}" if plan.index_dim else "nullptr"
+        stores.append(
+            f"if (i_base + {r * cfg.block}LL < n_outer) {{ const long long row = b * n_outer + i_base + "
+            f"{r * cfg.block}LL; if (partial) partial[(long long)blockIdx.y * rows_total + row] = red[{r}]; "
+            f"else red[{r}].store(vals + row * {plan.value_dim}, {idx_expr}); }}"
+        )
+    return (
+        _prelude(plan, dtype_name)
+        + f"""
+extern "C" __global__ void lazy_sizeof(long long* out) {{ *out = sizeof(Reducer); }}
+
+extern "C" __global__ void __launch_bounds__({cfg.block}) lazy_reduce(
+    T* __restrict__ vals, long long* __restrict__ idx, Reducer* __restrict__ partial, {sig_args},
+    long long n_outer, long long n_inner, long long blocks_per_batch, long long j_per_block, long long rows_total) {{
+  __shared__ __align__(16) T tile[{tile * stride}];
+  const long long b = blockIdx.x / blocks_per_batch;
+  const long long i_base = (blockIdx.x - b * blocks_per_batch) * {cfg.block * cfg.rows}LL + threadIdx.x;
+  const long long j_begin = (long long)blockIdx.y * j_per_block;
+  const long long j_end = min(n_inner, j_begin + j_per_block);
+{_indent(head, 2)}
+  Reducer red[{cfg.rows}];
+#pragma unroll
+  for (int r = 0; r < {cfg.rows}; ++r) red[r].init();
+  for (long long j0 = j_begin; j0 < j_end; j0 += {tile}) {{
+    const int nt = (int)min((long long){tile}, j_end - j0);
+    __syncthreads();
+{_indent(staging, 4)}
+    __syncthreads();
+#pragma unroll 2
+    for (int jj = 0; jj < nt; ++jj) {{
+      const T* row = tile + jj * {stride};
+      const int32_t j = (int32_t)(j0 + jj);
+{_indent(body, 6)}
+    }}
+  }}
+{_indent(stores, 2)}
+}}
+
+extern "C" __global__ void lazy_merge(T* __restrict__ vals, long long* __restrict__ idx,
+                                      const Reducer* __restrict__ partial, long long rows_total, int nsplit) {{
+  const long long row = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (row >= rows_total) return;
+  Reducer r = partial[row];
+  for (int s = 1; s < nsplit; ++s) r.merge(partial[(long long)s * rows_total + row]);
+  r.store(vals + row * {plan.value_dim}, {"idx + row * " + str(plan.index_dim) if plan.index_dim else "nullptr"});
+}}
+"""
+    )

@@ -1,0 +1,66 @@
+"""Running a plan on the CPU: the generated C++ (codegen.cpu_source) compiled once per plan and dtype by
+host_compiler, then called through ctypes (which releases the GIL) with OpenMP over the output rows."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import torch
+
+from .codegen import cpu_source
+from .host_compiler import HostFunction, compile_host_library
+from .plan import CallArgs, Plan, new_outputs
+
+__all__ = ["run_cpu"]
+
+_ARGTYPES = [
+    ctypes.c_void_p,  # vals
+    ctypes.c_void_p,  # idx
+    ctypes.c_void_p,  # const T* const* args
+    ctypes.c_void_p,  # const int64_t* bstride
+    ctypes.c_int64,
+    ctypes.c_int64,
+    ctypes.c_int64,
+    ctypes.c_int,
+]
+_functions: dict[tuple[str, torch.dtype], HostFunction] = {}
+_lock = threading.Lock()
+
+
+def _function(plan: Plan, dtype: torch.dtype) -> HostFunction:
+    key = (plan.key, dtype)
+    fn = _functions.get(key)
+    if fn is None:
+        with _lock:
+            fn = _functions.get(key)
+            if fn is None:
+                source = cpu_source(plan, str(dtype).removeprefix("torch."))
+                fn = compile_host_library(source, ["lazy_reduce"]).function("lazy_reduce", _ARGTYPES)
+                _functions[key] = fn
+    return fn
+
+
+def run_cpu(plan: Plan, call: CallArgs) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(values (nbatch, n_outer, value_dim), indices (nbatch, n_outer, index_dim) or None)."""
+    fn = _function(plan, call.dtype)
+    vals, idx = new_outputs(plan, call, torch.device("cpu"))
+    if vals.numel() == 0 and (idx is None or idx.numel() == 0):
+        return vals, idx
+    # inner variables go transposed, (B, D, n), so the kernel's loop over j lanes reads contiguous memory
+    tensors = [t.transpose(-1, -2).contiguous() if plan.role(k) == "inner" else t for k, t in enumerate(call.tensors)]
+    ptrs = (ctypes.c_void_p * max(1, len(tensors)))(*[t.data_ptr() for t in tensors])
+    strides = (ctypes.c_int64 * max(1, len(tensors)))(*call.batch_strides)
+    rows = call.nbatch * call.n_outer
+    threads = max(1, min(torch.get_num_threads(), rows))
+    fn.call(
+        vals.data_ptr(),
+        idx.data_ptr() if idx is not None else None,
+        ctypes.addressof(ptrs),
+        ctypes.addressof(strides),
+        call.nbatch,
+        call.n_outer,
+        call.n_inner,
+        threads,
+    )
+    return vals, idx

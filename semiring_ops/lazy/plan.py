@@ -1,0 +1,124 @@
+"""A reduction plan: what one kernel computes, independent of the data (the key it is compiled and cached
+under), and the arguments of one call laid out for the kernels.
+
+The output rows are indexed by the *outer* category ("i" when reducing over j, "j" when reducing over i) and
+the reduction runs over the *inner* one; parameters ("p") are the same for every pair. Every argument is
+passed to a kernel contiguous, in the compute dtype (float32 for 16-bit inputs, which is also the
+accumulation type), with a batch stride that is 0 when the argument is broadcast over the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .formula import Formula
+from .reductions import Reduction
+
+__all__ = ["CallArgs", "Plan", "new_outputs", "prepare_call", "set_poison_outputs"]
+
+_poison = False
+
+
+def set_poison_outputs(enabled: bool) -> None:
+    """Testing aid: kernels' outputs start as NaN (indices as -1) instead of uninitialised memory, so an
+    element a kernel fails to write cannot pass for a right answer."""
+    global _poison
+    _poison = enabled
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A canonical formula (slot variables 0..n-1), the reduction, and which category indexes the output."""
+
+    formula: Formula
+    arg_cats: tuple[str, ...]
+    arg_dims: tuple[int, ...]
+    reduction: Reduction
+    outer: str  # "i" or "j"
+    with_arg: bool  # whether the kernel tracks the selected indices (max / min)
+
+    @property
+    def inner(self) -> str:
+        return "j" if self.outer == "i" else "i"
+
+    def role(self, slot: int) -> str:
+        """ "outer", "inner" or "param" for argument ``slot``."""
+        cat = self.arg_cats[slot]
+        return "param" if cat == "p" else ("outer" if cat == self.outer else "inner")
+
+    @property
+    def value_dim(self) -> int:
+        return self.reduction.value_dim(self.formula.dim)
+
+    @property
+    def index_dim(self) -> int:
+        """Indices per output row (0 when none are tracked)."""
+        if self.reduction.kind == "kbest":
+            return self.value_dim
+        return self.formula.dim if self.with_arg else 0
+
+    @property
+    def key(self) -> str:
+        r = self.reduction
+        return f"{self.formula.key}|{r.kind}:{r.semiring}:{r.k}|{self.outer}|{int(self.with_arg)}"
+
+
+@dataclass
+class CallArgs:
+    """One call's arguments: contiguous tensors in the compute dtype (outer / inner variables
+    (B_k, n, D_k), parameters (B_k, D_k), B_k 1 or the batch size) and their batch strides in elements."""
+
+    tensors: list[torch.Tensor]
+    batch_strides: list[int]
+    nbatch: int
+    n_outer: int
+    n_inner: int
+    dtype: torch.dtype
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def prepare_call(
+    plan: Plan, batch: tuple[int, ...], n_outer: int, n_inner: int, tensors: list[torch.Tensor]
+) -> CallArgs:
+    """Lays out the variables' tensors ((*b, n, D) for i / j variables, (*b, D) for parameters, with b
+    broadcastable to ``batch``) for a kernel call."""
+    nbatch = 1
+    for s in batch:
+        nbatch *= s
+    dtype = compute_dtype(tensors[0].dtype) if tensors else torch.float32
+    out: list[torch.Tensor] = []
+    strides: list[int] = []
+    for slot, t in enumerate(tensors):
+        trailing = 1 if plan.arg_cats[slot] == "p" else 2
+        own_batch = t.shape[:-trailing]
+        t = t.to(dtype)
+        per_row = t.shape[-trailing:].numel()
+        if own_batch.numel() == 1:
+            t = t.reshape(1, *t.shape[-trailing:])
+            stride = 0
+        else:
+            if tuple(own_batch) != tuple(batch):
+                t = t.expand(*batch, *t.shape[-trailing:])
+            t = t.reshape(nbatch, *t.shape[-trailing:])
+            stride = per_row
+        out.append(t.contiguous())
+        strides.append(stride)
+    return CallArgs(out, strides, nbatch, n_outer, n_inner, dtype)
+
+
+def new_outputs(plan: Plan, call: CallArgs, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Uninitialised (or, under set_poison_outputs, poisoned) value and index outputs for one call:
+    (nbatch, n_outer, value_dim) and (nbatch, n_outer, index_dim) or None."""
+    rows = (call.nbatch, call.n_outer)
+    if _poison:
+        vals = torch.full((*rows, plan.value_dim), float("nan"), dtype=call.dtype, device=device)
+        idx = torch.full((*rows, plan.index_dim), -1, dtype=torch.int64, device=device) if plan.index_dim else None
+    else:
+        vals = torch.empty(*rows, plan.value_dim, dtype=call.dtype, device=device)
+        idx = torch.empty(*rows, plan.index_dim, dtype=torch.int64, device=device) if plan.index_dim else None
+    return vals, idx

@@ -1,0 +1,140 @@
+"""The reductions of lazy formulas: each one a semiring of the core (semirings.py) or its k-best variant.
+
+================  ==========================  ==============================================
+reduction         kind                        value per output row
+================  ==========================  ==============================================
+sum               semiring (std)              sum_j F_ij                          (D)
+logsumexp         semiring (log)              log sum_j exp F_ij, per component   (D)
+logsumexp+weight  weighted logsumexp          log sum_j exp(f_ij) w_ij            (D of w)
+max / min         semiring (max / min)        per component, with argmax          (D)
+Kmin / Kmax       k-best over (min / max)     K best per component, with indices  (K, D)
+================  ==========================  ==============================================
+
+A reduction names its C++ reducer (csrc/lazy/reducers.h) for the generated kernels, computes itself with
+torch on a dense (..., n_outer, n_inner, D) block (the PyTorch fallback and the tests' reference), and gives
+the cotangent of its formula for the backward pass of the non-selecting ones (sum and logsumexp: the gradient
+is a new sum reduction of the formula's symbolic derivative). Max, min and k-best route their gradient to the
+selected pairs (the subgradient at the argmax), see autograd.py.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..semirings import SEMIRINGS, LogSemiring, Semiring, StdSemiring
+from .formula import Concat, Extract, Formula, Mul, Repeat, SoftmaxWeight, VecSum
+
+__all__ = ["Reduction", "kbest", "semiring_reduction", "weighted_logsumexp"]
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """A reduction over the inner index j of a formula F_ij of dimension D.
+
+    kind: "semiring" (one accumulator of ``semiring`` per component), "weighted_lse" (F = (f, w...)) or
+    "kbest" (the ``k`` best of each component; ``semiring`` is "max" or "min"); ``indices`` whether the
+    result includes the index of the selected terms.
+    """
+
+    kind: str
+    semiring: str
+    indices: bool = False
+    k: int = 1
+
+    @property
+    def semiring_class(self) -> type[Semiring]:
+        return SEMIRINGS[self.semiring]
+
+    @property
+    def selects(self) -> bool:
+        """Whether the result picks terms (max, min, k-best), so the gradient goes to the picked pairs."""
+        return self.kind == "kbest" or self.semiring_class.selects
+
+    def value_dim(self, fdim: int) -> int:
+        """Values per output row, flat (k-best: K * D in (K, D) order)."""
+        if self.kind == "weighted_lse":
+            return fdim - 1
+        return fdim * self.k if self.kind == "kbest" else fdim
+
+    def cpp_reducer(self, ctype: str, fdim: int, with_arg: bool) -> str:
+        """The C++ type of the reducer (csrc/lazy/reducers.h) for a formula of dimension fdim."""
+        if self.kind == "weighted_lse":
+            return f"WeightedLogSumExpReducer<{ctype}, {fdim - 1}>"
+        if self.kind == "kbest":
+            return f"KBestReducer<{ctype}, {fdim}, {self.k}, {'true' if self.semiring == 'max' else 'false'}>"
+        cls = self.semiring_class
+        if cls.kernel_id is None:
+            raise NotImplementedError(f"semiring {self.semiring!r} has no C++ twin, so no compiled reduction")
+        arg = "true" if (with_arg and cls.selects) else "false"
+        return f"SemiringReducer<{ctype}, {cls.__name__}, {fdim}, {arg}>"
+
+    # ------------------------------------------------------------ torch
+
+    def torch_reduce(self, f: torch.Tensor, with_arg: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(values (..., n_outer, value_dim), indices or None) of a dense block f (..., n_outer, n_inner, D)."""
+        if self.kind == "weighted_lse":
+            return _weighted_lse(f[..., :1], f[..., 1:]), None
+        if self.kind == "kbest":
+            d = f.shape[-1]
+            vals, idx = torch.sort(f, dim=-2, descending=self.semiring == "max", stable=True)
+            vals, idx = vals[..., : self.k, :], idx[..., : self.k, :]
+            flat = (*f.shape[:-2], self.k * d)
+            return vals.reshape(flat), idx.reshape(flat)
+        cls = self.semiring_class
+        if f.shape[-2] == 0:
+            vals = torch.full((*f.shape[:-2], f.shape[-1]), cls.zero, dtype=f.dtype, device=f.device)
+            return vals, None
+        vals = cls.sum(f, dim=-2)
+        if not (with_arg and cls.selects):
+            return vals, None
+        hit = (f == vals.unsqueeze(-2)) | (torch.isnan(f) & torch.isnan(vals).unsqueeze(-2))
+        return vals, torch.argmax(hit.to(torch.uint8), dim=-2)
+
+    # ------------------------------------------------------------ gradients of the non-selecting ones
+
+    def cotangent(self, f: Formula, out: Formula, grad: Formula) -> Formula:
+        """d(sum_i <grad_i, out_i>) / d F_ij as a formula of F, the result ``out`` and its cotangent ``grad``
+        (both outer variables); the gradient of any variable is then the vjp of F with this cotangent."""
+        if self.kind == "weighted_lse":
+            w = _tail(f)
+            weight = SoftmaxWeight(_head(f), out)  # exp(f - out_k), per weight component k
+            return Concat(VecSum(Mul(Mul(grad, w), weight)), Mul(grad, weight))
+        cls = self.semiring_class
+        if cls is StdSemiring:
+            return grad if grad.dim == f.dim else Repeat(grad, f.dim)
+        if cls is LogSemiring:
+            return Mul(grad, SoftmaxWeight(f, out))
+        raise NotImplementedError(f"no gradient rule for lazy reductions over the {self.semiring!r} semiring")
+
+
+def _head(f: Formula) -> Formula:
+    return Extract(f, 0, 1)
+
+
+def _tail(f: Formula) -> Formula:
+    return Extract(f, 1, f.dim - 1)
+
+
+def _weighted_lse(f: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """log sum_j exp(f_j) w_j over dim -2, with f (..., n, 1) and w (..., n, DW)."""
+    if f.shape[-2] == 0:
+        return torch.full((*w.shape[:-2], w.shape[-1]), -math.inf, dtype=w.dtype, device=w.device)
+    m = f.amax(dim=-2, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    s = (torch.exp(f - m) * w).sum(-2)
+    return torch.log(s) + m.squeeze(-2)
+
+
+def semiring_reduction(semiring: str, indices: bool = False) -> Reduction:
+    return Reduction("semiring", semiring, indices)
+
+
+def weighted_logsumexp() -> Reduction:
+    return Reduction("weighted_lse", "log")
+
+
+def kbest(k: int, largest: bool, indices: bool) -> Reduction:
+    return Reduction("kbest", "max" if largest else "min", indices, int(k))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .formula import Emitter, Var
+from .formula import Emitter, Var, strength_reduce
 from .plan import Plan
 
 __all__ = ["CPU_LANES", "CudaConfig", "cpu_source", "cuda_source"]
@@ -46,11 +46,16 @@ def _prelude(plan: Plan, dtype_name: str) -> str:
     return f"// semiring_ops.lazy kernel for: {plan.key}\n" + _PRELUDE.format(ctype=ctype, reducer=reducer)
 
 
-def _cell(plan: Plan, read, prefix: str) -> list[str]:
-    """Statements computing ``{prefix}f[kIn]``, the formula's value, with variables read by read(var, d)."""
-    em = Emitter(read, prefix=prefix)
-    comps = em.emit(plan.formula)
-    return [*em.lines, f"const T {prefix}f[{len(comps)}] = {{{', '.join(comps)}}};"]
+def _cell(plan: Plan, read, prefix: str) -> tuple[list[str], list[str]]:
+    """(statements computed once per row, statements computing ``{prefix}f[kIn]``, the formula's value at
+    (row, j)), with variables read by read(var, d)."""
+
+    def invariant(var: Var) -> bool:
+        return plan.role(var.slot) != "inner"
+
+    em = Emitter(read, prefix=prefix, invariant=invariant)
+    comps = em.emit(strength_reduce(plan.formula, invariant))
+    return em.hoisted, [*em.lines, f"const T {prefix}f[{len(comps)}] = {{{', '.join(comps)}}};"]
 
 
 def _indent(lines: list[str], n: int) -> str:
@@ -78,7 +83,8 @@ def cpu_source(plan: Plan, dtype_name: str) -> str:
             return f"a{var.slot}[{c} * n_inner + j]"
         return f"v{var.slot}_{c}"
 
-    cell = _cell(plan, read, "c")
+    hoisted, cell = _cell(plan, read, "c")
+    loads += hoisted
     idx_expr = f"idx + row * {plan.index_dim}" if plan.index_dim else "nullptr"
     return (
         _prelude(plan, dtype_name)
@@ -181,7 +187,9 @@ def cuda_source(plan: Plan, dtype_name: str, cfg: CudaConfig) -> str:
                 return f"row[{offsets[var.slot] + c}]"
             return f"v{var.slot}_r{r}_{c}" if role == "outer" else f"v{var.slot}_{c}"
 
-        body += ["{", *("  " + s for s in _cell(plan, read, f"r{r}_")), f"  red[{r}].add(r{r}_f, j);", "}"]
+        hoisted, cell = _cell(plan, read, f"r{r}_")
+        head += hoisted
+        body += ["{", *("  " + s for s in cell), f"  red[{r}].add(r{r}_f, j);", "}"]
     stores = []
     for r in range(cfg.rows):
         idx_expr = f"idx + row * {plan.index_dim}" if plan.index_dim else "nullptr"
@@ -212,7 +220,7 @@ extern "C" __global__ void __launch_bounds__({cfg.block}) lazy_reduce(
     __syncthreads();
 {_indent(staging, 4)}
     __syncthreads();
-#pragma unroll 2
+#pragma unroll 4
     for (int jj = 0; jj < nt; ++jj) {{
       const T* row = tile + jj * {stride};
       const int32_t j = (int32_t)(j0 + jj);

@@ -320,6 +320,32 @@ class Square(Unary):
         return [Mul(g, Mul(Const(2.0), self.children[0]))]
 
 
+class Recip(Unary):
+    """1 / x (the kernels' rewrite of a division by a value that is the same for every j)."""
+
+    op = "Recip"
+    __slots__ = ()
+
+    def emit(self, em, args):
+        return [em.temp_expr(f"{em.literal(1.0)} / {a}") for a in args[0]]
+
+    tfun = staticmethod(torch.reciprocal)
+
+    def vjp(self, g):
+        return [Neg(Mul(g, Square(self)))]
+
+
+class Exp2(Unary):
+    """2^x (the kernels' rewrite of exp(x * v) as 2^(x * v log2 e))."""
+
+    op, cfun = "Exp2", "fast_exp2"
+    __slots__ = ()
+    tfun = staticmethod(torch.exp2)
+
+    def vjp(self, g):
+        return [Mul(g, Mul(self, Const(math.log(2.0))))]
+
+
 class IntPow(Formula):
     """x ** n for an integer n."""
 
@@ -826,11 +852,22 @@ def substitute(root: Formula, mapping: Callable[[Var], Formula]) -> Formula:
 
 def canonicalize(root: Formula) -> tuple[Formula, list[Var]]:
     """(the formula with slot variables 0, 1, ... in order of first appearance, the tensor variables in that
-    order). Two formulas with equal canonical keys compile to the same kernel."""
-    tensor_vars = variables(root)
-    slots = {v.key: i for i, v in enumerate(tensor_vars)}
-    canon = substitute(root, lambda v: Var(v.cat, v.dim, slot=slots[v.key]))
-    return canon, tensor_vars
+    order). Two formulas with equal canonical keys compile to the same kernel. One pass over the nodes."""
+    memo: dict[int, Formula] = {}
+    slots: dict[str, Var] = {}
+    tensor_vars: list[Var] = []
+    for node in _postorder(root):
+        if isinstance(node, Var):
+            canon = slots.get(node.key)
+            if canon is None:
+                canon = slots[node.key] = Var(node.cat, node.dim, slot=len(tensor_vars))
+                tensor_vars.append(node)
+            memo[id(node)] = canon
+        elif not node.children:
+            memo[id(node)] = node
+        else:
+            memo[id(node)] = node.rebuild([memo[id(c)] for c in node.children])
+    return memo[id(root)], tensor_vars
 
 
 # ---------------------------------------------------------------- emission (C code)
@@ -841,19 +878,31 @@ class Emitter:
 
     ``read(var, d)`` returns the C expression of component d of a variable (the kernel skeleton decides where
     variables live: registers, shared memory, a staged chunk); ``ctype`` is the scalar type (``T``).
+    With ``invariant(var)`` (true for variables that do not change along the reduction: parameters and the
+    row's own variables), sub-formulas of invariant variables only go to ``hoisted``, statements the skeleton
+    places once per row, before its loop over j; the rest goes to ``lines``.
     """
 
-    def __init__(self, read: Callable[[Var, int], str], prefix: str = "t", ctype: str = "T") -> None:
+    def __init__(
+        self,
+        read: Callable[[Var, int], str],
+        prefix: str = "t",
+        ctype: str = "T",
+        invariant: Callable[[Var], bool] | None = None,
+    ) -> None:
         self.read = read
         self.prefix = prefix
         self.ctype = ctype
+        self.invariant = invariant
         self.lines: list[str] = []
+        self.hoisted: list[str] = []
+        self._target = self.lines
         self._count = 0
 
     def temp_expr(self, expr: str, ctype: str | None = None) -> str:
         name = f"{self.prefix}{self._count}"
         self._count += 1
-        self.lines.append(f"const {ctype or self.ctype} {name} = {expr};")
+        self._target.append(f"const {ctype or self.ctype} {name} = {expr};")
         return name
 
     def literal(self, value: float) -> str:
@@ -863,17 +912,62 @@ class Emitter:
             return f"({'-' if value < 0 else ''}pos_inf<{self.ctype}>())"
         return f"{self.ctype}({value!r})"
 
+    def is_invariant(self, node: Formula, kids: list[bool]) -> bool:
+        if self.invariant is None:
+            return False
+        if isinstance(node, Var):
+            return self.invariant(node)
+        return all(kids)
+
     def emit(self, root: Formula) -> list[str]:
-        """Statements appended to self.lines; returns the root's component expressions."""
+        """Statements appended to self.lines (and self.hoisted); returns the root's component expressions."""
         values: dict[int, list[str]] = {}
+        inv: dict[int, bool] = {}
         for node in _postorder(root):
             args = [values[id(c)] for c in node.children]
+            inv[id(node)] = self.is_invariant(node, [inv[id(c)] for c in node.children])
+            self._target = self.hoisted if inv[id(node)] else self.lines
             out = node.emit(self, args)
             # name every multi-use or compound result once, so shared sub-formulas are computed once
-            if not isinstance(node, (Var, Const)) and node is not root:
+            if not isinstance(node, (Var, Const)) and (node is not root or inv[id(node)]):
                 out = [o if o.isidentifier() else self.temp_expr(o) for o in out]
             values[id(node)] = out
+        self._target = self.lines
         return values[id(root)]
+
+
+def strength_reduce(root: Formula, invariant: Callable[[Var], bool]) -> Formula:
+    """The kernels' rewrite of a formula, with ``invariant`` as in Emitter: x / v becomes x * (1 / v) and
+    exp(x * v) becomes 2^(x * (v log2 e)) when v is invariant, so a division and a multiply per term turn into
+    one multiply by a value computed once per row (the results may differ in the last bit)."""
+    inv: dict[int, bool] = {}
+    memo: dict[int, Formula] = {}
+    for node in _postorder(root):
+        kids = [memo[id(c)] for c in node.children]
+        is_inv = invariant(node) if isinstance(node, Var) else all(inv[id(c)] for c in node.children)
+        new = (
+            node if (not kids or all(k is c for k, c in zip(kids, node.children, strict=True))) else node.rebuild(kids)
+        )
+        if not is_inv and isinstance(new, Div) and inv[id(node.children[1])]:
+            new = Mul(kids[0], Recip(kids[1]))
+        if not is_inv and isinstance(new, Exp) and isinstance(kids[0], Mul):
+            a, b = kids[0].children
+            a_inv, b_inv = _invariant_of(a, inv, invariant), _invariant_of(b, inv, invariant)
+            if a_inv != b_inv and a.dim == b.dim == kids[0].dim:
+                x, v = (b, a) if a_inv else (a, b)
+                new = Exp2(Mul(x, Mul(v, Const(1.4426950408889634))))
+        inv[id(node)] = is_inv
+        memo[id(node)] = new
+        inv[id(new)] = is_inv
+    return memo[id(root)]
+
+
+def _invariant_of(node: Formula, inv: dict[int, bool], invariant: Callable[[Var], bool]) -> bool:
+    if id(node) in inv:
+        return inv[id(node)]
+    if isinstance(node, Var):
+        return invariant(node)
+    return isinstance(node, Const) or all(_invariant_of(c, inv, invariant) for c in node.children)
 
 
 # ---------------------------------------------------------------- evaluation (torch)

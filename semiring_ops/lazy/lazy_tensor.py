@@ -28,6 +28,18 @@ __all__ = ["LazyTensor", "Pm", "Vi", "Vj"]
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
+def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
+    """torch's broadcasting of two shapes, or None when they do not broadcast."""
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
+    out = []
+    for x, y in zip(a, b, strict=True):
+        if x != y and x != 1 and y != 1:
+            return None
+        out.append(y if x == 1 else x)
+    return tuple(out)
+
+
 def _check_dtype(t: torch.Tensor, what: str) -> None:
     if t.dtype not in _FLOATS:
         raise TypeError(
@@ -154,12 +166,14 @@ class LazyTensor:
                     raise ValueError(
                         f"{op}: the operands have {a} and {b} {name}-indices: {self.describe()} and {o.describe()}"
                     )
-            try:
-                batch = tuple(torch.broadcast_shapes(batch, o.batch))
-            except RuntimeError:
-                raise ValueError(
-                    f"{op}: batch shapes {batch} and {o.batch} do not broadcast: {self.describe()} and {o.describe()}"
-                ) from None
+            if o.batch != batch:
+                joined = _broadcast(batch, o.batch)
+                if joined is None:
+                    raise ValueError(
+                        f"{op}: batch shapes {batch} and {o.batch} do not broadcast: {self.describe()} and "
+                        f"{o.describe()}"
+                    )
+                batch = joined
             n_i = n_i if n_i is not None else o.n_i
             n_j = n_j if n_j is not None else o.n_j
             device = device if device is not None else o.device

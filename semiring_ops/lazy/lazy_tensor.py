@@ -134,7 +134,11 @@ class LazyTensor:
     @property
     def shape(self) -> tuple[int, ...]:
         """(*batch, M, N, D)."""
-        return (*self.batch, self.n_i or 1, self.n_j or 1, self.formula.dim)
+        return (*self.batch, self._extent().n_i, self._extent().n_j, self.formula.dim)
+
+    def _extent(self) -> Extent:
+        """Batch shape and the numbers of i and j (1 for a category without variables)."""
+        return Extent(self.batch, 1 if self.n_i is None else self.n_i, 1 if self.n_j is None else self.n_j)
 
     def describe(self) -> str:
         kinds = sorted({v.cat for v in variables(self.formula)})
@@ -362,7 +366,7 @@ class LazyTensor:
         if self.device is None:
             raise ValueError(f"{what}: a formula of constants only has nothing to reduce over")
         outer = "j" if over == "i" else "i"
-        extent = Extent(self.batch, self.n_i or 1, self.n_j or 1)
+        extent = self._extent()
         n_inner = extent.rows(over)
         if (with_arg or reduction.kind == "kbest") and n_inner == 0:
             raise ValueError(f"{what}: the reduced axis ({over}) is empty, so there is nothing to select")
@@ -469,7 +473,7 @@ class LazyTensor:
         if self.device is None:
             raise ValueError("dense(): a formula of constants only")
         like = torch.empty(0, dtype=self.dtype, device=self.device)
-        return evaluate_dense(self.formula, Extent(self.batch, self.n_i or 1, self.n_j or 1), like)
+        return evaluate_dense(self.formula, self._extent(), like)
 
     @property
     def variables(self) -> list[torch.Tensor]:

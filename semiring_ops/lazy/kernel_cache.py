@@ -14,16 +14,14 @@ Environment:
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import functools
 import hashlib
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-from ..build.jit import cache_root, source_root
+from ..build.jit import _exclusive, cache_root, source_root
 
 __all__ = ["LazyCompileError", "cached_artifact", "headers_fingerprint", "lazy_cache_dir", "source_key"]
 
@@ -60,16 +58,6 @@ def headers_fingerprint() -> str:
         h.update(str(path.relative_to(root)).encode() + b"\0")
         h.update(path.read_bytes())
     return h.hexdigest()[:24]
-
-
-@contextlib.contextmanager
-def _exclusive(lock_path: Path) -> Iterator[None]:
-    with open(lock_path, "a+") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
 def cached_artifact(key: str, suffix: str, build: Callable[[Path], None]) -> tuple[Path, bool]:

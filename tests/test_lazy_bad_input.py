@@ -121,24 +121,12 @@ def test_selections_over_the_vector_dimension(nothing_runs):
             getattr(f, name)(2, dim=-1)
 
 
-@pytest.mark.xfail(
-    raises=pytest.fail.Exception,
-    reason="logsumexp(dim=-1, weight=w) returns the unweighted lazy logsumexp over the vector dimension and "
-    "silently ignores the weight (lazy_tensor.LazyTensor.logsumexp returns before looking at weight)",
-    strict=True,
-)
 def test_a_weight_with_the_vector_dimension_is_refused(nothing_runs):
     f = Vi(_x()) - Vj(_x(6))
     with pytest.raises(ValueError, match="weight"):
         f.logsumexp(-1, weight=Vj(_x(6, 1)))
 
 
-@pytest.mark.xfail(
-    raises=_Ran,
-    reason="max(dim=1, axis=0): dim wins silently (LazyTensor._axis uses axis only when dim is None); "
-    "conflicting axes should raise",
-    strict=True,
-)
 def test_conflicting_dim_and_axis_are_refused(nothing_runs):
     f = Vi(_x()) - Vj(_x(6))
     with pytest.raises(ValueError, match=r"dim.*axis|axis.*dim"):
@@ -278,12 +266,6 @@ def test_a_number_parameter_works_in_float64():
     torch.testing.assert_close(out, 0.5 * ((x[:, None] - y[None]) ** 2).sum(-1).sum(1, keepdim=True))
 
 
-@pytest.mark.xfail(
-    raises=RuntimeError,
-    reason="x ** t for a tensor t of more than one element: LazyTensor.__pow__ evaluates `p == 0.5` on the "
-    "tensor and fails with 'Boolean value of Tensor with more than one value is ambiguous'",
-    strict=True,
-)
 def test_a_vector_tensor_exponent():
     x = torch.rand(5, 3, dtype=torch.float64) + 0.5
     p = torch.tensor([1.5, 2.0, 0.5], dtype=torch.float64)

@@ -249,9 +249,9 @@ class LazyTensor:
             raise TypeError(f"**: the exponent must be a number or a LazyTensor, got {type(p).__name__}")
         if isinstance(p, (int, float)) and float(p).is_integer():
             return self.square() if p == 2 else self._unary(F.IntPow, int(p))
-        if p == 0.5:
+        if isinstance(p, float) and p == 0.5:
             return self.sqrt()
-        if p == -0.5:
+        if isinstance(p, float) and p == -0.5:
             return self.rsqrt()
         if isinstance(p, float):
             return self._nary("**", F.Pow, LazyTensor(p))
@@ -345,6 +345,8 @@ class LazyTensor:
 
     def _axis(self, dim: int | None, axis: int | None, what: str) -> str:
         """ "i", "j" (the category reduced over) or "vector"."""
+        if dim is not None and axis is not None and dim != axis:
+            raise ValueError(f"{what}: dim={dim} and axis={axis} disagree; give one of them")
         d = axis if dim is None else dim
         if d is None:
             raise ValueError(f"{what}: give the axis to reduce over (dim=0 / -3 for i, 1 / -2 for j)")
@@ -393,6 +395,8 @@ class LazyTensor:
         scalar): log sum_j exp(F_ij) w_ij, of dimension E. Over the vector dimension: a LazyTensor."""
         over = self._axis(dim, axis, "logsumexp")
         if over == "vector":
+            if weight is not None:
+                raise ValueError("logsumexp over the vector dimension takes no weight; reduce over i or j")
             return self._unary(F.VecLogSumExp)
         if weight is None:
             return self._reduce(semiring_reduction("log"), over, "logsumexp")[0]

@@ -4,6 +4,7 @@ compiler's log."""
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import stat
@@ -253,17 +254,88 @@ def test_mixed_cpu_and_cuda_are_refused_and_named(nothing_runs):
         Vi(_x(device="cuda")).sqdist(b) @ torch.randn(6, 1)
 
 
-@pytest.mark.xfail(
-    raises=TypeError,
-    reason="Pm(number) always makes a float32 parameter, so Vi(float64) * Pm(0.5) raises 'operands of "
-    "different dtypes'; a number parameter should take the formula's dtype (docs/lazy.md: Pm(p) a number)",
-    strict=True,
-)
 def test_a_number_parameter_works_in_float64():
     x = torch.randn(5, 2, dtype=torch.float64)
     y = torch.randn(6, 2, dtype=torch.float64)
     out = (Vi(x).sqdist(Vj(y)) * Pm(0.5)).sum(1)
     torch.testing.assert_close(out, 0.5 * ((x[:, None] - y[None]) ** 2).sum(-1).sum(1, keepdim=True))
+
+
+def test_a_number_parameter_takes_the_dtype_of_the_formula_it_joins():
+    """Pm(number) is deferred: it takes the dtype (and device) of the other operand, on either side, through
+    unary operations and other deferred numbers; the float64 value is exact (0.1 is not float32's 0.1)."""
+    x = torch.randn(5, 2, dtype=torch.float64)
+    y = torch.randn(6, 2, dtype=torch.float64)
+    d2 = ((x[:, None] - y[None]) ** 2).sum(-1)
+    for f in (
+        Pm(0.1) * Vi(x).sqdist(Vj(y)),
+        Vi(x).sqdist(Vj(y)) / Pm(10),
+        (Pm(0.2) * 0.5).exp().log() * Vi(x).sqdist(Vj(y)),
+        Vi(x).sqdist(Vj(y)) * (Pm(0.05) + Pm(0.05)),
+        (Vi(x).sqdist(Vj(y)) * Pm(0.1)).T.T,
+    ):
+        assert f.dtype == torch.float64 and f.device == x.device and not f.deferred
+        assert all(t.dtype == torch.float64 for t in f.variables)
+        torch.testing.assert_close(f.sum(1), (0.1 * d2).sum(1, keepdim=True), rtol=1e-14, atol=0)
+    (p,) = (Vi(x) * Pm(0.1)).variables[1:]
+    assert p.item() == 0.1
+    # with 16-bit variables the number rounds like the variables
+    h = Vi(x.half()) * Pm(0.1)
+    assert h.dtype == torch.float16 and h.variables[1].dtype == torch.float16
+
+
+def test_a_formula_of_number_parameters_only_is_float32_on_the_cpu():
+    p = Pm(2.0) * Pm(3) + 0.5
+    assert p.deferred and p.dtype == torch.float32 and p.device == torch.device("cpu")
+    assert p.shape == (1, 1, 1)
+    assert torch.equal(p.sum(0), torch.tensor([[6.5]]))
+    assert torch.equal(p.dense(), torch.tensor([[[6.5]]]))
+    # a 0-d or (D,) tensor is a parameter of its own dtype, not a deferred number
+    t = Pm(torch.tensor(2.0, dtype=torch.float64))
+    assert not t.deferred and t.dtype == torch.float64
+    with pytest.raises(TypeError, match=r"float32 and torch\.float64"):
+        Vi(_x()) * t
+
+
+def test_numbers_are_made_tensors_once_per_value_dtype_and_device(monkeypatch):
+    """A float operand and Pm(float) both go through one cache: the same constant is not copied again (a
+    synchronous host-to-device copy on a GPU), and -0.0 / 0.0 and NaN keep their own bits."""
+    import semiring_ops.lazy.lazy_tensor as lt
+
+    x = _x(dtype=torch.float64)
+    first = (Vi(x) * 0.37).variables[1]
+    assert (Vi(x) * 0.37).variables[1] is first
+    assert (0.37 * Vi(x)).variables[0] is first
+    assert (Vi(x) * Pm(0.37)).variables[1] is first
+    assert (Vi(_x()) * 0.37).variables[1] is not first  # float32: another tensor
+    made = []
+    real = torch.tensor
+    monkeypatch.setattr(lt.torch, "tensor", lambda *a, **k: made.append(a) or real(*a, **k))
+    for _ in range(5):
+        Vi(x) * 0.37 + Pm(0.37)
+    assert made == []
+    neg, pos = (Vi(x) * Pm(-0.0)).variables[1], (Vi(x) * Pm(0.0)).variables[1]
+    assert neg is not pos and math.copysign(1, neg.item()) == -1 and math.copysign(1, pos.item()) == 1
+    assert (Vi(x) * math.nan).variables[1] is (Vi(x) * math.nan).variables[1]
+    assert lt._cached_number.cache_info().maxsize == lt.NUMBER_CACHE_SIZE
+
+
+def test_a_cached_number_first_made_in_inference_mode_still_records_gradients():
+    x = _x(dtype=torch.float64)
+    with torch.inference_mode():
+        (Vi(x) * 0.123457 + Vj(x)).sum(1)
+    x.requires_grad_(True)
+    (Vi(x) * 0.123457 + Vj(x)).sum(1).sum().backward()
+    torch.testing.assert_close(x.grad, torch.full_like(x, (0.123457 + 1) * 5))  # x is i and j
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
+def test_a_number_parameter_follows_a_cuda_formula():
+    x = _x(device="cuda", dtype=torch.float64)
+    f = Vi(x) * Pm(0.5) + Pm(1)
+    assert f.device == x.device and all(t.device == x.device for t in f.variables)
+    torch.testing.assert_close(f.sum(1), (x * 0.5 + 1) * 1)
 
 
 def test_a_vector_tensor_exponent():

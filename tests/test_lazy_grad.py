@@ -250,3 +250,25 @@ def test_gradcheck_of_every_operation_through_a_sum_over_j(compiled, device, nam
 
     args = [v[k].clone().requires_grad_() for k in keys]
     assert gradcheck(fn, args, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("over", ["j", "i"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "sum",
+        "logsumexp",
+        "max",
+        "min",
+    ],
+)
+def test_an_empty_reduced_axis_gives_zero_gradients(backend, over, name):
+    """Reducing over nothing gives the semiring zero, a constant: every variable gets a zero gradient."""
+    full = torch.randn(5, 2, dtype=torch.float64, requires_grad=True)
+    empty = torch.randn(0, 2, dtype=torch.float64, requires_grad=True)
+    x, y = (full, empty) if over == "j" else (empty, full)
+    s = torch.tensor([0.7], dtype=torch.float64, requires_grad=True)
+    out = getattr((Vi(x) - Vj(y)) * Pm(s), name)(1 if over == "j" else 0)
+    grads = torch.autograd.grad(out[torch.isfinite(out)].sum(), [x, y, s], allow_unused=True)
+    for g, t in zip(grads, (x, y, s), strict=True):
+        assert g is None or (g.shape == t.shape and not g.any())

@@ -9,6 +9,11 @@ import subprocess
 import sys
 import textwrap
 
+import torch
+
+from semiring_ops.lazy import LazyTensor, Vi, Vj, dispatch, torch_backend
+from semiring_ops.lazy.formula import Const, Var, _postorder
+
 SCRIPT = textwrap.dedent(
     """
     import json, time, torch
@@ -66,3 +71,41 @@ def test_a_200k_by_200k_sum_reduction_runs_in_linear_memory():
     # the inputs and the output take ~8 MB; the dense matrix 160 GB, a dense row block of 1000 rows 800 MB
     assert 200 < res["control_mib"] < 400, res
     assert res["grown_mib"] < 200, res
+
+
+def test_the_torch_backend_bounds_the_intermediates_of_a_chunk(monkeypatch):
+    """The PyTorch fallback sizes its chunks of rows by the widest node of the formula, not its result: the
+    squared distance of D = 64 vectors is of dimension 1, but its difference is (rows, n_inner, 64) per batch."""
+    monkeypatch.setattr(dispatch, "_choice", {"cpu": ("torch", "test")})
+    monkeypatch.setattr(torch_backend, "CHUNK_VALUES", 8192)
+    sizes = []
+
+    def evaluate(root, read, like):  # formula.evaluate, noting the size of every node's value
+        values = {}
+        for node in _postorder(root):
+            if isinstance(node, Var):
+                v = read(node)
+            elif isinstance(node, Const):
+                v = torch.full((1,), node.value, dtype=like.dtype, device=like.device)
+            else:
+                v = node.evaluate_node([values[id(c)] for c in node.children])
+            values[id(node)] = v
+            sizes.append(v.numel())
+        return values[id(root)]
+
+    monkeypatch.setattr(torch_backend, "evaluate", evaluate)
+    g = torch.Generator().manual_seed(11)
+    x, y = (
+        torch.randn(2, 50, 64, generator=g, dtype=torch.float64),
+        torch.randn(40, 64, generator=g, dtype=torch.float64),
+    )
+    d2 = ((x[:, :, None] - y[None, None]) ** 2).sum(-1)
+    for f, ref in (
+        (((Vi(x) - Vj(y)) ** 2).sum(-1), d2.sum(-1, keepdim=True)),
+        ((LazyTensor(x[:, :, None, :]) - LazyTensor(y[None, :, :])).sqnorm2().exp().log(), d2.sum(-1, keepdim=True)),
+    ):
+        sizes.clear()
+        out = f.sum(2)
+        torch.testing.assert_close(out, ref)
+        assert 2 * 40 * 64 in sizes and max(sizes) <= 8192, max(sizes)  # one row of 2 x 40 x 64 per chunk
+        assert torch_backend.widest_node(f.formula) == 64

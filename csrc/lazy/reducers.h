@@ -1,4 +1,4 @@
-// The reducers of the lazy reductions: what a generated kernel (semiring_ops/lazy/codegen_*.py) keeps per
+// The reducers of the lazy reductions: what a generated kernel (semiring_ops/lazy/codegen.py) keeps per
 // output row while it walks the reduced index j. Each reducer consumes the formula's value at (i, j), a
 // vector f of kIn components, and produces kOut values (and kIdx indices) per row:
 //
@@ -9,13 +9,29 @@
 //
 // The interface, shared by the CPU and CUDA skeletons: init(); add(f, j) with j increasing within one
 // reducer; merge(other) folding in a reducer of a disjoint range of j (split reductions, SIMD lanes);
-// store(vals, idx). Reducers are plain aggregates, so split reductions can park them in a workspace.
+// store(vals, idx); and, for the CUDA skeleton's chunked loop, SemiringReducer::add_chunk<U>(f, j0).
+// Reducers are plain aggregates, so split reductions can park them in a workspace.
 #pragma once
 
 #include "semiring.h"
 
 namespace semiring_ops {
 namespace lazy {
+
+// U consecutive terms x[0..U) (user units, indices k0, k0 + 1, ...) into one accumulator of semiring S:
+// U calls of add(), or for logsumexp the accumulator's add_chunk_natural (one rescale per chunk, and the
+// conversion to base 2 fused into the exponent's FFMA).
+template <class S> struct ChunkAdder {
+  template <int U, class A, class T> SR_HD static void add(A& acc, const T* x, int32_t k0) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) acc.add(S::to_kernel(x[u]), k0 + u);
+  }
+};
+template <> struct ChunkAdder<LogSemiring> {
+  template <int U, class A, class T> SR_HD static void add(A& acc, const T* x, int32_t) {
+    acc.template add_chunk_natural<U>(x);
+  }
+};
 
 template <class T, class S, int D, bool kArg> struct SemiringReducer {
   static constexpr int kIn = D, kOut = D, kIdx = kArg ? D : 0;
@@ -29,6 +45,16 @@ template <class T, class S, int D, bool kArg> struct SemiringReducer {
   SR_HD void add(const T* f, int32_t j) {
 #pragma unroll
     for (int d = 0; d < D; ++d) acc[d].add(S::to_kernel(f[d]), j);
+  }
+  // U consecutive cells f[u * kIn + d], u = 0..U-1, at j0, j0 + 1, ...
+  template <int U> SR_HD void add_chunk(const T* f, int32_t j0) {
+#pragma unroll
+    for (int d = 0; d < D; ++d) {
+      T x[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) x[u] = f[u * kIn + d];
+      ChunkAdder<S>::template add<U>(acc[d], x, j0);
+    }
   }
   SR_HD void merge(const SemiringReducer& o) {
 #pragma unroll

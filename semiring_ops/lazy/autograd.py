@@ -50,24 +50,33 @@ def reduce_formula(
     n_inner = extent.rows(plan.inner)
     if n_inner > MAX_INNER:
         raise ValueError(f"reductions over more than 2^31 - 1 terms are not supported (got {n_inner})")
+    if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
+        return _run(plan, extent, tensors)  # no graph to record: skip the autograd.Function's overhead
     out = LazyReduction.apply(plan, extent, *tensors)
     if plan.index_dim:
         return out[0], out[1]
     return out, None
 
 
+def _run(plan: Plan, extent: Extent, tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The reduction itself: (values (*batch, rows, value_dim) in the inputs' dtype, indices or None)."""
+    device = tensors[0].device if tensors else torch.device("cpu")
+    n_outer, n_inner = extent.rows(plan.outer), extent.rows(plan.inner)
+    call = prepare_call(plan, extent.batch, n_outer, n_inner, list(tensors))
+    vals, idx = execute(plan, call, device)
+    out_dtype = tensors[0].dtype if tensors else vals.dtype
+    vals = vals.to(out_dtype).reshape(*extent.batch, n_outer, plan.value_dim)
+    if idx is not None:
+        idx = idx.reshape(*extent.batch, n_outer, plan.index_dim)
+    return vals, idx
+
+
 class LazyReduction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, plan: Plan, extent: Extent, *tensors: torch.Tensor):
-        device = tensors[0].device if tensors else torch.device("cpu")
-        n_outer, n_inner = extent.rows(plan.outer), extent.rows(plan.inner)
-        call = prepare_call(plan, extent.batch, n_outer, n_inner, list(tensors))
-        vals, idx = execute(plan, call, device)
-        out_dtype = tensors[0].dtype if tensors else vals.dtype
-        vals = vals.to(out_dtype).reshape(*extent.batch, n_outer, plan.value_dim)
+        vals, idx = _run(plan, extent, tensors)
         ctx.plan, ctx.extent = plan, extent
         if idx is not None:
-            idx = idx.reshape(*extent.batch, n_outer, plan.index_dim)
             ctx.mark_non_differentiable(idx)
             ctx.save_for_backward(*tensors, vals, idx)
             return vals, idx
@@ -123,6 +132,8 @@ def _selected_pairs_backward(plan, extent, tensors, vals, idx, grad_vals, needs)
     """Max, min, k-best: sum over the selected pairs (i, idx[i, p]) of grad[i, p] * dF_c(p)(i, idx[i, p]),
     with c(p) the component of slot p; outputs that are not finite pass no gradient."""
     batch, n_outer, n_inner = extent.batch, extent.rows(plan.outer), extent.rows(plan.inner)
+    if n_inner == 0:  # nothing was selected (the values are the semiring zero): no gradient
+        return [torch.zeros_like(t) if n else None for t, n in zip(tensors, needs, strict=True)]
     nbatch = 1
     for s in batch:
         nbatch *= s

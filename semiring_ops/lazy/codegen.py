@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from .formula import Emitter, Var, strength_reduce
 from .plan import Plan
 
-__all__ = ["CPU_LANES", "CudaConfig", "cpu_source", "cuda_source"]
+__all__ = ["CPU_LANES", "CudaConfig", "cpu_source", "cuda_config", "cuda_source"]
 
 CPU_LANES = 16
 
@@ -125,11 +125,49 @@ extern "C" void lazy_reduce(T* vals, int64_t* idx, const T* const* args, const i
 
 @dataclass(frozen=True)
 class CudaConfig:
-    """The tile shape of the CUDA kernel: threads per block, output rows per thread, j per shared tile."""
+    """The policy of the CUDA kernel: threads per block, output rows per thread, j per shared tile, and
+    cells per reducer call (``chunk`` > 1: consecutive j handed to the reducer's add_chunk together)."""
 
     block: int = 256
     rows: int = 2
     tile: int = 256
+    chunk: int = 1
+
+
+ROW_REGISTER_BUDGET = 72  # 32-bit registers per thread for the rows' own values and reducers (H100-tuned)
+
+
+def row_registers(plan: Plan, dtype_name: str, chunk: int) -> int:
+    """32-bit registers one output row holds for the whole j loop: its outer variables, its reducer's state
+    and, when chunked, the chunk's cell values (an estimate that decides the rows per thread)."""
+    r, fdim = plan.reduction, plan.formula.dim
+    outer = sum(plan.arg_dims[k] for k in range(len(plan.arg_cats)) if plan.role(k) == "outer")
+    if r.kind == "kbest":
+        state = 2 * r.k * fdim
+    elif r.kind == "weighted_lse":
+        state = fdim
+    else:
+        state = fdim * (2 if r.semiring == "log" or plan.with_arg else 1)
+    words = 2 if dtype_name == "float64" else 1
+    return (outer + state + (chunk * fdim if chunk > 1 else 0)) * words
+
+
+def chunk_size(plan: Plan) -> int:
+    """Cells per reducer call: 4 for logsumexp (one rescale of the running sum per 4 terms), else 1."""
+    r = plan.reduction
+    return 4 if r.kind == "semiring" and r.semiring == "log" else 1
+
+
+def cuda_config(plan: Plan, dtype_name: str, max_rows: int = 8) -> CudaConfig:
+    """The most rows per thread (up to ``max_rows``) whose values fit ROW_REGISTER_BUDGET: each tile row read
+    from shared memory then serves that many cells, which takes the loads and the loop's bookkeeping off
+    the issue slots of the (FP32- and MUFU-bound) inner loop."""
+    chunk = chunk_size(plan)
+    per_row = row_registers(plan, dtype_name, chunk)
+    rows = max_rows
+    while rows > 1 and rows * per_row > ROW_REGISTER_BUDGET:
+        rows //= 2
+    return CudaConfig(rows=rows, chunk=chunk)
 
 
 def inner_layout(plan: Plan, dtype_name: str) -> tuple[dict[int, int], int]:
@@ -178,7 +216,7 @@ def cuda_source(plan: Plan, dtype_name: str, cfg: CudaConfig) -> str:
             f"for (int t = threadIdx.x; t < nt * {d}; t += {cfg.block}) {{ const int jj = t / {d}; "
             f"tile[jj * {stride} + {off} + (t - jj * {d})] = p{k}[j0 * {d} + t]; }}"
         )
-    body: list[str] = []
+    cells: list[list[str]] = []
     for r in range(cfg.rows):
 
         def read(var: Var, c: int, r: int = r) -> str:
@@ -189,7 +227,29 @@ def cuda_source(plan: Plan, dtype_name: str, cfg: CudaConfig) -> str:
 
         hoisted, cell = _cell(plan, read, f"r{r}_")
         head += hoisted
+        cells.append(cell)
+    body: list[str] = []
+    for r, cell in enumerate(cells):
         body += ["{", *("  " + s for s in cell), f"  red[{r}].add(r{r}_f, j);", "}"]
+    loops = [
+        "#pragma unroll 4",
+        "for (; jj < nt; ++jj) {",
+        f"  const T* row = tile + jj * {stride};",
+        "  const int32_t j = (int32_t)(j0 + jj);",
+        *("  " + s for s in body),
+        "}",
+    ]
+    if cfg.chunk > 1:
+        u_max, fdim = cfg.chunk, plan.formula.dim
+        chunked = []
+        for r, cell in enumerate(cells):
+            chunked += [f"T r{r}_c[{u_max * fdim}];"]
+            for u in range(u_max):
+                copy = [f"r{r}_c[{u * fdim + c}] = r{r}_f[{c}];" for c in range(fdim)]
+                chunked += ["{", f"  const T* row = tile + (jj + {u}) * {stride};", *("  " + s for s in cell)]
+                chunked += ["  " + " ".join(copy), "}"]
+            chunked.append(f"red[{r}].add_chunk<{u_max}>(r{r}_c, (int32_t)(j0 + jj));")
+        loops = [f"for (; jj + {u_max} <= nt; jj += {u_max}) {{", *("  " + s for s in chunked), "}", *loops]
     stores = []
     for r in range(cfg.rows):
         idx_expr = f"idx + row * {plan.index_dim}" if plan.index_dim else "nullptr"
@@ -220,12 +280,8 @@ extern "C" __global__ void __launch_bounds__({cfg.block}) lazy_reduce(
     __syncthreads();
 {_indent(staging, 4)}
     __syncthreads();
-#pragma unroll 4
-    for (int jj = 0; jj < nt; ++jj) {{
-      const T* row = tile + jj * {stride};
-      const int32_t j = (int32_t)(j0 + jj);
-{_indent(body, 6)}
-    }}
+    int jj = 0;
+{_indent(loops, 4)}
   }}
 {_indent(stores, 2)}
 }}

@@ -14,6 +14,11 @@ from .plan import CallArgs, Plan, new_outputs
 
 __all__ = ["run_cpu"]
 
+# below this many (output row, reduced index) pairs a call runs on one thread: the work is a few tens of
+# microseconds at most, less than waking an OpenMP team (and less than the oversubscription it risks when
+# the caller already runs in parallel)
+SERIAL_PAIRS = 1 << 15
+
 _ARGTYPES = [
     ctypes.c_void_p,  # vals
     ctypes.c_void_p,  # idx
@@ -41,6 +46,14 @@ def _function(plan: Plan, dtype: torch.dtype) -> HostFunction:
     return fn
 
 
+def cpu_threads(rows: int, n_inner: int) -> int:
+    """OpenMP threads for a call of ``rows`` output rows (batch included) reducing ``n_inner`` terms each:
+    1 below SERIAL_PAIRS pairs, else torch's thread count, at most one per row."""
+    if rows * max(n_inner, 1) < SERIAL_PAIRS:
+        return 1
+    return max(1, min(torch.get_num_threads(), rows))
+
+
 def run_cpu(plan: Plan, call: CallArgs) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(values (nbatch, n_outer, value_dim), indices (nbatch, n_outer, index_dim) or None)."""
     fn = _function(plan, call.dtype)
@@ -52,7 +65,7 @@ def run_cpu(plan: Plan, call: CallArgs) -> tuple[torch.Tensor, torch.Tensor | No
     ptrs = (ctypes.c_void_p * max(1, len(tensors)))(*[t.data_ptr() for t in tensors])
     strides = (ctypes.c_int64 * max(1, len(tensors)))(*call.batch_strides)
     rows = call.nbatch * call.n_outer
-    threads = max(1, min(torch.get_num_threads(), rows))
+    threads = cpu_threads(rows, call.n_inner)
     fn.call(
         vals.data_ptr(),
         idx.data_ptr() if idx is not None else None,

@@ -1,26 +1,35 @@
 """Running a plan on a CUDA device: the generated kernels (codegen.cuda_source) compiled once per plan,
 dtype and architecture by NVRTC, launched on PyTorch's current stream.
 
-The 1-D scheme launches one block per ``block * rows`` output rows of every batch. When that gives fewer
-than two blocks per multiprocessor and the reduction is long, the 2-D scheme splits j into ``nsplit`` ranges
-(grid.y): each block parks its reducers in a workspace, and lazy_merge folds them per row.
+The policy (codegen.cuda_config) gives each thread as many output rows as fit in registers; a block then
+covers ``block * rows`` rows of one batch. The launch shape is chosen per call:
+
+- rows per thread: fewer than the policy's when the rows alone (even with j split) could not fill the GPU;
+- j split (the 2-D scheme, grid.y): the reduced range is cut into ``nsplit`` ranges of whole tiles when that
+  fills the GPU (at least two blocks per multiprocessor) or evens the work per multiprocessor (the blocks
+  are equal, so a multiprocessor's time is its block count: 489 blocks on 132 SMs is 3.7 each, so 93 SMs
+  run 4 and the rest idle 7%; cutting j in 4 makes it 14.8 per SM, under 2% idle). Each block then parks
+  its reducers in a workspace and lazy_merge folds them per row.
 """
 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
+import functools
 import threading
 from dataclasses import dataclass
 
 import torch
 
-from .codegen import CudaConfig, cuda_source, cuda_tile
+from .codegen import CudaConfig, cuda_config, cuda_source, cuda_tile
 from .nvrtc import CudaFunction, compile_cuda_module, device_sm_count
 from .plan import CallArgs, Plan, new_outputs
 
 __all__ = ["CudaKernels", "run_cuda"]
 
-DEFAULT_CONFIG = CudaConfig()
+MIN_BALANCE = 0.95  # accepted ratio of mean to largest per-multiprocessor work
+WORKSPACE_BYTES = 256 << 20  # the most the split's reducers may park
 
 
 @dataclass
@@ -33,10 +42,11 @@ class CudaKernels:
 
 
 _kernels: dict[tuple, CudaKernels] = {}
+_policies: dict[tuple, CudaConfig] = {}
 _lock = threading.Lock()
 
 
-def kernels_for(plan: Plan, dtype: torch.dtype, device: torch.device, cfg: CudaConfig = DEFAULT_CONFIG) -> CudaKernels:
+def kernels_for(plan: Plan, dtype: torch.dtype, device: torch.device, cfg: CudaConfig) -> CudaKernels:
     index = device.index if device.index is not None else torch.cuda.current_device()
     key = (plan.key, dtype, index, cfg)
     k = _kernels.get(key)
@@ -62,32 +72,70 @@ def kernels_for(plan: Plan, dtype: torch.dtype, device: torch.device, cfg: CudaC
     return k
 
 
-def split_count(blocks: int, n_inner: int, tile: int, sms: int) -> int:
-    """How many ranges of j the 2-D scheme uses: enough blocks for ~4 per multiprocessor, each range at
-    least two tiles long; 1 (the 1-D scheme) when the rows alone fill the GPU."""
-    if blocks >= 2 * sms:
-        return 1
-    want = -(-4 * sms // max(blocks, 1))
-    return max(1, min(want, n_inner // (2 * tile)))
+@functools.lru_cache(maxsize=4096)
+def rows_per_thread(policy_rows: int, n_outer: int, nbatch: int, n_inner: int, tile: int, sms: int, block: int) -> int:
+    """The policy's rows per thread, halved while the blocks, even with j cut into one-tile ranges, would
+    give fewer than two per multiprocessor."""
+    rows = policy_rows
+    while rows > 1 and nbatch * -(-n_outer // (block * rows)) * max(1, n_inner // tile) < 2 * sms:
+        rows //= 2
+    return rows
+
+
+@functools.lru_cache(maxsize=4096)
+def split_count(blocks: int, n_inner: int, tile: int, sms: int, max_split: int = 64) -> tuple[int, int]:
+    """(nsplit, j per range): the fewest ranges of whole tiles that give at least two blocks per
+    multiprocessor (or as many as there are tiles) and spread them evenly (MIN_BALANCE); 1 range when
+    the rows alone do."""
+    if n_inner <= 0:
+        return 1, tile
+    tiles = -(-n_inner // tile)
+    limit = max(1, min(max_split, tiles))
+    want = min(2 * sms, blocks * limit)
+    best: tuple[float, int, int] | None = None
+    for s in range(1, limit + 1):
+        per = -(-tiles // s) * tile  # j per range, whole tiles
+        nsplit = max(1, -(-n_inner // per))
+        units = blocks * nsplit
+        balance = units / (sms * -(-units // sms))
+        if units >= want and balance >= MIN_BALANCE:
+            return nsplit, per
+        score = balance * min(1.0, units / want)
+        if best is None or score > best[0] + 1e-9:
+            best = (score, nsplit, per)
+    assert best is not None
+    return best[1], best[2]
 
 
 def run_cuda(
-    plan: Plan, call: CallArgs, device: torch.device, cfg: CudaConfig = DEFAULT_CONFIG
+    plan: Plan, call: CallArgs, device: torch.device, cfg: CudaConfig | None = None, nsplit: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(values (nbatch, n_outer, value_dim), indices (nbatch, n_outer, index_dim) or None)."""
-    k = kernels_for(plan, call.dtype, device, cfg)
+    """(values (nbatch, n_outer, value_dim), indices (nbatch, n_outer, index_dim) or None). ``cfg`` and
+    ``nsplit`` override the policy and the launch shape (for tuning)."""
     vals, idx = new_outputs(plan, call, device)
     rows_total = call.nbatch * call.n_outer
     if rows_total == 0:
         return vals, idx
-    per_block = cfg.block * cfg.rows
-    blocks_per_batch = -(-call.n_outer // per_block)
+    sms = device_sm_count(device)
+    if cfg is None:
+        cfg = _policies.get((plan.key, call.dtype))
+        if cfg is None:
+            cfg = _policies[(plan.key, call.dtype)] = cuda_config(plan, str(call.dtype).removeprefix("torch."))
+        tile = cfg.tile  # the policy's tile; cuda_tile only shrinks it for rows wider than 48 KiB
+        rows = rows_per_thread(cfg.rows, call.n_outer, call.nbatch, call.n_inner, tile, sms, cfg.block)
+        if rows != cfg.rows:
+            cfg = dataclasses.replace(cfg, rows=rows)
+    k = kernels_for(plan, call.dtype, device, cfg)
+    blocks_per_batch = -(-call.n_outer // (cfg.block * cfg.rows))
     blocks = blocks_per_batch * call.nbatch
-    nsplit = split_count(blocks, call.n_inner, k.tile, device_sm_count(device))
-    j_per_block = -(-call.n_inner // nsplit) if call.n_inner else 1
-    j_per_block = -(-j_per_block // k.tile) * k.tile
-    nsplit = max(1, -(-call.n_inner // j_per_block))
-    stream = torch.cuda.current_stream(device).cuda_stream
+    if nsplit is None:
+        max_split = max(1, WORKSPACE_BYTES // max(1, rows_total * k.reducer_bytes))
+        nsplit, j_per_block = split_count(blocks, call.n_inner, k.tile, sms, min(64, max_split))
+    else:
+        per_range = -(-call.n_inner // nsplit)
+        j_per_block = -(-per_range // k.tile) * k.tile
+        nsplit = max(1, -(-call.n_inner // max(1, j_per_block)))
+    stream = current_stream_handle(device)
     partial = None
     if nsplit > 1:
         partial = torch.empty(nsplit * rows_total * k.reducer_bytes, dtype=torch.uint8, device=device)
@@ -101,7 +149,7 @@ def run_cuda(
         call.n_outer,
         call.n_inner,
         blocks_per_batch,
-        j_per_block,
+        max(1, j_per_block),
         rows_total,
     ]
     k.reduce.launch((blocks, nsplit, 1), (cfg.block, 1, 1), 0, stream, args)
@@ -109,3 +157,10 @@ def run_cuda(
         merge_args = [vptr, iptr, partial.data_ptr(), rows_total, nsplit]
         k.merge.launch((-(-rows_total // 256), 1, 1), (256, 1, 1), 0, stream, merge_args)
     return vals, idx
+
+
+def current_stream_handle(device: torch.device) -> int:
+    """The raw cudaStream_t of PyTorch's current stream on ``device`` (without building a Stream object)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream

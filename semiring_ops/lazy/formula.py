@@ -48,12 +48,13 @@ class Formula:
     """A node of a formula: ``dim`` components, computed from ``children``."""
 
     op: str = ""
-    __slots__ = ("_key", "children", "dim")
+    __slots__ = ("_canonical", "_key", "children", "dim")
 
     def __init__(self, dim: int, *children: Formula) -> None:
         self.dim = int(dim)
         self.children = children
         self._key: str | None = None
+        self._canonical: tuple[Formula, list[Var]] | None = None  # canonicalize's result, once computed
 
     # the structure, as a string: equal keys compute the same function of the same variable slots
     def params(self) -> str:
@@ -852,7 +853,10 @@ def substitute(root: Formula, mapping: Callable[[Var], Formula]) -> Formula:
 
 def canonicalize(root: Formula) -> tuple[Formula, list[Var]]:
     """(the formula with slot variables 0, 1, ... in order of first appearance, the tensor variables in that
-    order). Two formulas with equal canonical keys compile to the same kernel. One pass over the nodes."""
+    order). Two formulas with equal canonical keys compile to the same kernel. One pass over the nodes,
+    remembered on the root (formulas are immutable), so reducing one LazyTensor again skips it."""
+    if root._canonical is not None:
+        return root._canonical[0], list(root._canonical[1])
     memo: dict[int, Formula] = {}
     slots: dict[str, Var] = {}
     tensor_vars: list[Var] = []
@@ -867,7 +871,8 @@ def canonicalize(root: Formula) -> tuple[Formula, list[Var]]:
             memo[id(node)] = node
         else:
             memo[id(node)] = node.rebuild([memo[id(c)] for c in node.children])
-    return memo[id(root)], tensor_vars
+    root._canonical = (memo[id(root)], tensor_vars)
+    return memo[id(root)], list(tensor_vars)
 
 
 # ---------------------------------------------------------------- emission (C code)

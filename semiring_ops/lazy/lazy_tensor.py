@@ -13,6 +13,7 @@ without batch) or j (axis -2, or 1) compile it to a kernel (C++ on the CPU, CUDA
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,6 +41,52 @@ def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None
     return tuple(out)
 
 
+NUMBER_CACHE_SIZE = 1024  # distinct (value, dtype, device) number tensors kept by _number_tensor
+_DEFAULT_DEVICE = torch.device("cpu")
+_DEFAULT_DTYPE = torch.float32
+
+
+def _number_tensor(value: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A (1,) tensor holding the Python number ``value`` in ``dtype`` on ``device``, cached.
+
+    Numbers become parameters (so a new value needs no new kernel), and ``torch.tensor`` on a GPU is a
+    synchronous host-to-device copy: the last NUMBER_CACHE_SIZE tensors are kept, so repeating a constant
+    copies nothing. The tensors are shared and only ever read (by kernels, as parameters). The key is the
+    value's exact bits (float.hex: -0.0 and 0.0 differ, NaN matches NaN), so a float64 tensor is exact."""
+    return _cached_number(float(value).hex(), dtype, torch.device(device))
+
+
+@functools.lru_cache(maxsize=NUMBER_CACHE_SIZE)
+def _cached_number(value_hex: str, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    # a normal tensor even when first asked for under inference_mode: an inference tensor could not be
+    # saved for backward by a later reduction that records a graph
+    with torch.inference_mode(False), torch.no_grad():
+        return torch.tensor([float.fromhex(value_hex)], dtype=dtype, device=device)
+
+
+class _Number(Var):
+    """A parameter made from a Python number (``Pm(2.0)``) whose dtype and device are not decided yet: it
+    holds a float32 CPU tensor, and the first operation with a formula that has a dtype and a device
+    replaces it by a tensor of that dtype on that device (:meth:`LazyTensor._nary`)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: float) -> None:
+        super().__init__("p", 1, tensor=_number_tensor(value, _DEFAULT_DTYPE, _DEFAULT_DEVICE))
+        self.value = float(value)
+
+
+def _materialise(formula: Formula, dtype: torch.dtype, device: torch.device) -> Formula:
+    """The formula with its deferred numbers (:class:`_Number`) made parameters of dtype on device."""
+
+    def fix(v: Var) -> Formula:
+        if isinstance(v, _Number):
+            return Var("p", 1, tensor=_number_tensor(v.value, dtype, device))
+        return v
+
+    return substitute(formula, fix)
+
+
 def _check_dtype(t: torch.Tensor, what: str) -> None:
     if t.dtype not in _FLOATS:
         raise TypeError(
@@ -54,14 +101,18 @@ class LazyTensor:
     ``LazyTensor(x)`` infers the variable kind from the shape as KeOps does: (..., M, 1, D) is an i-variable,
     (..., 1, N, D) a j-variable, (..., 1, 1, D), a tensor of shape (D,) or a 0-d tensor a parameter; a 2-D
     (n, D) tensor needs ``axis=0`` (i) or ``axis=1`` (j). Python numbers make constants.
+
+    ``Pm(number)`` makes a *deferred* parameter: it takes the dtype and device of the first formula it is
+    combined with (so ``Vi(x64) * Pm(0.5)`` is float64, on x64's device); a LazyTensor made of such
+    numbers only is float32 on the CPU (``deferred`` is True until then).
     """
 
     __array_priority__ = 1000
-    __slots__ = ("batch", "device", "dtype", "formula", "n_i", "n_j")
+    __slots__ = ("batch", "deferred", "device", "dtype", "formula", "n_i", "n_j")
 
     def __init__(self, x: Any, axis: int | None = None) -> None:
         if isinstance(x, LazyTensor):
-            self._set(x.formula, x.batch, x.n_i, x.n_j, x.device, x.dtype)
+            self._set(x.formula, x.batch, x.n_i, x.n_j, x.device, x.dtype, x.deferred)
             return
         if isinstance(x, (int, float)):
             self._set(F.Const(x), (), None, None, None, None)
@@ -95,13 +146,15 @@ class LazyTensor:
 
     # ------------------------------------------------------------ construction
 
-    def _set(self, formula, batch, n_i, n_j, device, dtype) -> None:
+    def _set(self, formula, batch, n_i, n_j, device, dtype, deferred: bool = False) -> None:
         self.formula: Formula = formula
         self.batch: tuple[int, ...] = tuple(batch)
         self.n_i: int | None = n_i
         self.n_j: int | None = n_j
         self.device: torch.device | None = device
         self.dtype: torch.dtype | None = dtype
+        # only deferred numbers (Pm(2.0)): device and dtype are the defaults (cpu, float32) and give way
+        self.deferred: bool = deferred
 
     def _variable(self, data: torch.Tensor, cat: str) -> None:
         """data: (*batch, n, D) for i / j, (*batch, D) for parameters."""
@@ -120,10 +173,15 @@ class LazyTensor:
         )
 
     @classmethod
-    def _make(cls, formula, batch, n_i, n_j, device, dtype) -> LazyTensor:
+    def _make(cls, formula, batch, n_i, n_j, device, dtype, deferred: bool = False) -> LazyTensor:
         out = cls.__new__(cls)
-        out._set(formula, batch, n_i, n_j, device, dtype)
+        out._set(formula, batch, n_i, n_j, device, dtype, deferred)
         return out
+
+    @classmethod
+    def _number(cls, value: float) -> LazyTensor:
+        """A deferred number parameter (see the class docstring)."""
+        return cls._make(_Number(value), (), None, None, _DEFAULT_DEVICE, _DEFAULT_DTYPE, True)
 
     # ------------------------------------------------------------ description
 
@@ -152,19 +210,28 @@ class LazyTensor:
     # ------------------------------------------------------------ combining
 
     def _join(self, others: Sequence[LazyTensor], op: str) -> tuple:
-        """The batch, n_i, n_j, device and dtype of an operation of self with others, checked."""
-        batch, n_i, n_j, device, dtype = self.batch, self.n_i, self.n_j, self.device, self.dtype
-        for o in others:
-            if o.device is not None and device is not None and o.device != device:
+        """The batch, n_i, n_j, device, dtype and deferred flag of an operation of self with others, checked.
+        Deferred numbers take the device and dtype of the other operands; only deferred numbers: the defaults."""
+        operands = (self, *others)
+        fixed = [o for o in operands if not o.deferred and o.device is not None]
+        ref = fixed[0] if fixed else self
+        device, dtype = (ref.device, ref.dtype) if fixed else (None, None)
+        for o in fixed[1:]:
+            if o.device != device:
                 raise ValueError(
-                    f"{op}: operands on different devices ({device} and {o.device}): {self.describe()} and "
+                    f"{op}: operands on different devices ({device} and {o.device}): {ref.describe()} and "
                     f"{o.describe()}"
                 )
-            if o.dtype is not None and dtype is not None and o.dtype != dtype:
+            if o.dtype != dtype:
                 raise TypeError(
-                    f"{op}: operands of different dtypes ({dtype} and {o.dtype}): {self.describe()} and "
+                    f"{op}: operands of different dtypes ({dtype} and {o.dtype}): {ref.describe()} and "
                     f"{o.describe()}; convert one with .to()"
                 )
+        deferred = not fixed and any(o.deferred for o in operands)
+        if deferred:
+            device, dtype = _DEFAULT_DEVICE, _DEFAULT_DTYPE
+        batch, n_i, n_j = self.batch, self.n_i, self.n_j
+        for o in others:
             for name, a, b in (("i", n_i, o.n_i), ("j", n_j, o.n_j)):
                 if a is not None and b is not None and a != b:
                     raise ValueError(
@@ -180,16 +247,16 @@ class LazyTensor:
                 batch = joined
             n_i = n_i if n_i is not None else o.n_i
             n_j = n_j if n_j is not None else o.n_j
-            device = device if device is not None else o.device
-            dtype = dtype if dtype is not None else o.dtype
-        return batch, n_i, n_j, device, dtype
+        return batch, n_i, n_j, device, dtype, deferred
 
     def _lift(self, other: Any) -> LazyTensor:
         if isinstance(other, LazyTensor):
             return other
         if isinstance(other, float) and self.device is not None and not float(other).is_integer():
-            # a float becomes a parameter, so a new value needs no new kernel
-            return LazyTensor(torch.tensor([other], dtype=self.dtype, device=self.device))
+            # a float becomes a parameter, so a new value needs no new kernel (deferred beside deferred numbers)
+            if self.deferred:
+                return self._number(other)
+            return LazyTensor(_number_tensor(other, self.dtype, self.device))
         if isinstance(other, (int, float)):
             return LazyTensor(other)
         if isinstance(other, torch.Tensor):
@@ -197,7 +264,8 @@ class LazyTensor:
         raise TypeError(f"cannot combine a LazyTensor with {type(other).__name__}")
 
     def _unary(self, node: type, *args: Any) -> LazyTensor:
-        return self._make(node(self.formula, *args), self.batch, self.n_i, self.n_j, self.device, self.dtype)
+        formula = node(self.formula, *args)
+        return self._make(formula, self.batch, self.n_i, self.n_j, self.device, self.dtype, self.deferred)
 
     def _nary(self, op: str, build, *others: Any) -> LazyTensor:
         lifted = [self._lift(o) for o in others]
@@ -207,6 +275,9 @@ class LazyTensor:
         except FormulaError as exc:
             operands = " and ".join(x.describe() for x in (self, *lifted))
             raise ValueError(f"{op}: {operands} cannot be combined: {exc}") from None
+        *_, device, dtype, deferred = meta
+        if not deferred and device is not None and any(o.deferred for o in (self, *lifted)):
+            formula = _materialise(formula, dtype, device)
         return self._make(formula, *meta)
 
     def _binary(self, node: type, other: Any, op: str, reflected: bool = False) -> LazyTensor:
@@ -337,9 +408,9 @@ class LazyTensor:
     @property
     def T(self) -> LazyTensor:
         """The transpose: i-variables become j-variables and the other way round."""
-        swap = {"i": "j", "j": "i", "p": "p"}
-        formula = substitute(self.formula, lambda v: Var(swap[v.cat], v.dim, tensor=v.tensor))
-        return self._make(formula, self.batch, self.n_j, self.n_i, self.device, self.dtype)
+        swap = {"i": "j", "j": "i"}
+        formula = substitute(self.formula, lambda v: v if v.cat == "p" else Var(swap[v.cat], v.dim, tensor=v.tensor))
+        return self._make(formula, self.batch, self.n_j, self.n_i, self.device, self.dtype, self.deferred)
 
     # ------------------------------------------------------------ reductions
 
@@ -370,10 +441,13 @@ class LazyTensor:
         outer = "j" if over == "i" else "i"
         extent = self._extent()
         n_inner = extent.rows(over)
-        if (with_arg or reduction.kind == "kbest") and n_inner == 0:
-            raise ValueError(f"{what}: the reduced axis ({over}) is empty, so there is nothing to select")
+        # max / min over an empty axis give the semiring zero (-inf / +inf) and index 0, as sum (0) and
+        # logsumexp (-inf) give theirs; K best of nothing have no value at all
         if reduction.kind == "kbest" and not 1 <= reduction.k <= n_inner:
-            raise ValueError(f"{what}: K={reduction.k} must be between 1 and the reduced size {n_inner}")
+            empty = "; the reduced axis is empty" if n_inner == 0 else ""
+            raise ValueError(
+                f"{what}: K={reduction.k} must be between 1 and the reduced size {n_inner} (over {over}){empty}"
+            )
         vals, idx = reduce_formula(self.formula, reduction, outer, extent, with_arg)
         if reduction.kind == "kbest":
             d = self.formula.dim
@@ -419,6 +493,8 @@ class LazyTensor:
         return vals if values else idx
 
     def max(self, dim=None, axis=None):
+        """The largest term per component over i or j (min, argmax, ... alike). Over an empty axis the
+        values are the semiring zero (-inf for max, +inf for min) and the indices 0, on every backend."""
         return self._extremum(dim, axis, True, True, False, "max")
 
     def min(self, dim=None, axis=None):
@@ -508,9 +584,10 @@ def Vj(x: torch.Tensor) -> LazyTensor:
 
 
 def Pm(x: Any) -> LazyTensor:
-    """A parameter from a number, a 0-d tensor or a vector of shape (D,)."""
+    """A parameter from a number, a 0-d tensor or a vector of shape (D,). A number takes the dtype and device
+    of the formula it is combined with (float32 on the CPU while it has none)."""
     if isinstance(x, (int, float)):
-        x = torch.tensor([float(x)])
+        return LazyTensor._number(x)
     x = _as_tensor(x, "Pm(x)")
     if x.dim() > 1:
         raise ValueError(f"Pm(x): x must be a number or have shape (D,), got {tuple(x.shape)}")

@@ -9,6 +9,7 @@ accumulation type), with a batch stride that is 0 when the argument is broadcast
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -59,7 +60,7 @@ class Plan:
             return self.value_dim
         return self.formula.dim if self.with_arg else 0
 
-    @property
+    @functools.cached_property
     def key(self) -> str:
         r = self.reduction
         return f"{self.formula.key}|{r.kind}:{r.semiring}:{r.k}|{self.outer}|{int(self.with_arg)}"

@@ -10,6 +10,9 @@ max / min         semiring (max / min)        per component, with argmax        
 Kmin / Kmax       k-best over (min / max)     K best per component, with indices  (K, D)
 ================  ==========================  ==============================================
 
+Over an empty reduced axis each reduction gives its semiring zero on every backend: sum 0, logsumexp -inf,
+max -inf, min +inf, and index 0 for argmax / argmin (the reducers' initial state); k-best needs 1 <= K <= n.
+
 A reduction names its C++ reducer (csrc/lazy/reducers.h) for the generated kernels, computes itself with
 torch on a dense (..., n_outer, n_inner, D) block (the PyTorch fallback and the tests' reference), and gives
 the cotangent of its formula for the backward pass of the non-selecting ones (sum and logsumexp: the gradient
@@ -85,8 +88,12 @@ class Reduction:
             return vals.reshape(flat), idx.reshape(flat)
         cls = self.semiring_class
         if f.shape[-2] == 0:
+            # nothing to reduce: the semiring zero, and index 0 where indices are tracked (the kernels'
+            # reducers start from (zero, 0), csrc/semiring.h ExtremumAccumulator::init)
             vals = torch.full((*f.shape[:-2], f.shape[-1]), cls.zero, dtype=f.dtype, device=f.device)
-            return vals, None
+            if not (with_arg and cls.selects):
+                return vals, None
+            return vals, torch.zeros(vals.shape, dtype=torch.int64, device=f.device)
         vals = cls.sum(f, dim=-2)
         if not (with_arg and cls.selects):
             return vals, None

@@ -1,23 +1,30 @@
 """The PyTorch implementation of a plan: the formula evaluated densely on chunks of output rows and reduced
-with the reduction's torch code. Memory stays linear in the sizes (a chunk holds at most ~2^24 values); it
-serves when no kernel can be compiled, and as the tests' second opinion."""
+with the reduction's torch code. Memory stays linear in the sizes: a chunk of r rows makes tensors of at
+most nbatch * r * n_inner * W values, W the widest node of the formula (a D = 64 difference summed to
+dimension 1 has W = 64, not 1), and r is chosen so that this is at most CHUNK_VALUES (~2^24), or r = 1 when
+one row is wider. It serves when no kernel can be compiled, and as the tests' second opinion."""
 
 from __future__ import annotations
 
 import torch
 
-from .formula import Var, evaluate
+from .formula import Formula, Var, _postorder, evaluate
 from .plan import CallArgs, Plan
 
-__all__ = ["run_torch"]
+__all__ = ["run_torch", "widest_node"]
 
 CHUNK_VALUES = 1 << 24
+
+
+def widest_node(formula: Formula) -> int:
+    """The largest vector dimension among the formula's nodes (its intermediates and its variables)."""
+    return max(1, *(node.dim for node in _postorder(formula)))
 
 
 def run_torch(plan: Plan, call: CallArgs) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(values (nbatch, n_outer, value_dim), indices (nbatch, n_outer, index_dim) or None)."""
     like = call.tensors[0] if call.tensors else torch.empty(0)
-    per_row = max(1, call.n_inner * max(plan.formula.dim, 1) * call.nbatch)
+    per_row = max(1, call.n_inner * widest_node(plan.formula) * call.nbatch)
     chunk = max(1, CHUNK_VALUES // per_row)
     vals_parts, idx_parts = [], []
     for start in range(0, max(call.n_outer, 1), chunk):

@@ -161,19 +161,20 @@ template <class T> struct LogSumExp2Accumulator {
     m = up ? v : m;
   }
   // U consecutive terms at once, given in natural-log units x[u] (the term is x[u] * kLog2e in base 2),
-  // with one rescale: m moves to the largest of them (NaN ignored, clamped to the finite range, so
-  // x = +inf gives 2^inf = inf and never inf - inf), then each term adds 2^(x log2 e - m), one FFMA and
-  // one ex2. About 4 instructions per term against add()'s 9 (with the conversion to base 2); the inner
-  // loops of kernels whose terms come U at a time use this. Same value as U calls of add().
+  // with one rescale: m moves to the largest of them (NaN ignored), and each term adds
+  // 2^(x log2 e - shift), one FFMA and one ex2, with shift = m clamped to the finite range (so x = +inf
+  // gives 2^inf = inf, never 2^(inf - inf)). m itself may become +inf, as in add(), so the two mix.
+  // About 4 instructions per term against add()'s 9 (with the conversion to base 2); the inner loops of
+  // kernels whose terms come U at a time use this. Same value as U calls of add().
   template <int U> SR_HD void add_chunk_natural(const T* x) {
     T top = x[0];
 #pragma unroll
     for (int u = 1; u < U; ++u) top = max_drop_nan(top, x[u]);
     top = max_drop_nan(top * T(kLog2e), m);
-    top = top < max_finite<T>() ? top : max_finite<T>();
-    s *= fast_exp2(m - top);
+    const T shift = top < max_finite<T>() ? top : max_finite<T>();
+    s *= fast_exp2(m - shift);  // m = +inf (then s >= 1): s stays inf; m = shift: factor 1
 #pragma unroll
-    for (int u = 0; u < U; ++u) s += fast_exp2(x[u] * T(kLog2e) - top);
+    for (int u = 0; u < U; ++u) s += fast_exp2(x[u] * T(kLog2e) - shift);
     m = top;
   }
   // Folds in another accumulator of a disjoint set of terms (split reductions, warp merges).

@@ -64,8 +64,9 @@ def _run(plan: Plan, extent: Extent, tensors: tuple[torch.Tensor, ...]) -> tuple
     n_outer, n_inner = extent.rows(plan.outer), extent.rows(plan.inner)
     call = prepare_call(plan, extent.batch, n_outer, n_inner, list(tensors))
     vals, idx = execute(plan, call, device)
-    out_dtype = tensors[0].dtype if tensors else vals.dtype
-    vals = vals.to(out_dtype).reshape(*extent.batch, n_outer, plan.value_dim)
+    if tensors and vals.dtype != tensors[0].dtype:
+        vals = vals.to(tensors[0].dtype)
+    vals = vals.reshape(*extent.batch, n_outer, plan.value_dim)
     if idx is not None:
         idx = idx.reshape(*extent.batch, n_outer, plan.index_dim)
     return vals, idx

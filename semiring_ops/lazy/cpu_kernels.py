@@ -61,7 +61,10 @@ def run_cpu(plan: Plan, call: CallArgs) -> tuple[torch.Tensor, torch.Tensor | No
     if vals.numel() == 0 and (idx is None or idx.numel() == 0):
         return vals, idx
     # inner variables go transposed, (B, D, n), so the kernel's loop over j lanes reads contiguous memory
-    tensors = [t.transpose(-1, -2).contiguous() if plan.role(k) == "inner" else t for k, t in enumerate(call.tensors)]
+    tensors = [
+        call.batched(k).transpose(-1, -2).contiguous() if plan.role(k) == "inner" else t
+        for k, t in enumerate(call.tensors)
+    ]
     ptrs = (ctypes.c_void_p * max(1, len(tensors)))(*[t.data_ptr() for t in tensors])
     strides = (ctypes.c_int64 * max(1, len(tensors)))(*call.batch_strides)
     rows = call.nbatch * call.n_outer

@@ -72,6 +72,11 @@ def kernels_for(plan: Plan, dtype: torch.dtype, device: torch.device, cfg: CudaC
     return k
 
 
+@functools.lru_cache(maxsize=256)
+def _with_rows(cfg: CudaConfig, rows: int) -> CudaConfig:
+    return dataclasses.replace(cfg, rows=rows)
+
+
 @functools.lru_cache(maxsize=4096)
 def rows_per_thread(policy_rows: int, n_outer: int, nbatch: int, n_inner: int, tile: int, sms: int, block: int) -> int:
     """The policy's rows per thread, halved while the blocks, even with j cut into one-tile ranges, would
@@ -124,7 +129,7 @@ def run_cuda(
         tile = cfg.tile  # the policy's tile; cuda_tile only shrinks it for rows wider than 48 KiB
         rows = rows_per_thread(cfg.rows, call.n_outer, call.nbatch, call.n_inner, tile, sms, cfg.block)
         if rows != cfg.rows:
-            cfg = dataclasses.replace(cfg, rows=rows)
+            cfg = _with_rows(cfg, rows)
     k = kernels_for(plan, call.dtype, device, cfg)
     blocks_per_batch = -(-call.n_outer // (cfg.block * cfg.rows))
     blocks = blocks_per_batch * call.nbatch

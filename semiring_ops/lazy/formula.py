@@ -805,9 +805,10 @@ class Repeat(Formula):
 # ---------------------------------------------------------------- walking formulas
 
 
-def _postorder(root: Formula) -> list[Formula]:
-    """Nodes in post-order, each once (formulas are DAGs when sub-formulas are shared)."""
-    seen: set[int] = set()
+def _postorder(root: Formula, done: set[int] | None = None) -> list[Formula]:
+    """Nodes in post-order, each once (formulas are DAGs when sub-formulas are shared); the subtrees of the
+    nodes whose ids are in ``done`` are left out."""
+    seen: set[int] = set(done) if done else set()
     order: list[Formula] = []
     stack: list[tuple[Formula, bool]] = [(root, False)]
     while stack:
@@ -851,16 +852,27 @@ def substitute(root: Formula, mapping: Callable[[Var], Formula]) -> Formula:
     return memo[id(root)]
 
 
-def canonicalize(root: Formula) -> tuple[Formula, list[Var]]:
+def canonicalize(root: Formula, reuse_first: bool = True) -> tuple[Formula, list[Var]]:
     """(the formula with slot variables 0, 1, ... in order of first appearance, the tensor variables in that
     order). Two formulas with equal canonical keys compile to the same kernel. One pass over the nodes,
-    remembered on the root (formulas are immutable), so reducing one LazyTensor again skips it."""
+    remembered on the root (formulas are immutable), so reducing one LazyTensor again skips it; the first
+    child's canonical form is remembered too and taken over as the prefix (its variables come first), so
+    ``K @ v`` and ``(K * w).sum(1)`` with a new v or w each call walk only the new nodes."""
     if root._canonical is not None:
         return root._canonical[0], list(root._canonical[1])
     memo: dict[int, Formula] = {}
     slots: dict[str, Var] = {}
     tensor_vars: list[Var] = []
-    for node in _postorder(root):
+    done: set[int] = set()
+    first = root.children[0] if root.children else None
+    if reuse_first and first is not None and first.children:
+        canon_first, first_vars = canonicalize(first, reuse_first=False)  # one level: no deep recursion
+        for v in first_vars:
+            slots[v.key] = Var(v.cat, v.dim, slot=len(tensor_vars))
+            tensor_vars.append(v)
+        memo[id(first)] = canon_first
+        done.add(id(first))
+    for node in _postorder(root, done):
         if isinstance(node, Var):
             canon = slots.get(node.key)
             if canon is None:

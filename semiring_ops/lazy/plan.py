@@ -68,8 +68,9 @@ class Plan:
 
 @dataclass
 class CallArgs:
-    """One call's arguments: contiguous tensors in the compute dtype (outer / inner variables
-    (B_k, n, D_k), parameters (B_k, D_k), B_k 1 or the batch size) and their batch strides in elements."""
+    """One call's arguments: contiguous tensors in the compute dtype (outer / inner variables (*b_k, n, D_k),
+    parameters (*b_k, D_k), b_k empty, all ones or the batch shape) and their batch strides in elements
+    (0: shared by the whole batch). ``batched(k)`` views argument k as (B_k, n, D_k) / (B_k, D_k)."""
 
     tensors: list[torch.Tensor]
     batch_strides: list[int]
@@ -77,6 +78,13 @@ class CallArgs:
     n_outer: int
     n_inner: int
     dtype: torch.dtype
+
+    def batched(self, slot: int) -> torch.Tensor:
+        t = self.tensors[slot]
+        trailing = 1 if self._is_param[slot] else 2
+        return t.reshape(self.nbatch if self.batch_strides[slot] else 1, *t.shape[t.dim() - trailing :])
+
+    _is_param: tuple[bool, ...] = ()
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -96,20 +104,20 @@ def prepare_call(
     strides: list[int] = []
     for slot, t in enumerate(tensors):
         trailing = 1 if plan.arg_cats[slot] == "p" else 2
-        own_batch = t.shape[:-trailing]
-        t = t.to(dtype)
-        per_row = t.shape[-trailing:].numel()
-        if own_batch.numel() == 1:
-            t = t.reshape(1, *t.shape[-trailing:])
-            stride = 0
-        else:
-            if tuple(own_batch) != tuple(batch):
-                t = t.expand(*batch, *t.shape[-trailing:])
-            t = t.reshape(nbatch, *t.shape[-trailing:])
-            stride = per_row
-        out.append(t.contiguous())
-        strides.append(stride)
-    return CallArgs(out, strides, nbatch, n_outer, n_inner, dtype)
+        if t.dtype != dtype:
+            t = t.to(dtype)
+        if t.dim() > trailing:
+            own_batch = t.shape[:-trailing]
+            if own_batch.numel() != 1:
+                if tuple(own_batch) != tuple(batch):
+                    t = t.expand(*batch, *t.shape[-trailing:])
+                strides.append(t.shape[-trailing:].numel())
+                out.append(t.contiguous())
+                continue
+        strides.append(0)  # no batch of its own (or a batch of one): shared by the whole batch
+        out.append(t if t.is_contiguous() else t.contiguous())
+    is_param = tuple(c == "p" for c in plan.arg_cats)
+    return CallArgs(out, strides, nbatch, n_outer, n_inner, dtype, is_param)
 
 
 def new_outputs(plan: Plan, call: CallArgs, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:

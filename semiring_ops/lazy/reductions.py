@@ -82,8 +82,8 @@ class Reduction:
             return _weighted_lse(f[..., :1], f[..., 1:]), None
         if self.kind == "kbest":
             d = f.shape[-1]
-            vals, idx = torch.sort(f, dim=-2, descending=self.semiring == "max", stable=True)
-            vals, idx = vals[..., : self.k, :], idx[..., : self.k, :]
+            idx = _kbest_order(f, largest=self.semiring == "max")[..., : self.k, :]
+            vals = f.gather(-2, idx)
             flat = (*f.shape[:-2], self.k * d)
             return vals.reshape(flat), idx.reshape(flat)
         cls = self.semiring_class
@@ -123,6 +123,17 @@ def _head(f: Formula) -> Formula:
 
 def _tail(f: Formula) -> Formula:
     return Extract(f, 1, f.dim - 1)
+
+
+def _kbest_order(f: torch.Tensor, largest: bool) -> torch.Tensor:
+    """The order of f (..., n, D) along dim -2, best first: by value, NaN the largest (torch.topk's
+    order), ties by lowest index. Two stable sorts, so it does not depend on where a device's sort puts
+    NaN (CUDA's can put it before +inf)."""
+    nan = torch.isnan(f)
+    by_value = torch.sort(f.masked_fill(nan, 0.0), dim=-2, descending=largest, stable=True).indices
+    nan_first = nan.gather(-2, by_value).to(torch.uint8)
+    by_nan = torch.sort(nan_first, dim=-2, descending=largest, stable=True).indices
+    return by_value.gather(-2, by_nan)
 
 
 def _weighted_lse(f: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

@@ -31,7 +31,7 @@ def run_torch(plan: Plan, call: CallArgs) -> tuple[torch.Tensor, torch.Tensor | 
         stop = min(call.n_outer, start + chunk)
 
         def read(var: Var, start: int = start, stop: int = stop) -> torch.Tensor:
-            t = call.tensors[var.slot]  # (B_k, n, D) or (B_k, D)
+            t = call.batched(var.slot)  # (B_k, n, D) or (B_k, D)
             role = plan.role(var.slot)
             if role == "param":
                 return t[:, None, None, :]

@@ -18,10 +18,12 @@ echo "build took $(( $(date +%s) - t0 )) s"
 timeout 420 python3 -m pytest -m "${PYTEST_MARK:-cuda}" -q -p no:cacheprovider "$@" 2>&1 | tee "$OUT/pytest_cuda.log" | tail -40
 # BENCH: which benchmarks to run (default all; SKIP_BENCH=1 for none)
 [ "${SKIP_BENCH:-0}" = "1" ] && BENCH=""
-for b in ${BENCH-bmm memory crf}; do
+for b in ${BENCH-bmm memory crf lazy lazy_example}; do
   case $b in
     bmm) timeout 300 python3 benchmarks/bmm.py --json "$OUT/bmm.json" 2>&1 | tee "$OUT/bmm.log" ;;
     memory) timeout 120 python3 benchmarks/memory.py 2>&1 | tee "$OUT/memory.log" ;;
     crf) timeout 240 python3 benchmarks/crf.py --json "$OUT/crf.json" 2>&1 | tee "$OUT/crf.log" ;;
+    lazy) timeout 300 python3 benchmarks/lazy.py --out "$OUT/lazy.json" --out "$OUT/lazy.md" 2>&1 | tee "$OUT/lazy.log" ;;
+    lazy_example) timeout 120 python3 examples/lazy_kernels.py 2>&1 | tee "$OUT/lazy_example.log" ;;
   esac
 done

@@ -277,3 +277,39 @@ def test_small_cpu_calls_run_on_one_thread(monkeypatch):
         assert threads == [want], (m, n, threads)
         torch.testing.assert_close(out, ((x[:, None] - y[None]) ** 2).sum(-1).sum(1, keepdim=True))
     assert cpu_kernels.cpu_threads(0, 0) == cpu_kernels.cpu_threads(3, 0) == 1
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_repeated_reductions_and_matmul_reuse_plans_but_read_fresh_data(device, backend):
+    """K @ v and K.sum reuse the plan remembered on K's formula: each call still reads the current tensors
+    (a new v, x changed in place), matches the general path ((K * v_j).sum), and v may also appear in K."""
+    device = _device(device)
+    g = torch.Generator().manual_seed(11)
+    x, y = torch.randn(37, 2, generator=g, dtype=torch.float64), torch.randn(300, 2, generator=g, dtype=torch.float64)
+    x, y = x.to(device), y.to(device)
+    K = (-((Vi(x) - Vj(y)) ** 2).sum(-1) * 0.5).exp()
+
+    def dense_k():
+        return torch.exp(-((x[:, None, :] - y[None, :, :]) ** 2).sum(-1) * 0.5)
+
+    for e in (1, 3, 3, 1):
+        v = torch.randn(300, e, generator=g, dtype=torch.float64).to(device)
+        out = K @ v
+        torch.testing.assert_close(out, dense_k() @ v, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(out, (K * Vj(v)).sum(1), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(K @ y, dense_k() @ y, rtol=1e-12, atol=1e-12)  # v is one of K's variables
+    before = K.sum(1)
+    x.mul_(0.5)  # the same tensor, new values: the remembered plan reads them
+    after = K.sum(1)
+    torch.testing.assert_close(after, dense_k().sum(1, keepdim=True), rtol=1e-12, atol=1e-12)
+    assert not torch.allclose(before, after)
+    # gradients through the remembered matmul plan: wrt v and wrt K's own variables
+    v = torch.randn(300, 2, generator=g, dtype=torch.float64).to(device).requires_grad_()
+    xg = x.clone().requires_grad_()
+    Kg = (-((Vi(xg) - Vj(y)) ** 2).sum(-1) * 0.5).exp()
+    for _ in range(2):
+        (gv, gx) = torch.autograd.grad((Kg @ v).square().sum(), [v, xg])
+        dense = torch.exp(-((xg[:, None, :] - y[None, :, :]) ** 2).sum(-1) * 0.5)
+        rv, rx = torch.autograd.grad((dense @ v).square().sum(), [v, xg])
+        torch.testing.assert_close(gv, rv, rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(gx, rx, rtol=1e-10, atol=1e-10)

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 import torch
 
 from .dispatch import execute
-from .formula import Concat, Formula, Var, canonicalize, evaluate, substitute, vjp
+from .formula import Concat, Formula, Mul, Var, canonicalize, evaluate, substitute, vjp
 from .plan import Plan, prepare_call
 from .reductions import Reduction, semiring_reduction
 
-__all__ = ["Extent", "reduce_formula"]
+__all__ = ["Extent", "matmul_formula", "reduce_formula", "run_plan"]
 
 MAX_INNER = 2**31 - 1  # the reducers keep int32 indices
 
@@ -43,10 +43,38 @@ def reduce_formula(
     formula: Formula, reduction: Reduction, outer: str, extent: Extent, with_arg: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Reduces ``formula`` over the category that is not ``outer``: (values (*batch, rows, value_dim),
-    indices (*batch, rows, index_dim) or None)."""
-    canon, tvars = canonicalize(formula)
-    plan = Plan(canon, tuple(v.cat for v in tvars), tuple(v.dim for v in tvars), reduction, outer, with_arg)
-    tensors = [v.tensor for v in tvars]
+    indices (*batch, rows, index_dim) or None). The plan is remembered on the formula, so reducing one
+    LazyTensor again goes straight to the kernel."""
+    plans = formula._plans if formula._plans is not None else {}
+    formula._plans = plans
+    entry = plans.get((reduction, outer, with_arg))
+    if entry is None:
+        canon, tvars = canonicalize(formula)
+        plan = Plan(canon, tuple(v.cat for v in tvars), tuple(v.dim for v in tvars), reduction, outer, with_arg)
+        entry = plans[(reduction, outer, with_arg)] = (plan, tvars)
+    plan, tvars = entry
+    return run_plan(plan, extent, [v.tensor for v in tvars])
+
+
+def matmul_formula(formula: Formula, v: torch.Tensor, extent: Extent) -> torch.Tensor:
+    """sum_j F_ij v_j for a scalar formula F and v (N, E): (M, E); the plan of ``F * v_j`` summed over j
+    is remembered on F, so ``K @ v`` with a new v each call (conjugate gradients) builds no formula."""
+    plans = formula._plans if formula._plans is not None else {}
+    formula._plans = plans
+    key = ("@", v.shape[-1])
+    entry = plans.get(key)
+    if entry is None:
+        canon, tvars = canonicalize(formula)
+        vj = Var("j", v.shape[-1], slot=len(tvars))
+        cats, dims = (*(t.cat for t in tvars), "j"), (*(t.dim for t in tvars), v.shape[-1])
+        plan = Plan(Mul(canon, vj), cats, dims, semiring_reduction("std"), "i", False)
+        entry = plans[key] = (plan, tvars)
+    plan, tvars = entry
+    return run_plan(plan, extent, [*(t.tensor for t in tvars), v])[0]
+
+
+def run_plan(plan: Plan, extent: Extent, tensors: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Runs ``plan`` on its argument tensors, through LazyReduction when a graph is to be recorded."""
     n_inner = extent.rows(plan.inner)
     if n_inner > MAX_INNER:
         raise ValueError(f"reductions over more than 2^31 - 1 terms are not supported (got {n_inner})")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import functools
 import threading
 from dataclasses import dataclass
 
@@ -42,7 +41,6 @@ class CudaKernels:
 
 
 _kernels: dict[tuple, CudaKernels] = {}
-_policies: dict[tuple, CudaConfig] = {}
 _lock = threading.Lock()
 
 
@@ -72,12 +70,6 @@ def kernels_for(plan: Plan, dtype: torch.dtype, device: torch.device, cfg: CudaC
     return k
 
 
-@functools.lru_cache(maxsize=256)
-def _with_rows(cfg: CudaConfig, rows: int) -> CudaConfig:
-    return dataclasses.replace(cfg, rows=rows)
-
-
-@functools.lru_cache(maxsize=4096)
 def rows_per_thread(policy_rows: int, n_outer: int, nbatch: int, n_inner: int, tile: int, sms: int, block: int) -> int:
     """The policy's rows per thread, halved while the blocks, even with j cut into one-tile ranges, would
     give fewer than two per multiprocessor."""
@@ -87,7 +79,6 @@ def rows_per_thread(policy_rows: int, n_outer: int, nbatch: int, n_inner: int, t
     return rows
 
 
-@functools.lru_cache(maxsize=4096)
 def split_count(blocks: int, n_inner: int, tile: int, sms: int, max_split: int = 64) -> tuple[int, int]:
     """(nsplit, j per range): the fewest ranges of whole tiles that give at least two blocks per
     multiprocessor (or as many as there are tiles) and spread them evenly (MIN_BALANCE); 1 range when
@@ -112,25 +103,43 @@ def split_count(blocks: int, n_inner: int, tile: int, sms: int, max_split: int =
     return best[1], best[2]
 
 
-def run_cuda(
+@dataclass(frozen=True)
+class Launch:
+    """Everything a call of one plan at one size launches, decided once (see the module docstring)."""
+
+    kernels: CudaKernels
+    blocks_per_batch: int
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    j_per_block: int
+    workspace_bytes: int  # the split's reducers; 0 for the 1-D scheme
+    merge_grid: tuple[int, int, int]
+
+
+_launches: dict[tuple, Launch] = {}
+MAX_LAUNCHES = 4096  # remembered (plan, dtype, device, sizes) launch shapes
+
+
+def launch_for(
     plan: Plan, call: CallArgs, device: torch.device, cfg: CudaConfig | None = None, nsplit: int | None = None
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(values (nbatch, n_outer, value_dim), indices (nbatch, n_outer, index_dim) or None). ``cfg`` and
-    ``nsplit`` override the policy and the launch shape (for tuning)."""
-    vals, idx = new_outputs(plan, call, device)
-    rows_total = call.nbatch * call.n_outer
-    if rows_total == 0:
-        return vals, idx
+) -> Launch:
+    """The kernels and launch shape of a call (cached by plan, dtype, device and sizes unless overridden)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    key = (plan.key, call.dtype, index, call.nbatch, call.n_outer, call.n_inner)
+    if cfg is None and nsplit is None:
+        hit = _launches.get(key)
+        if hit is not None:
+            return hit
     sms = device_sm_count(device)
     if cfg is None:
-        cfg = _policies.get((plan.key, call.dtype))
-        if cfg is None:
-            cfg = _policies[(plan.key, call.dtype)] = cuda_config(plan, str(call.dtype).removeprefix("torch."))
-        tile = cfg.tile  # the policy's tile; cuda_tile only shrinks it for rows wider than 48 KiB
-        rows = rows_per_thread(cfg.rows, call.n_outer, call.nbatch, call.n_inner, tile, sms, cfg.block)
-        if rows != cfg.rows:
-            cfg = _with_rows(cfg, rows)
-    k = kernels_for(plan, call.dtype, device, cfg)
+        cfg = cuda_config(plan, str(call.dtype).removeprefix("torch."))
+        rows = rows_per_thread(cfg.rows, call.n_outer, call.nbatch, call.n_inner, cfg.tile, sms, cfg.block)
+        cfg = dataclasses.replace(cfg, rows=rows) if rows != cfg.rows else cfg
+        auto = nsplit is None
+    else:
+        auto = False
+    k = kernels_for(plan, call.dtype, torch.device("cuda", index), cfg)
+    rows_total = call.nbatch * call.n_outer
     blocks_per_batch = -(-call.n_outer // (cfg.block * cfg.rows))
     blocks = blocks_per_batch * call.nbatch
     if nsplit is None:
@@ -140,27 +149,52 @@ def run_cuda(
         per_range = -(-call.n_inner // nsplit)
         j_per_block = -(-per_range // k.tile) * k.tile
         nsplit = max(1, -(-call.n_inner // max(1, j_per_block)))
+    launch = Launch(
+        k,
+        blocks_per_batch,
+        (blocks, nsplit, 1),
+        (cfg.block, 1, 1),
+        max(1, j_per_block),
+        nsplit * rows_total * k.reducer_bytes if nsplit > 1 else 0,
+        (-(-rows_total // 256), 1, 1),
+    )
+    if auto:
+        if len(_launches) >= MAX_LAUNCHES:
+            _launches.clear()
+        _launches[key] = launch
+    return launch
+
+
+def run_cuda(
+    plan: Plan, call: CallArgs, device: torch.device, cfg: CudaConfig | None = None, nsplit: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(values (nbatch, n_outer, value_dim), indices (nbatch, n_outer, index_dim) or None). ``cfg`` and
+    ``nsplit`` override the policy and the launch shape (for tuning)."""
+    vals, idx = new_outputs(plan, call, device)
+    rows_total = call.nbatch * call.n_outer
+    if rows_total == 0:
+        return vals, idx
+    launch = launch_for(plan, call, device, cfg, nsplit)
     stream = current_stream_handle(device)
-    partial = None
-    if nsplit > 1:
-        partial = torch.empty(nsplit * rows_total * k.reducer_bytes, dtype=torch.uint8, device=device)
+    partial = torch.empty(launch.workspace_bytes, dtype=torch.uint8, device=device) if launch.workspace_bytes else None
     vptr, iptr = vals.data_ptr(), (idx.data_ptr() if idx is not None else 0)
+    pptr = partial.data_ptr() if partial is not None else 0
     args = [
         vptr,
         iptr,
-        partial.data_ptr() if partial is not None else 0,
+        pptr,
         *[t.data_ptr() for t in call.tensors],
         *call.batch_strides,
         call.n_outer,
         call.n_inner,
-        blocks_per_batch,
-        max(1, j_per_block),
+        launch.blocks_per_batch,
+        launch.j_per_block,
         rows_total,
     ]
-    k.reduce.launch((blocks, nsplit, 1), (cfg.block, 1, 1), 0, stream, args)
+    launch.kernels.reduce.launch(launch.grid, launch.block, 0, stream, args)
     if partial is not None:
-        merge_args = [vptr, iptr, partial.data_ptr(), rows_total, nsplit]
-        k.merge.launch((-(-rows_total // 256), 1, 1), (256, 1, 1), 0, stream, merge_args)
+        merge_args = [vptr, iptr, pptr, rows_total, launch.grid[1]]
+        launch.kernels.merge.launch(launch.merge_grid, (256, 1, 1), 0, stream, merge_args)
     return vals, idx
 
 

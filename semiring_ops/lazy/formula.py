@@ -48,13 +48,14 @@ class Formula:
     """A node of a formula: ``dim`` components, computed from ``children``."""
 
     op: str = ""
-    __slots__ = ("_canonical", "_key", "children", "dim")
+    __slots__ = ("_canonical", "_key", "_plans", "children", "dim")
 
     def __init__(self, dim: int, *children: Formula) -> None:
         self.dim = int(dim)
         self.children = children
         self._key: str | None = None
         self._canonical: tuple[Formula, list[Var]] | None = None  # canonicalize's result, once computed
+        self._plans: dict | None = None  # the reduction plans of this formula (autograd.reduce_formula)
 
     # the structure, as a string: equal keys compute the same function of the same variable slots
     def params(self) -> str:

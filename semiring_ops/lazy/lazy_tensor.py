@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from . import formula as F
-from .autograd import Extent, evaluate_dense, reduce_formula
+from .autograd import Extent, evaluate_dense, matmul_formula, reduce_formula
 from .formula import Formula, FormulaError, Var, substitute, variables
 from .reductions import Reduction, kbest, semiring_reduction, weighted_logsumexp
 
@@ -544,6 +544,16 @@ class LazyTensor:
             raise ValueError(f"@ needs a scalar formula (vector dimension 1), got {self.describe()}")
         if v.dim() < 2:
             raise ValueError(f"@: the right operand must have shape (..., N, E), got {tuple(v.shape)}")
+        if (
+            v.dim() == 2
+            and not self.batch
+            and self.n_i is not None
+            and self.n_j == v.shape[0]
+            and not self.deferred
+            and v.dtype == self.dtype
+            and v.device == self.device
+        ):  # the common case, without building K * v_j each call
+            return matmul_formula(self.formula, v, self._extent())
         return (self * Vj(v)).sum(dim=-2)
 
     # ------------------------------------------------------------ dense

@@ -22,6 +22,7 @@ selected pairs (the subgradient at the argmax), see autograd.py.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -146,10 +147,12 @@ def _weighted_lse(f: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.log(s) + m.squeeze(-2)
 
 
+@functools.cache
 def semiring_reduction(semiring: str, indices: bool = False) -> Reduction:
     return Reduction("semiring", semiring, indices)
 
 
+@functools.cache
 def weighted_logsumexp() -> Reduction:
     return Reduction("weighted_lse", "log")
 

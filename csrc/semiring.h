@@ -160,23 +160,27 @@ template <class T> struct LogSumExp2Accumulator {
     s = up ? s * e + T(1) : s + e;
     m = up ? v : m;
   }
-  // U consecutive terms at once, given in natural-log units x[u] (the term is x[u] * kLog2e in base 2),
-  // with one rescale: m moves to the largest of them (NaN ignored), and each term adds
-  // 2^(x log2 e - shift), one FFMA and one ex2, with shift = m clamped to the finite range (so x = +inf
-  // gives 2^inf = inf, never 2^(inf - inf)). m itself may become +inf, as in add(), so the two mix.
-  // About 4 instructions per term against add()'s 9 (with the conversion to base 2); the inner loops of
-  // kernels whose terms come U at a time use this. Same value as U calls of add().
-  template <int U> SR_HD void add_chunk_natural(const T* x) {
+  // U consecutive terms v[u] = x[u] * scale at once (scale 1: x in base 2, as add() takes them; kLog2e:
+  // x in natural-log units, the conversion fused into the exponent's FFMA). The running sum is kept
+  // against the clamped maximum c(m) = min(m, max_finite) (so v = +inf adds 2^inf = inf, never
+  // 2^(inf - inf)); it is rescaled only when the chunk raises m, so a term costs one ex2 and ~4 other
+  // instructions (add(): one ex2 and ~8). m itself may become +inf, as in add(), and the two mix: same
+  // value as U calls of add(). (The GPU predicates the rescale, so its ex2 still takes a MUFU slot:
+  // 1 + 1/U per term; forcing a branch through an out-of-line call spilled registers.)
+  template <int U> SR_HD void add_chunk(const T* x, T scale = T(1)) {
     T top = x[0];
 #pragma unroll
     for (int u = 1; u < U; ++u) top = max_drop_nan(top, x[u]);
-    top = max_drop_nan(top * T(kLog2e), m);
-    const T shift = top < max_finite<T>() ? top : max_finite<T>();
-    s *= fast_exp2(m - shift);  // m = +inf (then s >= 1): s stays inf; m = shift: factor 1
+    top *= scale;  // scale > 0: the largest x is the largest term
+    if (top > m) {  // a new maximum (never for NaN): rescale once (the GPU predicates it)
+      s *= fast_exp2(clamp_finite(m) - clamp_finite(top));
+      m = top;
+    }
+    const T shift = clamp_finite(m);
 #pragma unroll
-    for (int u = 0; u < U; ++u) s += fast_exp2(x[u] * T(kLog2e) - shift);
-    m = top;
+    for (int u = 0; u < U; ++u) s += fast_exp2(x[u] * scale - shift);
   }
+  SR_HD static T clamp_finite(T v) { return v < max_finite<T>() ? v : max_finite<T>(); }
   // Folds in another accumulator of a disjoint set of terms (split reductions, warp merges).
   SR_HD void merge(const LogSumExp2Accumulator& o) {
     const T top = o.m > m ? o.m : m;

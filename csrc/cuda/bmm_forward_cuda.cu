@@ -15,6 +15,8 @@
 #include "ops.h"
 #include "semiring.h"
 
+#include <type_traits>
+
 namespace semiring_ops {
 namespace cuda {
 namespace {
@@ -51,6 +53,17 @@ struct SemiringBmmPolicy {
   static __device__ __forceinline__ void init(State& st, acc_t) { st.init(); }
   static __device__ __forceinline__ void cell(State& st, const acc_t (&l)[1], const acc_t (&r)[1], int32_t k) {
     st.add(S::times(l[0], r[0]), k);
+  }
+  // logsumexp takes full t-tiles 4 terms at a time: one rescale of the running sum per 4 (semiring.h
+  // LogSumExp2Accumulator::add_chunk), ~4 instructions per cell beside the ex2 instead of ~8.
+  static constexpr int kChunk = std::is_same<S, LogSemiring>::value ? 4 : 1;
+  template <int U>
+  static __device__ __forceinline__ void cell_chunk(State& st, const acc_t (&l)[U][1], const acc_t (&r)[U][1],
+                                                    int32_t) {
+    acc_t v[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) v[u] = S::times(l[u][0], r[u][0]);
+    st.template add_chunk<U>(v);
   }
   static __device__ __forceinline__ void store(const State& st, const Params& prm, int64_t idx) {
     prm.out[idx] = st.result();

@@ -19,6 +19,11 @@
 //   __device__ static void init(State&, acc_t o);        o = load_out(O[p, r, s]) (0 without O)
 //   __device__ static void cell(State&, const acc_t (&l)[kNumLeft], const acc_t (&r)[kNumRight],
 //                               int32_t t);              t is the global index, fed in increasing order
+//   static constexpr int kChunk;        optional (default 1): with kChunk > 1, full t-tiles go to
+//   __device__ static void cell_chunk<U>(State&, const acc_t (&l)[U][kNumLeft],
+//                               const acc_t (&r)[U][kNumRight], int32_t t0)
+//                                       U = kChunk consecutive t at once (t0, t0 + 1, ...), so a state
+//                                       can amortise work over them (logsumexp: one rescale per chunk)
 //   __device__ static void store(const State&, const Params&, int64_t idx);
 //                                       idx = (p * R + r) * S + s, the offset into a contiguous
 //                                       (B, R, S) output; called only for in-range outputs.
@@ -200,6 +205,16 @@ __device__ __forceinline__ void commit_field(acc_t* tile, const Staged<T, kLoads
 
 namespace detail {
 
+// Policy::kChunk, or 1 when the policy has none.
+template <class P, class = void>
+struct ChunkOf {
+  static constexpr int value = 1;
+};
+template <class P>
+struct ChunkOf<P, std::void_t<decltype(P::kChunk)>> {
+  static constexpr int value = P::kChunk;
+};
+
 // The kernel's pieces, as force-inlined functions so that the register arrays they take by reference
 // (states, staged loads) never leave registers.
 template <class Policy>
@@ -295,6 +310,35 @@ struct Engine {
     }
   }
 
+  // U consecutive reduction steps (rows t0 .. t0 + U - 1, global indices k0 ..) through Policy::cell_chunk.
+  template <int U>
+  static __device__ __forceinline__ void step_chunk(State (&st)[TM][TN], const acc_t* tl, const acc_t* tr, int t0,
+                                                    int32_t k0, int ty, int tx) {
+    acc_t lv[U][NL][TM], rv[U][NR][TN];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+#pragma unroll
+      for (int f = 0; f < NL; ++f) load_shared_vec(lv[u][f], tl + f * kTileL + (t0 + u) * kPitchM + ty * TM);
+#pragma unroll
+      for (int f = 0; f < NR; ++f) load_shared_vec(rv[u][f], tr + f * kTileR + (t0 + u) * kPitchN + tx * TN);
+    }
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+#pragma unroll
+      for (int j = 0; j < TN; ++j) {
+        acc_t l[U][NL], r[U][NR];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+#pragma unroll
+          for (int f = 0; f < NL; ++f) l[u][f] = lv[u][f][i];
+#pragma unroll
+          for (int f = 0; f < NR; ++f) r[u][f] = rv[u][f][j];
+        }
+        Policy::template cell_chunk<U>(st[i][j], l, r, k0);
+      }
+    }
+  }
+
   static __device__ __forceinline__ void store(const State (&st)[TM][TN], const ContractionArgs<Policy>& args,
                                                int64_t p, int r_base, int s_base) {
 #pragma unroll
@@ -352,8 +396,14 @@ __global__ void __launch_bounds__(Policy::Shape::kThreads, Policy::Shape::kMinBl
       const acc_t* tr = smem_r + buf * E::NR * E::kTileR;
       const int len = min(BK, T - k0);
       if (len == BK) {
+        constexpr int U = detail::ChunkOf<Policy>::value;
+        if constexpr (U > 1 && BK % U == 0) {
 #pragma unroll
-        for (int t = 0; t < BK; ++t) E::step(st, tl, tr, t, k0 + t, ty, tx);
+          for (int t = 0; t < BK; t += U) E::template step_chunk<U>(st, tl, tr, t, k0 + t, ty, tx);
+        } else {
+#pragma unroll
+          for (int t = 0; t < BK; ++t) E::step(st, tl, tr, t, k0 + t, ty, tx);
+        }
       } else {  // the last, partial tile: stop at its true length
 #pragma unroll 1
         for (int t = 0; t < len; ++t) E::step(st, tl, tr, t, k0 + t, ty, tx);

@@ -19,7 +19,7 @@ namespace semiring_ops {
 namespace lazy {
 
 // U consecutive terms x[0..U) (user units, indices k0, k0 + 1, ...) into one accumulator of semiring S:
-// U calls of add(), or for logsumexp the accumulator's add_chunk_natural (one rescale per chunk, and the
+// U calls of add(), or for logsumexp the accumulator's add_chunk (one rescale per chunk, and the
 // conversion to base 2 fused into the exponent's FFMA).
 template <class S> struct ChunkAdder {
   template <int U, class A, class T> SR_HD static void add(A& acc, const T* x, int32_t k0) {
@@ -29,7 +29,7 @@ template <class S> struct ChunkAdder {
 };
 template <> struct ChunkAdder<LogSemiring> {
   template <int U, class A, class T> SR_HD static void add(A& acc, const T* x, int32_t) {
-    acc.template add_chunk_natural<U>(x);
+    acc.template add_chunk<U>(x, T(kLog2e));
   }
 };
 

@@ -853,39 +853,76 @@ def substitute(root: Formula, mapping: Callable[[Var], Formula]) -> Formula:
     return memo[id(root)]
 
 
+_CANONICAL: dict[str, Formula] = {}  # canonical key -> the canonical formula, shared by equal structures
+MAX_CANONICAL = 4096
+
+
 def canonicalize(root: Formula, reuse_first: bool = True) -> tuple[Formula, list[Var]]:
     """(the formula with slot variables 0, 1, ... in order of first appearance, the tensor variables in that
-    order). Two formulas with equal canonical keys compile to the same kernel. One pass over the nodes,
-    remembered on the root (formulas are immutable), so reducing one LazyTensor again skips it; the first
-    child's canonical form is remembered too and taken over as the prefix (its variables come first), so
-    ``K @ v`` and ``(K * w).sum(1)`` with a new v or w each call walk only the new nodes."""
+    order). Two formulas with equal canonical keys compile to the same kernel.
+
+    One pass over the nodes computes the canonical key (the key the canonical formula would have); the
+    canonical formula itself is built once per key and shared. The result is remembered on the root
+    (formulas are immutable), and the first child's is taken over as the prefix (its variables come
+    first), so ``K @ v`` or ``(K * w).sum(1)`` with a new v or w each call walk only the new nodes."""
     if root._canonical is not None:
         return root._canonical[0], list(root._canonical[1])
-    memo: dict[int, Formula] = {}
-    slots: dict[str, Var] = {}
+    keys: dict[int, str] = {}
+    slots: dict[str, int] = {}
     tensor_vars: list[Var] = []
     done: set[int] = set()
     first = root.children[0] if root.children else None
+    canon_first = None
     if reuse_first and first is not None and first.children:
         canon_first, first_vars = canonicalize(first, reuse_first=False)  # one level: no deep recursion
         for v in first_vars:
-            slots[v.key] = Var(v.cat, v.dim, slot=len(tensor_vars))
+            slots[v.key] = len(tensor_vars)
             tensor_vars.append(v)
-        memo[id(first)] = canon_first
+        keys[id(first)] = canon_first.key
         done.add(id(first))
-    for node in _postorder(root, done):
+    order = _postorder(root, done)
+    for node in order:
         if isinstance(node, Var):
-            canon = slots.get(node.key)
-            if canon is None:
-                canon = slots[node.key] = Var(node.cat, node.dim, slot=len(tensor_vars))
+            slot = slots.get(node.key)
+            if slot is None:
+                slot = slots[node.key] = len(tensor_vars)
                 tensor_vars.append(node)
-            memo[id(node)] = canon
+            keys[id(node)] = f"V{node.cat}{slot}:{node.dim}()"  # = Var(cat, dim, slot=slot).key
+        elif not node.children:
+            keys[id(node)] = node.key
+        else:
+            keys[id(node)] = f"{node.op}{node.params()}({','.join(keys[id(c)] for c in node.children)})"
+    key = keys[id(root)]
+    canon = _CANONICAL.get(key)
+    if canon is None:
+        canon = _build_canonical(order, slots, first if canon_first is not None else None, canon_first)
+        if len(_CANONICAL) >= MAX_CANONICAL:
+            _CANONICAL.clear()
+        _CANONICAL[key] = canon
+    root._canonical = (canon, tensor_vars)
+    return canon, list(tensor_vars)
+
+
+def _build_canonical(
+    order: list[Formula], slots: dict[str, int], first: Formula | None, canon_first: Formula | None
+) -> Formula:
+    """The canonical formula of the nodes ``order`` (post-order, the root last): variables become slot
+    variables, the subtree ``first`` (left out of ``order``) is ``canon_first``."""
+    memo: dict[int, Formula] = {}
+    if first is not None:
+        memo[id(first)] = canon_first
+    made: dict[int, Var] = {}
+    for node in order:
+        if isinstance(node, Var):
+            slot = slots[node.key]
+            if slot not in made:
+                made[slot] = Var(node.cat, node.dim, slot=slot)
+            memo[id(node)] = made[slot]
         elif not node.children:
             memo[id(node)] = node
         else:
             memo[id(node)] = node.rebuild([memo[id(c)] for c in node.children])
-    root._canonical = (memo[id(root)], tensor_vars)
-    return memo[id(root)], list(tensor_vars)
+    return memo[id(order[-1])]
 
 
 # ---------------------------------------------------------------- emission (C code)

@@ -313,3 +313,15 @@ def test_repeated_reductions_and_matmul_reuse_plans_but_read_fresh_data(device, 
         rv, rx = torch.autograd.grad((dense @ v).square().sum(), [v, xg])
         torch.testing.assert_close(gv, rv, rtol=1e-10, atol=1e-10)
         torch.testing.assert_close(gx, rx, rtol=1e-10, atol=1e-10)
+
+
+def test_a_formula_thousands_of_operations_deep_reduces(backend):
+    """Keys, canonical forms and kernels of a 3000-deep formula: no recursion limit on the way."""
+    g = torch.Generator().manual_seed(5)
+    x, y = torch.rand(4, 1, generator=g, dtype=torch.float64), torch.rand(6, 1, generator=g, dtype=torch.float64)
+    f, ref = Vi(x), x[:, None, :]
+    yj = Vj(y)
+    for k in range(1500):
+        f = (f * 0.5 + yj) if k % 2 else (f - yj * 0.25)
+        ref = (ref * 0.5 + y[None, :, :]) if k % 2 else (ref - y[None, :, :] * 0.25)
+    torch.testing.assert_close(f.sum(1), ref.sum(1), rtol=1e-12, atol=1e-12)

@@ -63,9 +63,11 @@ class Formula:
 
     @property
     def key(self) -> str:
-        if self._key is None:
-            inner = ",".join(c.key for c in self.children)
-            self._key = f"{self.op}{self.params()}({inner})"
+        if self._key is None:  # children first, without recursion (formulas may be thousands deep)
+            for node in _postorder(self):
+                if node._key is None:
+                    inner = ",".join(c._key for c in node.children)
+                    node._key = f"{node.op}{node.params()}({inner})"
         return self._key
 
     def __repr__(self) -> str:
@@ -808,7 +810,26 @@ class Repeat(Formula):
 
 def _postorder(root: Formula, done: set[int] | None = None) -> list[Formula]:
     """Nodes in post-order, each once (formulas are DAGs when sub-formulas are shared); the subtrees of the
-    nodes whose ids are in ``done`` are left out."""
+    nodes whose ids are in ``done`` are left out. Recursive (the fast way in CPython), with an explicit
+    stack for formulas deeper than the recursion limit allows."""
+    seen: set[int] = set(done) if done else set()
+    order: list[Formula] = []
+
+    def visit(node: Formula) -> None:
+        seen.add(id(node))
+        for child in node.children:
+            if id(child) not in seen:
+                visit(child)
+        order.append(node)
+
+    try:
+        visit(root)
+        return order
+    except RecursionError:
+        return _postorder_iterative(root, done)
+
+
+def _postorder_iterative(root: Formula, done: set[int] | None) -> list[Formula]:
     seen: set[int] = set(done) if done else set()
     order: list[Formula] = []
     stack: list[tuple[Formula, bool]] = [(root, False)]

@@ -64,6 +64,13 @@ class Formula:
     @property
     def key(self) -> str:
         if self._key is None:  # children first, without recursion (formulas may be thousands deep)
+            for c in self.children:
+                if c._key is None and not c.children:
+                    c._key = f"{c.op}{c.params()}()"
+            if all(c._key is not None for c in self.children):  # a leaf, or children already keyed
+                inner = ",".join(c._key for c in self.children)
+                self._key = f"{self.op}{self.params()}({inner})"
+                return self._key
             for node in _postorder(self):
                 if node._key is None:
                     inner = ",".join(c._key for c in node.children)
@@ -810,26 +817,7 @@ class Repeat(Formula):
 
 def _postorder(root: Formula, done: set[int] | None = None) -> list[Formula]:
     """Nodes in post-order, each once (formulas are DAGs when sub-formulas are shared); the subtrees of the
-    nodes whose ids are in ``done`` are left out. Recursive (the fast way in CPython), with an explicit
-    stack for formulas deeper than the recursion limit allows."""
-    seen: set[int] = set(done) if done else set()
-    order: list[Formula] = []
-
-    def visit(node: Formula) -> None:
-        seen.add(id(node))
-        for child in node.children:
-            if id(child) not in seen:
-                visit(child)
-        order.append(node)
-
-    try:
-        visit(root)
-        return order
-    except RecursionError:
-        return _postorder_iterative(root, done)
-
-
-def _postorder_iterative(root: Formula, done: set[int] | None) -> list[Formula]:
+    nodes whose ids are in ``done`` are left out. An explicit stack: formulas may be thousands deep."""
     seen: set[int] = set(done) if done else set()
     order: list[Formula] = []
     stack: list[tuple[Formula, bool]] = [(root, False)]

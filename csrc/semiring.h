@@ -113,16 +113,13 @@ SR_HD double sr_log2(double x) {
 }
 
 // max that ignores NaN (the other operand wins; NaN only when both are): one FMNMX on the GPU.
-SR_HD float max_drop_nan(float a, float b) {
+template <class T> SR_HD T max_drop_nan(T a, T b) {
 #if defined(__CUDA_ARCH__)
-  return fmaxf(a, b);
-#else
-  return std::fmax(a, b);
-#endif
-}
-SR_HD double max_drop_nan(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return fmax(a, b);
+  if constexpr (sizeof(T) == 4) {
+    return fmaxf(a, b);
+  } else {
+    return fmax(a, b);
+  }
 #else
   return std::fmax(a, b);
 #endif

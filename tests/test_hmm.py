@@ -402,3 +402,73 @@ def test_posterior_path_samples_follow_the_posteriors(device):
     freq = torch.nn.functional.one_hot(paths.clamp_min(0), 3).double().mean(0)
     valid = torch.arange(6, device=device) < lengths[:, None]
     torch.testing.assert_close(freq[valid], post[valid], atol=0.05, rtol=0)
+
+
+# ---------------------------------------------------------------------------------------------- scaling
+
+
+@given(
+    C=st.integers(1, 6),
+    lengths=st.lists(st.integers(0, 9), min_size=1, max_size=5),
+    spread=st.sampled_from([1.0, 30.0, 300.0]),
+    seed=st.integers(0, 2**16),
+)
+def test_scaling_and_log_implementations_agree(device, C, lengths, spread, seed):
+    """Scaled forward-backward (probability space, per-step normalisation) against the log-semiring
+    chain on random HMMs, sequences of length 0 and 1, and log-emissions spread over hundreds of nats
+    (beyond float32's range within one step: those sequences are flagged and recomputed on the log
+    chain); float64, then float32."""
+    g = torch.Generator().manual_seed(seed)
+    B, T = len(lengths), max(lengths)
+    L = torch.tensor(lengths)
+    log_em = torch.randn(B, T, C, generator=g, dtype=torch.float64) * spread
+    models = {}
+    for impl in ("scaling", "log"):
+        m = _categorical(C, 2, device, seed=seed % 97, zeros=False)  # zeros would route both to the log chain
+        m.implementation = impl
+        models[impl] = m
+    assert models["scaling"]._scaling() and not models["log"]._scaling()
+    for dtype, tol in ((torch.float64, 1e-9), (torch.float32, 1e-3)):
+        le = log_em.to(device=device, dtype=dtype)
+        res = {}
+        for impl, m in models.items():
+            m = m.to(dtype=dtype)
+            res[impl] = m._expectations(m._padded(None, None, L.to(device), le))
+        s, r = res["scaling"], res["log"]
+        finite = torch.isfinite(r.log_likelihood)
+        torch.testing.assert_close(s.log_likelihood, r.log_likelihood, rtol=tol, atol=tol)
+        rows = finite.nonzero().flatten()
+        torch.testing.assert_close(s.posteriors[rows], r.posteriors[rows], rtol=tol, atol=tol)
+        if finite.all():
+            torch.testing.assert_close(s.transitions, r.transitions, rtol=tol, atol=tol * max(1, T))
+            torch.testing.assert_close(s.starts, r.starts, rtol=tol, atol=tol)
+
+
+def test_scaling_flags_underflow_and_falls_back_to_the_log_chain():
+    """A float32 sequence whose emissions favour each state by 200 nats in turn: unscaled mass of the
+    other state underflows, so the scaled pass must flag it (and the E-step must still be exact)."""
+    from semiring_ops.structures.hmm_scaling import scaled_forward_backward
+
+    model = _categorical(2, 2, "cpu", seed=1, zeros=False).float()
+    le = torch.tensor([[[0.0, -200.0], [-200.0, 0.0], [0.0, -200.0], [-3.0, -1.0]]])
+    L = torch.tensor([4])
+    r = scaled_forward_backward(le, model.log_trans(), model.log_start(), L)
+    assert r.suspect.tolist() == [True]
+    model.implementation = "scaling"
+    got = model._expectations(model._padded(None, None, L, le))
+    model.implementation = "log"
+    ref = model._expectations(model._padded(None, None, L, le))
+    for a, b in zip(got, ref, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_scaling_score_and_fit_refuse_impossible_sequences(device):
+    model = _categorical(3, 4, device, seed=2, zeros=False)
+    model.implementation = "scaling"
+    emis = model.emissionprob_.clone()
+    emis[:, 3] = 0.0  # symbol 3 can never be emitted
+    model.emissionprob_ = emis / emis.sum(1, keepdim=True)
+    X = torch.tensor([[0], [1], [3], [2]], device=device)
+    assert model.score(X, [2, 2]).item() == -math.inf
+    with pytest.raises(ValueError, match="zero probability"):
+        model.fit(X, [2, 2], n_iter=1)

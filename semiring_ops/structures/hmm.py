@@ -42,6 +42,7 @@ from torch import Tensor, nn
 from ..semirings import LogSemiring
 from .chain import chain_sample, resolve_lengths
 from .factored import chain_sum_factored, chain_viterbi_factored, factored_to_edges
+from .hmm_scaling import scaled_forward, scaled_forward_backward
 
 __all__ = ["HMM", "CategoricalEmission", "ConvergenceMonitor", "Emission", "GaussianDiagEmission"]
 
@@ -481,6 +482,12 @@ class HMM(nn.Module):
         covariance_type: only "diag".
         min_covar, covars_prior: Gaussian variance floor and hmmlearn's covariance prior.
         generator: CPU generator for the random initial parameters.
+        implementation: how ``fit``'s E-step, ``score``, ``posteriors`` and ``score_samples`` run
+            forward-backward: "scaling" (probability space with per-step normalisation, a few matrix
+            products per time step: hmm_scaling.py), "log" (the log-semiring chain kernels, one exp per
+            cell), or "auto" (the default: "scaling" on the CPU, "log" on GPUs, where the fused chain
+            kernel beats T small matrix products). ``log_likelihood`` / ``forward`` (training by
+            gradient) and Viterbi always use the chain kernels.
 
     Properties ``startprob_`` (C,), ``transmat_`` (C, C) [from, to], and, from the emission model,
     ``emissionprob_`` (C, V), ``means_`` (C, D), ``covars_`` (C, D), read probabilities as tensors and
@@ -498,9 +505,13 @@ class HMM(nn.Module):
         min_covar: float = 1e-3,
         covars_prior: float = 1e-2,
         generator: torch.Generator | None = None,
+        implementation: str = "auto",
     ) -> None:
         if n_states <= 0:
             raise ValueError(f"n_states must be positive, got {n_states}")
+        if implementation not in ("auto", "scaling", "log"):
+            raise ValueError(f"implementation must be 'auto', 'scaling' or 'log', got {implementation!r}")
+        self.implementation = implementation
         super().__init__()
         self.n_states = n_states
         if emission == "categorical":
@@ -522,7 +533,7 @@ class HMM(nn.Module):
         self.reset_parameters(generator)
 
     def extra_repr(self) -> str:
-        return f"n_states={self.n_states}"
+        return f"n_states={self.n_states}, implementation={self.implementation!r}"
 
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
         """Random start and transition distributions (uniform draws, normalised) and emission parameters."""
@@ -644,8 +655,30 @@ class HMM(nn.Module):
     def _chain_sum(self, batch: _Batch) -> Tensor:
         return chain_sum_factored(batch.log_emissions, self.log_trans(), self.log_start(), None, batch.lengths)
 
+    def _scaling(self) -> bool:
+        """Whether forward-backward runs in scaled probability space (see ``implementation``): it needs
+        strictly positive start and transition probabilities (hmm_scaling.py)."""
+        wanted = self.implementation == "scaling" or (self.implementation == "auto" and self.device.type == "cpu")
+        return wanted and bool((self.log_transmat > -math.inf).all() and (self.log_startprob > -math.inf).all())
+
     def _expectations(self, batch: _Batch) -> _Expectations:
-        """E-step by autograd of the log-likelihood with respect to emissions, transitions and start."""
+        """E-step: scaled forward-backward, or autograd of the log-likelihood with respect to emissions,
+        transitions and start."""
+        if self._scaling():
+            with torch.no_grad():
+                r = scaled_forward_backward(batch.log_emissions, self.log_trans(), self.log_start(), batch.lengths)
+            if not r.suspect.any():
+                return _Expectations(*r[:4])
+            # the sequences the scaled pass cannot vouch for, again on the exact log chain
+            bad = r.suspect.nonzero().flatten()
+            exact = self._log_expectations(_Batch(None, batch.log_emissions[bad], batch.lengths[bad]))
+            ll, post = r.log_likelihood.clone(), r.posteriors.clone()
+            ll[bad], post[bad] = exact.log_likelihood, exact.posteriors
+            return _Expectations(ll, post, r.transitions + exact.transitions, r.starts + exact.starts)
+        return self._log_expectations(batch)
+
+    def _log_expectations(self, batch: _Batch) -> _Expectations:
+        """E-step by autograd of the log-chain log-likelihood wrt emissions, transitions and start."""
         leaves = [t.detach().requires_grad_() for t in (batch.log_emissions, self.log_trans(), self.log_start())]
         with torch.enable_grad():
             ll = chain_sum_factored(leaves[0], leaves[1], leaves[2], None, batch.lengths)
@@ -750,6 +783,13 @@ class HMM(nn.Module):
     ) -> Tensor:
         """Total log-likelihood of the concatenated samples X (n_samples, ...) -> 0-dim tensor."""
         batch, _ = self._concatenated(X, lengths, log_emissions)
+        if self._scaling():
+            ll, suspect = scaled_forward(batch.log_emissions, self.log_trans(), self.log_start(), batch.lengths)
+            if suspect.any():
+                bad = suspect.nonzero().flatten()
+                ll = ll.clone()
+                ll[bad] = self._chain_sum(_Batch(None, batch.log_emissions[bad], batch.lengths[bad]))
+            return ll.sum()
         return self._chain_sum(batch).sum()
 
     @torch.no_grad()

@@ -201,6 +201,18 @@ template <class T, bool kArg, bool kIsMax> struct ExtremumAccumulator {
   }
   SR_HD void add(T v, int32_t k) {
     if constexpr (kArg) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+      if constexpr (sizeof(T) == 4) {
+        // One max.NaN and an integer compare of the bits instead of three compares and two selects: the
+        // index moves exactly when the NaN-propagating extremum changes. v + 0 turns -0 into +0, so a
+        // tie of -0 and +0 keeps the first index, and max.NaN returns the canonical NaN, so a second NaN
+        // leaves the bits (and the first NaN's index) alone.
+        const T nb = kIsMax ? nan_max(best, v + T(0)) : nan_min(best, v + T(0));
+        idx = __float_as_int(nb) != __float_as_int(best) ? k : idx;
+        best = nb;
+        return;
+      }
+#endif
       const bool better = kIsMax ? (v > best) : (v < best);
       if (better || (is_nan(v) && !is_nan(best))) {
         best = v;

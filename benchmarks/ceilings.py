@@ -39,14 +39,23 @@ def measure() -> dict[str, float]:
     """{'exp_per_s', 'maxplus_cells_per_s', 'sgemm_cells_per_s'}, measured now on cuda:0."""
     from torch.utils.cpp_extension import load_inline
 
+    from semiring_ops.build.jit import _exclusive, cache_root
+
     major, minor = torch.cuda.get_device_capability()
-    mod = load_inline(
-        "semiring_ops_ceiling_probe",
-        cpp_sources="void probe(int64_t, torch::Tensor, int64_t, int64_t, int64_t);",
-        cuda_sources=_SOURCE,
-        functions=["probe"],
-        extra_cuda_cflags=["-O3", f"-gencode=arch=compute_{major}{minor},code=sm_{major}{minor}"],
-    )
+    folder = cache_root() / f"ceiling_probe-torch{torch.__version__}-sm{major}{minor}"
+    folder.mkdir(parents=True, exist_ok=True)
+    # torch's own build lock (a FileBaton: a `lock` file) stays behind when a run is killed mid-build and
+    # makes the next run wait forever; under our fcntl lock no one else is building, so a leftover goes
+    with _exclusive(folder.parent / f"{folder.name}.lock"):
+        (folder / "lock").unlink(missing_ok=True)
+        mod = load_inline(
+            "semiring_ops_ceiling_probe",
+            cpp_sources="void probe(int64_t, torch::Tensor, int64_t, int64_t, int64_t);",
+            cuda_sources=_SOURCE,
+            functions=["probe"],
+            extra_cuda_cflags=["-O3", f"-gencode=arch=compute_{major}{minor},code=sm_{major}{minor}"],
+            build_directory=str(folder),
+        )
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     blocks, threads, iters = sms * 16, 256, 4096
     out = torch.empty(blocks * threads, device="cuda")

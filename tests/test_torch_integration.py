@@ -71,3 +71,27 @@ def test_every_cuda_device_index():
             out = so.logbmm(a, b)
         assert out.device == dev
         torch.testing.assert_close(out, brute_bmm(a, b, "log").float())
+
+
+def test_dispatch_modes_and_fake_tensors_see_the_registered_op():
+    """No-grad eager calls skip the custom op's Python dispatch (ops.registry.bmm_forward_eager), but a
+    dispatch mode (here a counter, and FakeTensorMode as export uses) must still see semiring_ops ops."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: list[str] = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    a, b = torch.randn(2, 3, 4), torch.randn(2, 4, 5)
+    eager = so.maxbmm(a, b)
+    with Record():
+        recorded = so.maxbmm(a, b)
+    assert any(name.startswith("semiring_ops.bmm_forward") for name in seen), seen
+    torch.testing.assert_close(recorded, eager)
+    with FakeTensorMode() as mode:
+        out = so.logbmm(mode.from_tensor(a), mode.from_tensor(b))
+    assert out.shape == (2, 3, 5)

@@ -60,7 +60,7 @@ def semiring_matmul(
         return generic_bmm(a3, b3, S).reshape(*batch, n, m)
     needs_grad = torch.is_grad_enabled() and (a.requires_grad or b.requires_grad)
     with_arg = S.selects and (return_argmax or needs_grad)
-    out, arg = registry.bmm_forward(a3, b3, S.kernel_id, with_arg)
+    out, arg = registry.bmm_forward_eager(a3, b3, S.kernel_id, with_arg)
     if out.dtype != a.dtype:
         out = out.to(a.dtype)
     if len(batch) != 1:

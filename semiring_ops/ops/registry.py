@@ -25,7 +25,7 @@ from ..build.backends import backend_for
 from ..semirings import SEMIRINGS
 from .reference import accumulation_dtype
 
-__all__ = ["bmm_forward", "log_bmm_backward", "log_contract"]
+__all__ = ["bmm_forward", "bmm_forward_eager", "log_bmm_backward", "log_contract"]
 
 _SELECTS = {s.kernel_id: s.selects for s in SEMIRINGS.values()}
 _ZERO = {s.kernel_id: s.zero for s in SEMIRINGS.values()}
@@ -104,6 +104,23 @@ def _selection_backward(a, b, out, arg, grad_out, semiring_id):
 
 
 bmm_forward.register_autograd(_bmm_backward, setup_context=_bmm_setup_context)
+
+
+def bmm_forward_eager(a: Tensor, b: Tensor, semiring_id: int, with_arg: bool) -> tuple[Tensor, Tensor]:
+    """bmm_forward without the custom op's Python dispatch (~8 µs a call on the CPU host, more on a GPU
+    machine's), for calls that record no graph outside torch.compile and dispatch modes; anything else goes
+    through the registered op."""
+    if (
+        torch.compiler.is_compiling()
+        or torch._C._len_torch_dispatch_stack() > 0
+        or (torch.is_grad_enabled() and (a.requires_grad or b.requires_grad))
+        or type(a) is not Tensor
+        or type(b) is not Tensor
+        or torch._C._functorch.is_functorch_wrapped_tensor(a)
+        or torch._C._functorch.is_functorch_wrapped_tensor(b)
+    ):
+        return bmm_forward(a, b, semiring_id, with_arg)
+    return tuple(backend_for(a.device).bmm_forward(a, b, semiring_id, with_arg))
 
 
 # ---------------------------------------------------------------- log_bmm_backward

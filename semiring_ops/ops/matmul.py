@@ -48,6 +48,8 @@ def semiring_matmul(
         if not _autocast(a):
             check_same_device_and_dtype(fn, ("a", "b"), a, b)
         matmul_shapes(fn, a, b)
+        if a.dim() == 3 and b.dim() == 3 and a.shape[0] == b.shape[0]:
+            return torch.bmm(a, b)  # the common batched case, without torch.matmul's shape dispatch
         return torch.matmul(a, b)
     if _autocast(a) or _autocast(b):
         a, b = a.float(), b.float()

@@ -116,16 +116,17 @@ class LinearChainCRF(nn.Module):
         live = torch.arange(T, device=em.device)[None, :] < L[:, None]
         if bool((((tags < 0) | (tags >= C)) & live).any()):
             raise ValueError(f"tags must lie in [0, {C}) at unmasked positions")
-        tags = torch.where(live, tags, 0).long()
+        dead = ~live
+        tags = tags.masked_fill(dead, 0).long()
         unary = em.gather(2, tags.unsqueeze(-1)).squeeze(-1)
         start, trans, end = self._transition_scores()
         # index_select, not advanced indexing: its gradient is an index_add, not a sorting index_put
         pair = trans.reshape(-1).index_select(0, (tags[:, :-1] * C + tags[:, 1:]).reshape(-1)).view(B, T - 1)
         last = tags.gather(1, (L - 1).clamp_min(0).unsqueeze(1)).squeeze(1)
-        # where, not multiply: a forbidden (-inf) transition in the padding must not become NaN
-        total = torch.where(live, unary, 0).sum(1) + torch.where(live[:, 1:], pair, 0).sum(1)
+        # masked_fill, not multiply: a forbidden (-inf) transition in the padding must not become NaN
+        total = unary.masked_fill(dead, 0.0).sum(1) + pair.masked_fill(dead[:, 1:], 0.0).sum(1)
         total = total + start.index_select(0, tags[:, 0]) + end.index_select(0, last)
-        return torch.where(L > 0, total, torch.zeros_like(total))
+        return total.masked_fill(L == 0, 0.0)
 
     def forward(
         self,

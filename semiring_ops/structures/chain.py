@@ -24,6 +24,7 @@ Two strategies, chosen automatically or by name:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -40,7 +41,9 @@ __all__ = [
     "choose_strategy",
     "mask_past_length",
     "pad_edges_past_length",
+    "raise_problems",
     "resolve_lengths",
+    "resolve_lengths_deferred",
 ]
 
 
@@ -59,24 +62,49 @@ def resolve_lengths(B: int, T: int, mask=None, lengths=None, device=None, check_
     in 0..T (neither: all T), validated: a mask with holes, a shape that is not (B, T) / (B,) or a length
     out of range raises ValueError saying which. check_range=False skips the range check of lengths (a
     device synchronisation) for callers that have made it already."""
+    L, problems = resolve_lengths_deferred(B, T, mask, lengths, device, check_range)
+    raise_problems(problems)
+    return L
+
+
+# a 0-dim bool tensor (True: the input is bad) and the error message, or a function making it (called only
+# on failure, so it may read the data)
+Problem = tuple[Tensor, str | Callable[[], str]]
+
+
+def resolve_lengths_deferred(
+    B: int, T: int, mask=None, lengths=None, device=None, check_range: bool = True
+) -> tuple[Tensor, list[Problem]]:
+    """resolve_lengths without its device synchronisation: shape errors raise at once, the data-dependent
+    checks (holes in the mask, lengths out of range) come back as problems for raise_problems, so a caller
+    can check them together with its own in one synchronisation."""
     if mask is not None and lengths is not None:
         raise ValueError("give mask or lengths, not both")
     if lengths is not None:
         L = torch.as_tensor(lengths, device=device)
         if L.shape != (B,) or L.dtype.is_floating_point or L.dtype == torch.bool:
             raise ValueError(f"lengths must be an integer tensor of shape ({B},), got {tuple(L.shape)} {L.dtype}")
-        if check_range and bool(((L < 0) | (L > T)).any()):
-            raise ValueError(f"lengths must lie in 0..{T}, got {L.tolist()}")
-        return L.long()
+        bad = ((L < 0) | (L > T)).any()
+        problems = [(bad, lambda: f"lengths must lie in 0..{T}, got {L.tolist()}")] if check_range else []
+        return L.long(), problems
     if mask is None:
-        return torch.full((B,), T, dtype=torch.long, device=device)
+        return torch.full((B,), T, dtype=torch.long, device=device), []
     m = torch.as_tensor(mask, device=device)
     if m.shape != (B, T):
         raise ValueError(f"mask has shape {tuple(m.shape)}; expected {(B, T)} (batch-major) to match the inputs")
     m = m.bool()
-    if bool((m[:, 1:] & ~m[:, :-1]).any()):
-        raise ValueError("mask has holes (a 1 after a 0): only prefix masks (right padding) are supported")
-    return m.sum(1)
+    holes = (m[:, 1:] & ~m[:, :-1]).any()
+    return m.sum(1), [(holes, "mask has holes (a 1 after a 0): only prefix masks (right padding) are supported")]
+
+
+def raise_problems(problems: list[Problem]) -> None:
+    """Raises ValueError with the first problem's message whose flag is set; one synchronisation for all."""
+    if not problems:
+        return
+    flags = torch.stack([flag for flag, _ in problems]).tolist() if len(problems) > 1 else [bool(problems[0][0])]
+    for bad, (_, message) in zip(flags, problems, strict=True):
+        if bad:
+            raise ValueError(message if isinstance(message, str) else message())
 
 
 def mask_past_length(tags: Tensor, lengths: Tensor) -> Tensor:

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from ..semirings import LogSemiring
-from .chain import chain_entropy, chain_sample, chain_topk, resolve_lengths
+from .chain import Problem, chain_entropy, chain_sample, chain_topk, raise_problems, resolve_lengths_deferred
 from .constraints import Constraints
 from .factored import chain_sum_factored, chain_viterbi_factored, factored_to_edges
 
@@ -69,13 +69,21 @@ class LinearChainCRF(nn.Module):
 
     def _lengths(self, emissions: Tensor, mask: Tensor | None, lengths: Tensor | None) -> Tensor:
         """emissions (B, T, C) batch-major -> lengths (B,) int64, validating mask / lengths."""
+        L, problems = self._lengths_deferred(emissions, mask, lengths)
+        raise_problems(problems)
+        return L
+
+    def _lengths_deferred(
+        self, emissions: Tensor, mask: Tensor | None, lengths: Tensor | None
+    ) -> tuple[Tensor, list[Problem]]:
+        """_lengths with its data checks returned for one combined synchronisation (chain.raise_problems)."""
         B, T, C = emissions.shape
         if self.num_tags != C:
             raise ValueError(
                 f"emissions has {C} tags in its last dimension (shape {tuple(emissions.shape)}); "
                 f"this CRF has num_tags={self.num_tags}"
             )
-        return resolve_lengths(B, T, self._batch_major(mask), lengths, emissions.device)
+        return resolve_lengths_deferred(B, T, self._batch_major(mask), lengths, emissions.device)
 
     def _transition_scores(self) -> tuple[Tensor, Tensor, Tensor]:
         """start (C,), transitions (C, C), end (C,), with -inf where the constraints forbid."""
@@ -107,15 +115,18 @@ class LinearChainCRF(nn.Module):
     ) -> Tensor:
         """Unnormalised log-score of the given tag sequences -> (B,)."""
         em = self._batch_major(emissions)
-        return self._score(em, self._batch_major(tags), self._lengths(em, mask, lengths))
+        L, problems = self._lengths_deferred(em, mask, lengths)
+        return self._score(em, self._batch_major(tags), L, problems)
 
-    def _score(self, em: Tensor, tags: Tensor, L: Tensor) -> Tensor:
+    def _score(self, em: Tensor, tags: Tensor, L: Tensor, problems: list[Problem] | None = None) -> Tensor:
+        """Gold-path scores (B,); the tags check joins ``problems`` (checked here, with one synchronisation,
+        together with the caller's)."""
         B, T, C = em.shape
         if tags.shape != (B, T):
             raise ValueError(f"tags has shape {tuple(tags.shape)}; expected {(B, T)} (batch-major)")
         live = torch.arange(T, device=em.device)[None, :] < L[:, None]
-        if bool((((tags < 0) | (tags >= C)) & live).any()):
-            raise ValueError(f"tags must lie in [0, {C}) at unmasked positions")
+        bad_tags = (((tags < 0) | (tags >= C)) & live).any()
+        raise_problems([*(problems or []), (bad_tags, f"tags must lie in [0, {C}) at unmasked positions")])
         dead = ~live
         tags = tags.masked_fill(dead, 0).long()
         unary = em.gather(2, tags.unsqueeze(-1)).squeeze(-1)
@@ -140,8 +151,8 @@ class LinearChainCRF(nn.Module):
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
         em = self._batch_major(emissions)
-        L = self._lengths(em, mask, lengths)
-        llh = self._score(em, self._batch_major(tags), L) - self._log_partition(em, L)
+        L, problems = self._lengths_deferred(em, mask, lengths)
+        llh = self._score(em, self._batch_major(tags), L, problems) - self._log_partition(em, L)
         if reduction == "none":
             return llh
         if reduction == "sum":

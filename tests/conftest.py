@@ -9,6 +9,8 @@ import torch
 from hypothesis import HealthCheck, settings
 
 from semiring_ops.build import backends
+from semiring_ops.lazy import dispatch as lazy_dispatch
+from semiring_ops.lazy.plan import set_poison_outputs as set_lazy_poison_outputs
 
 settings.register_profile(
     "default",
@@ -51,8 +53,27 @@ def impl(request, device):
 
 @pytest.fixture(autouse=True)
 def poison_outputs():
-    """Compiled kernels allocate their outputs filled with NaN (and -1 for indices) during tests, so an
-    element a kernel forgets to write shows up as a mismatch."""
+    """Compiled kernels (semiring ops and lazy reductions) allocate their outputs filled with NaN (and -1
+    for indices) during tests, so an element a kernel forgets to write shows up as a mismatch."""
     backends.set_poison_outputs(True)
+    set_lazy_poison_outputs(True)  # the lazy reductions' kernels too
     yield
     backends.set_poison_outputs(False)
+    set_lazy_poison_outputs(False)
+
+
+def _lazy_backend(monkeypatch, kind: str) -> None:
+    monkeypatch.setattr(lazy_dispatch, "_choice", {"cpu": (kind, "test"), "cuda": (kind, "test")})
+
+
+@pytest.fixture(params=["compiled", "torch"])
+def backend(request, monkeypatch) -> str:
+    """Lazy reductions: runs a test on the generated kernels (C++ / CUDA), then on the PyTorch fallback."""
+    _lazy_backend(monkeypatch, request.param)
+    return request.param
+
+
+@pytest.fixture
+def compiled(monkeypatch) -> None:
+    """Lazy reductions: the generated kernels only, never the PyTorch fallback."""
+    _lazy_backend(monkeypatch, "compiled")

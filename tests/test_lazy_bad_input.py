@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import HAS_CUDA
 
-from semiring_ops.lazy import LazyCompileError, LazyTensor, Pm, Vi, Vj, autograd, cpu_kernels, dispatch
+from semiring_ops.lazy import LazyCompileError, LazyTensor, Pm, Vi, Vj, autograd, cpu_kernels
 
 
 class _Ran(Exception):
@@ -350,11 +350,10 @@ def test_a_vector_tensor_exponent():
 
 
 @pytest.fixture
-def fresh_compile(tmp_path, monkeypatch):
+def fresh_compile(tmp_path, monkeypatch, compiled):
     """The compiled CPU backend with an empty kernel cache and no kernel loaded in this process."""
     cache = tmp_path / "cache"
     monkeypatch.setenv("SEMIRING_OPS_LAZY_CACHE", str(cache))
-    monkeypatch.setattr(dispatch, "_choice", {"cpu": ("compiled", "test")})
     monkeypatch.setattr(cpu_kernels, "_functions", {})
     return cache
 

@@ -11,24 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.autograd import gradcheck, gradgradcheck
 
-from semiring_ops.lazy import LazyTensor, Pm, Vi, Vj, cpu_kernels, dispatch
-from semiring_ops.lazy.plan import set_poison_outputs
+from semiring_ops.lazy import LazyTensor, Pm, Vi, Vj, cpu_kernels
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
-
-
-@pytest.fixture(autouse=True)
-def poisoned():
-    set_poison_outputs(True)
-    yield
-    set_poison_outputs(False)
-
-
-@pytest.fixture(params=["compiled", "torch"])
-def backend(request, monkeypatch):
-    """Runs a test on the generated kernels and on the PyTorch fallback."""
-    monkeypatch.setattr(dispatch, "_choice", {"cpu": (request.param, "test"), "cuda": (request.param, "test")})
-    return request.param
 
 
 def _device(device: str) -> str:
@@ -252,10 +237,9 @@ def test_bad_input_names_the_operands(tmp_path, monkeypatch):
 # peak is reset first; an in-process ru_maxrss is a high-water mark that an earlier peak hides)
 
 
-def test_small_cpu_calls_run_on_one_thread(monkeypatch):
+def test_small_cpu_calls_run_on_one_thread(monkeypatch, compiled):
     """The compiled CPU kernel gets one OpenMP thread below cpu_kernels.SERIAL_PAIRS (output row, reduced
     index) pairs, no fork for a few microseconds of work; above, torch's thread count, at most one per row."""
-    monkeypatch.setattr(dispatch, "_choice", {"cpu": ("compiled", "test")})
     monkeypatch.setattr(cpu_kernels.torch, "get_num_threads", lambda: 4)
     threads = []
     real = cpu_kernels._function

@@ -16,28 +16,9 @@ from test_lazy_ops import FORMULAS as OP_FORMULAS
 from test_lazy_ops import lazy_vars, make_inputs
 from torch.autograd import gradcheck, gradgradcheck
 
-from semiring_ops.lazy import LazyTensor, Pm, Vi, Vj, dispatch
-from semiring_ops.lazy.plan import set_poison_outputs
+from semiring_ops.lazy import LazyTensor, Pm, Vi, Vj
 
 DEVICES = ["cpu", CUDA]
-
-
-@pytest.fixture(autouse=True)
-def poisoned():
-    set_poison_outputs(True)
-    yield
-    set_poison_outputs(False)
-
-
-@pytest.fixture(params=["compiled", "torch"])
-def backend(request, monkeypatch):
-    monkeypatch.setattr(dispatch, "_choice", {"cpu": (request.param, "test"), "cuda": (request.param, "test")})
-    return request.param
-
-
-@pytest.fixture
-def compiled(monkeypatch):
-    monkeypatch.setattr(dispatch, "_choice", {"cpu": ("compiled", "test"), "cuda": ("compiled", "test")})
 
 
 # ---------------------------------------------------------------- gradcheck / gradgradcheck

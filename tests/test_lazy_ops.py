@@ -18,23 +18,12 @@ from conftest import CUDA
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from semiring_ops.lazy import LazyTensor, Pm, Vi, Vj, dispatch
-from semiring_ops.lazy.plan import set_poison_outputs
+from semiring_ops.lazy import LazyTensor, Pm, Vi, Vj
+
+# the generated kernels, never the PyTorch fallback (which shares .dense()'s evaluator)
+pytestmark = pytest.mark.usefixtures("compiled")
 
 SIZES = st.one_of(st.sampled_from([1, 2, 15, 16, 17, 31, 33]), st.sampled_from([255, 257, 513, 1030]))
-
-
-@pytest.fixture(autouse=True)
-def poisoned():
-    set_poison_outputs(True)
-    yield
-    set_poison_outputs(False)
-
-
-@pytest.fixture(autouse=True)
-def compiled(monkeypatch):
-    """The generated kernels, never the PyTorch fallback (which shares .dense()'s evaluator)."""
-    monkeypatch.setattr(dispatch, "_choice", {"cpu": ("compiled", "test"), "cuda": ("compiled", "test")})
 
 
 def make_inputs(m: int, n: int, seed: int, device: str) -> dict[str, torch.Tensor]:

@@ -16,28 +16,14 @@ from conftest import CUDA
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from semiring_ops.lazy import LazyTensor, Vi, Vj, dispatch
+from semiring_ops.lazy import LazyTensor, Vi, Vj
 from semiring_ops.lazy.formula import Var
-from semiring_ops.lazy.plan import CallArgs, Plan, new_outputs, set_poison_outputs
+from semiring_ops.lazy.plan import CallArgs, Plan, new_outputs
 from semiring_ops.lazy.reductions import semiring_reduction
 
 DEVICES = ["cpu", CUDA]
 SEEDS = st.integers(0, 2**32 - 1)
 INF, NAN = math.inf, math.nan
-
-
-@pytest.fixture(autouse=True)
-def poisoned():
-    set_poison_outputs(True)
-    yield
-    set_poison_outputs(False)
-
-
-@pytest.fixture(params=["compiled", "torch"])
-def backend(request, monkeypatch):
-    """The generated kernels (C++ / CUDA), then the PyTorch fallback."""
-    monkeypatch.setattr(dispatch, "_choice", {"cpu": (request.param, "test"), "cuda": (request.param, "test")})
-    return request.param
 
 
 # ---------------------------------------------------------------- references

@@ -55,7 +55,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing import release
+from timing import release, timed_runs
 
 SIGMA, EPS, K_NN = 0.5, 0.1, 10
 KINDS = ("fwd", "fb", "lse", "argmin", "argk", "compile", "overhead")
@@ -166,20 +166,7 @@ def bench(fn: Callable[[], object], device: str, reps: int, budget_s: float) -> 
             sync(device)
             t_call = time.perf_counter() - t0
         n = min(reps, max(1, int(budget_s / max(t_call, 1e-9))))
-        times = []
-        for _ in range(n):
-            if device == "cuda":
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                fn()
-                end.record()
-                torch.cuda.synchronize()
-                times.append(start.elapsed_time(end))
-            else:
-                t0 = time.perf_counter()
-                fn()
-                times.append((time.perf_counter() - t0) * 1e3)
-        return statistics.median(times)
+        return statistics.median(timed_runs(fn, device, n))
     except Exception as exc:
         if _is_oom(exc):
             return "OOM"

@@ -15,6 +15,12 @@ def time_ms(fn: Callable[[], object], device: str, reps: int) -> float:
         fn()
     if device == "cuda":
         torch.cuda.synchronize()
+    return statistics.median(timed_runs(fn, device, reps))
+
+
+def timed_runs(fn: Callable[[], object], device: str, reps: int) -> list[float]:
+    """Milliseconds of each of ``reps`` calls of fn() (no warm-up): CUDA events around each call on the
+    GPU, the wall clock on the CPU."""
     times = []
     for _ in range(reps):
         if device == "cuda":
@@ -28,7 +34,7 @@ def time_ms(fn: Callable[[], object], device: str, reps: int) -> float:
             t0 = time.perf_counter()
             fn()
             times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+    return times
 
 
 def release(device: str) -> None:

@@ -39,37 +39,41 @@ class Extent:
         return self.n_i if cat == "i" else self.n_j
 
 
+def _remembered_plan(formula: Formula, key: tuple, make) -> tuple[Plan, list[Var]]:
+    """(plan, tensor variables) kept on the formula under ``key``; make(canon, tvars) builds the plan once."""
+    if formula._plans is None:
+        formula._plans = {}
+    entry = formula._plans.get(key)
+    if entry is None:
+        canon, tvars = canonicalize(formula)
+        entry = formula._plans[key] = (make(canon, tvars), tvars)
+    return entry
+
+
 def reduce_formula(
     formula: Formula, reduction: Reduction, outer: str, extent: Extent, with_arg: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Reduces ``formula`` over the category that is not ``outer``: (values (*batch, rows, value_dim),
     indices (*batch, rows, index_dim) or None). The plan is remembered on the formula, so reducing one
     LazyTensor again goes straight to the kernel."""
-    plans = formula._plans if formula._plans is not None else {}
-    formula._plans = plans
-    entry = plans.get((reduction, outer, with_arg))
-    if entry is None:
-        canon, tvars = canonicalize(formula)
-        plan = Plan(canon, tuple(v.cat for v in tvars), tuple(v.dim for v in tvars), reduction, outer, with_arg)
-        entry = plans[(reduction, outer, with_arg)] = (plan, tvars)
-    plan, tvars = entry
+
+    def make(canon: Formula, tvars: list[Var]) -> Plan:
+        return Plan(canon, tuple(v.cat for v in tvars), tuple(v.dim for v in tvars), reduction, outer, with_arg)
+
+    plan, tvars = _remembered_plan(formula, (reduction, outer, with_arg), make)
     return run_plan(plan, extent, [v.tensor for v in tvars])
 
 
 def matmul_formula(formula: Formula, v: torch.Tensor, extent: Extent) -> torch.Tensor:
     """sum_j F_ij v_j for a scalar formula F and v (N, E): (M, E); the plan of ``F * v_j`` summed over j
     is remembered on F, so ``K @ v`` with a new v each call (conjugate gradients) builds no formula."""
-    plans = formula._plans if formula._plans is not None else {}
-    formula._plans = plans
-    key = ("@", v.shape[-1])
-    entry = plans.get(key)
-    if entry is None:
-        canon, tvars = canonicalize(formula)
-        vj = Var("j", v.shape[-1], slot=len(tvars))
-        cats, dims = (*(t.cat for t in tvars), "j"), (*(t.dim for t in tvars), v.shape[-1])
-        plan = Plan(Mul(canon, vj), cats, dims, semiring_reduction("std"), "i", False)
-        entry = plans[key] = (plan, tvars)
-    plan, tvars = entry
+    e = v.shape[-1]
+
+    def make(canon: Formula, tvars: list[Var]) -> Plan:
+        cats, dims = (*(t.cat for t in tvars), "j"), (*(t.dim for t in tvars), e)
+        return Plan(Mul(canon, Var("j", e, slot=len(tvars))), cats, dims, semiring_reduction("std"), "i", False)
+
+    plan, tvars = _remembered_plan(formula, ("@", e), make)
     return run_plan(plan, extent, [*(t.tensor for t in tvars), v])[0]
 
 

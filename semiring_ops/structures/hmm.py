@@ -456,6 +456,10 @@ class _Batch(NamedTuple):
     log_emissions: Tensor
     lengths: Tensor
 
+    def rows(self, index: Tensor) -> _Batch:
+        """The sequences ``index`` (their log-emissions and lengths; no observations)."""
+        return _Batch(None, self.log_emissions[index], self.lengths[index])
+
 
 def _emission_property(name: str) -> property:
     """An HMM attribute that forwards to the emission model's property of the same name."""
@@ -671,7 +675,7 @@ class HMM(nn.Module):
                 return _Expectations(*r[:4])
             # the sequences the scaled pass cannot vouch for, again on the exact log chain
             bad = r.suspect.nonzero().flatten()
-            exact = self._log_expectations(_Batch(None, batch.log_emissions[bad], batch.lengths[bad]))
+            exact = self._log_expectations(batch.rows(bad))
             ll, post = r.log_likelihood.clone(), r.posteriors.clone()
             ll[bad], post[bad] = exact.log_likelihood, exact.posteriors
             return _Expectations(ll, post, r.transitions + exact.transitions, r.starts + exact.starts)
@@ -788,7 +792,7 @@ class HMM(nn.Module):
             if suspect.any():
                 bad = suspect.nonzero().flatten()
                 ll = ll.clone()
-                ll[bad] = self._chain_sum(_Batch(None, batch.log_emissions[bad], batch.lengths[bad]))
+                ll[bad] = self._chain_sum(batch.rows(bad))
             return ll.sum()
         return self._chain_sum(batch).sum()
 

@@ -33,7 +33,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("chain_log_backward", &semiring_ops::chain_log_backward,
         "Gradient of the log-partition by one reverse scan -> [g_em, g_trans, g_start, g_end]",
         py::arg("emissions"), py::arg("transitions"), py::arg("start"), py::arg("end"), py::arg("lengths"),
-        py::arg("alpha"), py::arg("log_z"), py::arg("grad"));
+        py::arg("alpha"), py::arg("log_z"), py::arg("grad"), py::arg("tags") = py::none());
+
+  m.def("crf_log_likelihood", &semiring_ops::crf_log_likelihood,
+        "A linear-chain CRF's log-likelihood of tag paths (B, T) in one forward scan -> [llh (B,), alpha, log_z]",
+        py::arg("emissions"), py::arg("transitions"), py::arg("start"), py::arg("end"), py::arg("lengths"),
+        py::arg("tags"));
+
+  m.def("sequence_lengths", &semiring_ops::sequence_lengths,
+        "Lengths (B,) int64 of right-padded sequences from a prefix mask or lengths, validated with the tags",
+        py::arg("mask"), py::arg("lengths"), py::arg("tags"), py::arg("batch"), py::arg("steps"), py::arg("num_tags"));
 
   m.def(
       "set_poison_outputs", [](bool enabled) { semiring_ops::poison_outputs_flag() = enabled; },

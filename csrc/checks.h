@@ -99,4 +99,11 @@ inline void check_chain_grad_args(const at::Tensor& em, const at::Tensor& alpha,
                 ", emissions ", describe(em));
 }
 
+inline void check_chain_tags(const at::Tensor& em, const at::Tensor& tags, const char* who) {
+  TORCH_CHECK(tags.dim() == 2 && tags.size(0) == em.size(0) && tags.size(1) == em.size(1) &&
+                  tags.scalar_type() == at::kLong && tags.device() == em.device(),
+              who, ": tags must be int64 (B, T) on the emissions' device: tags ", describe(tags), ", emissions ",
+              describe(em));
+}
+
 }  // namespace semiring_ops

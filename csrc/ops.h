@@ -55,15 +55,37 @@ std::vector<at::Tensor> chain_viterbi(const at::Tensor& emissions, const at::Ten
                                       const at::Tensor& start, const at::Tensor& end, const at::Tensor& lengths,
                                       int64_t semiring_id);
 
-// The gradient of sum_b grad[b] * log_z[b] for log_z, alpha = chain_scan's forward log-semiring total
-// and scores (arguments as chain_scan, plus alpha (B, T, C), log_z (B,), grad (B,)), computed during one
-// reverse scan: with beta the reverse scores and P = exp(alpha + beta - log_z) the marginals,
-//   g_em (B, T, C) = grad * P,   g_start (C) = sum_b g_em[b, 0],   g_end (C) = sum_b g_em[b, L-1],
-//   g_trans (C, C) = sum_{b, t} grad_b exp(alpha[b,t,i] + trans[i,j] + em[b,t+1,j] + beta[b,t+1,j] - log_z_b).
-// A chain whose log_z is -inf gets zero gradient. Returns {g_em, g_trans, g_start, g_end}. (When the pair
-// marginals do not fit on chip, large C on the GPU, g_trans is one log_contract over (b, t) instead.)
+// The gradient of sum_b grad[b] * (log_z[b] - gold[b]) for log_z, alpha = chain_scan's forward
+// log-semiring total and scores (arguments as chain_scan, plus alpha (B, T, C), log_z (B,), grad (B,)), and
+// gold[b] the log-semiring score of the tag path tags[b] (tags (B, T) int64, in 0..C-1 below each length,
+// any strides), or 0 without tags; computed during one reverse scan: with beta the reverse scores,
+// P = exp(alpha + beta - log_z) the marginals and Y[b, t, c] = [tags[b, t] == c],
+//   g_em (B, T, C) = grad * (P - Y),   g_start (C) = sum_b g_em[b, 0],   g_end (C) = sum_b g_em[b, L-1],
+//   g_trans (C, C) = sum_{b, t} grad_b (exp(alpha[b,t,i] + trans[i,j] + em[b,t+1,j] + beta[b,t+1,j] - log_z_b)
+//                                       - Y[b, t, i] Y[b, t+1, j]).
+// A chain whose log_z or gold score is -inf gets zero gradient. Returns {g_em, g_trans, g_start, g_end}.
+// (When the pair marginals do not fit on chip, large C on the GPU, their sum is one log_contract over (b, t).)
 std::vector<at::Tensor> chain_log_backward(const at::Tensor& emissions, const at::Tensor& transitions,
                                            const at::Tensor& start, const at::Tensor& end, const at::Tensor& lengths,
-                                           const at::Tensor& alpha, const at::Tensor& log_z, const at::Tensor& grad);
+                                           const at::Tensor& alpha, const at::Tensor& log_z, const at::Tensor& grad,
+                                           const std::optional<at::Tensor>& tags);
+
+// A linear-chain CRF's log-likelihood of given tag paths, in one forward scan (arguments as chain_scan with
+// the log semiring, plus tags (B, T) int64 in 0..C-1 below each length, any strides):
+//   llh[b] = gold[b] - log_z[b],  gold[b] = start[y_0] + sum_{t<L} em[b, t, y_t] + sum_{0<t<L} trans[y_{t-1}, y_t]
+//            + end[y_{L-1}]  (y = tags[b]);  0 for L = 0, -inf where gold is -inf (a forbidden path).
+// Returns {llh (B,), alpha (B, T, C) the forward scores, log_z (B,)}; chain_log_backward with the same tags
+// gives its gradient.
+std::vector<at::Tensor> crf_log_likelihood(const at::Tensor& emissions, const at::Tensor& transitions,
+                                           const at::Tensor& start, const at::Tensor& end, const at::Tensor& lengths,
+                                           const at::Tensor& tags);
+
+// The lengths of a batch of right-padded sequences, validated in one device round trip:
+//   mask (B, T) bool or uint8, a prefix mask, or lengths (B,) of an integer dtype (at most one; neither: all
+//   T); tags (B, T) of an integer dtype, optional, each in 0..num_tags-1 below its sequence's length.
+// Returns lengths (B,) int64 on the inputs' device. Throws ValueError saying which argument is bad when the
+// mask has holes (a 1 after a 0), a length lies outside 0..T, or a tag is out of range.
+at::Tensor sequence_lengths(const std::optional<at::Tensor>& mask, const std::optional<at::Tensor>& lengths,
+                            const std::optional<at::Tensor>& tags, int64_t batch, int64_t steps, int64_t num_tags);
 
 }  // namespace semiring_ops

@@ -12,6 +12,7 @@
 #include <ATen/Dispatch.h>
 
 #include <algorithm>
+#include <limits>
 #include <mutex>
 #include <vector>
 
@@ -175,14 +176,35 @@ namespace {
 // exp(x) as one base-2 exponential of semiring.h (vectorisable for float; exp(-inf) = 0).
 template <class T> T exp_e(T x) { return fast_exp2(x * T(kLog2e)); }
 
+// A batch of gold tag paths (B, T) int64, any strides.
+struct GoldPaths {
+  const int64_t* ptr;
+  int64_t s0, s1;
+  int64_t at(int64_t b, int64_t t) const { return ptr[b * s0 + t * s1]; }
+};
+
+// The log-semiring score of chain b's gold path over its first L steps (trans contiguous (C, C)).
+template <class T>
+T gold_path_score(const GoldPaths& y, int64_t b, const ChainView<T>& ch, const T* trans, const T* start, const T* end,
+                  int64_t L, int64_t C) {
+  T sum = T(0);
+  for (int64_t t = 0; t < L; ++t) {
+    const int64_t cur = y.at(b, t);
+    if (cur < 0 || cur >= C) return std::numeric_limits<T>::quiet_NaN();  // unvalidated tags: NaN, never a stray read
+    sum += ch.em_at(t, cur) + (t > 0 ? trans[y.at(b, t - 1) * C + cur] : start[cur]);
+    if (t == L - 1) sum += end[cur];
+  }
+  return sum;
+}
+
 // chain_log_backward's work for the chains of one parallel task: per chain, the reverse scan (beta), then
 // the marginals and pair marginals from alpha and beta; the (C, C), (C) sums stay in task-local buffers
 // that are added to the outputs under a lock at the end.
 template <class T>
 void log_backward_chains(const at::Tensor& em, const at::Tensor& trans, const at::Tensor& start, const at::Tensor& end,
                          const at::Tensor& lengths, const at::Tensor& alpha, const at::Tensor& log_z,
-                         const at::Tensor& grad, at::Tensor& g_em, at::Tensor& g_trans, at::Tensor& g_start,
-                         at::Tensor& g_end) {
+                         const at::Tensor& grad, const GoldPaths* gold, at::Tensor& g_em, at::Tensor& g_trans,
+                         at::Tensor& g_start, at::Tensor& g_end) {
   using S = LogSemiring;
   const int64_t B = em.size(0), T_len = em.size(1), C = em.size(2);
   constexpr int kCols = ChainRunner<S, T, false>::kCols;
@@ -204,13 +226,23 @@ void log_backward_chains(const at::Tensor& em, const at::Tensor& trans, const at
       std::fill(gm + L * C, gm + T_len * C, T(0));
       const T z = log_z.data_ptr<T>()[b];
       if (L == 0) continue;
-      const T g = z == -pos_inf<T>() ? T(0) : grad.data_ptr<T>()[b];
-      const T nz = z == -pos_inf<T>() ? T(0) : -z;
       const ChainView<T> ch{em.data_ptr<T>() + b * em.stride(0), em.stride(1), em.stride(2)};
+      const T gold_score =
+          gold ? gold_path_score(*gold, b, ch, tr, start_c.data_ptr<T>(), end_c.data_ptr<T>(), L, C) : T(0);
+      // no gradient for an impossible chain; NaN for unvalidated (out-of-range) tags
+      const T g = gold_score != gold_score                                 ? gold_score
+                  : (z == -pos_inf<T>() || gold_score == -pos_inf<T>()) ? T(0)
+                                                                         : grad.data_ptr<T>()[b];
+      const T nz = z == -pos_inf<T>() ? T(0) : -z;
       runner.run(ch, L, beta.data(), nullptr, vec, u);
       const T* a = al + b * T_len * C;
       for (int64_t t = 0; t < L; ++t)
         for (int64_t c = 0; c < C; ++c) gm[t * C + c] = g * exp_e(a[t * C + c] + beta[t * C + c] + nz);
+      if (gold && g == g)  // minus the gold path's indicators (a NaN gold score: unvalidated tags)
+        for (int64_t t = 0; t < L; ++t) {
+          gm[t * C + gold->at(b, t)] -= g;
+          if (t > 0) xi[gold->at(b, t - 1) * C + gold->at(b, t)] -= g;
+        }
       for (int64_t c = 0; c < C; ++c) {
         gs[c] += gm[c];
         ge[c] += gm[(L - 1) * C + c];
@@ -236,19 +268,49 @@ void log_backward_chains(const at::Tensor& em, const at::Tensor& trans, const at
 
 std::vector<at::Tensor> chain_log_backward(const at::Tensor& emissions, const at::Tensor& transitions,
                                            const at::Tensor& start, const at::Tensor& end, const at::Tensor& lengths,
-                                           const at::Tensor& alpha, const at::Tensor& log_z, const at::Tensor& grad) {
+                                           const at::Tensor& alpha, const at::Tensor& log_z, const at::Tensor& grad,
+                                           const std::optional<at::Tensor>& tags) {
   check_chain_args(emissions, transitions, start, end, lengths);
   check_chain_grad_args(emissions, alpha, log_z, grad);
+  if (tags) check_chain_tags(emissions, *tags, "chain_log_backward");
   TORCH_CHECK(emissions.device().is_cpu(), "chain_log_backward (CPU): got emissions ", describe(emissions));
+  const std::optional<GoldPaths> gold =
+      tags ? std::optional<GoldPaths>(GoldPaths{tags->data_ptr<int64_t>(), tags->stride(0), tags->stride(1)})
+           : std::nullopt;
   const int64_t B = emissions.size(0), T_len = emissions.size(1), C = emissions.size(2);
   const auto opts = emissions.options();
   at::Tensor g_em = new_output({B, T_len, C}, opts);
   at::Tensor g_trans = at::zeros({C, C}, opts), g_start = at::zeros({C}, opts), g_end = at::zeros({C}, opts);
   AT_DISPATCH_FLOATING_TYPES(emissions.scalar_type(), "semiring_chain_log_backward_cpu", [&] {
     log_backward_chains<scalar_t>(emissions, transitions, start, end, lengths, alpha.contiguous(), log_z.contiguous(),
-                                  grad.contiguous(), g_em, g_trans, g_start, g_end);
+                                  grad.contiguous(), gold ? &*gold : nullptr, g_em, g_trans, g_start, g_end);
   });
   return {g_em, g_trans, g_start, g_end};
+}
+
+std::vector<at::Tensor> crf_log_likelihood(const at::Tensor& emissions, const at::Tensor& transitions,
+                                           const at::Tensor& start, const at::Tensor& end, const at::Tensor& lengths,
+                                           const at::Tensor& tags) {
+  check_chain_args(emissions, transitions, start, end, lengths);
+  check_chain_tags(emissions, tags, "crf_log_likelihood");
+  TORCH_CHECK(emissions.device().is_cpu(), "crf_log_likelihood (CPU): got emissions ", describe(emissions));
+  const int64_t B = emissions.size(0), T_len = emissions.size(1), C = emissions.size(2);
+  const auto opts = emissions.options();
+  at::Tensor llh = new_output({B}, opts), log_z = new_output({B}, opts), alpha = new_output({B, T_len, C}, opts);
+  const GoldPaths gold{tags.data_ptr<int64_t>(), tags.stride(0), tags.stride(1)};
+  AT_DISPATCH_FLOATING_TYPES(emissions.scalar_type(), "semiring_crf_log_likelihood_cpu", [&] {
+    using T = scalar_t;
+    run_chains<LogSemiring, T, false>(emissions, transitions, start, end, lengths, false, log_z, &alpha, nullptr);
+    const at::Tensor trans_c = transitions.contiguous(), start_c = start.contiguous(), end_c = end.contiguous();
+    const int64_t* len = lengths.data_ptr<int64_t>();
+    for (int64_t b = 0; b < B; ++b) {
+      const ChainView<T> ch{emissions.data_ptr<T>() + b * emissions.stride(0), emissions.stride(1), emissions.stride(2)};
+      const T g = gold_path_score(gold, b, ch, trans_c.data_ptr<T>(), start_c.data_ptr<T>(), end_c.data_ptr<T>(),
+                                  clamp_length(len[b], T_len), C);
+      llh.data_ptr<T>()[b] = g == -pos_inf<T>() ? g : g - log_z.data_ptr<T>()[b];
+    }
+  });
+  return {llh, alpha, log_z};
 }
 
 }  // namespace semiring_ops

@@ -7,7 +7,8 @@
 // gives each warp kOutPerWarp outputs at a time (independent accumulators, for instruction-level
 // parallelism); the warp's lanes split k, and their accumulators are merged with shuffles (merge() of
 // semiring.h). Viterbi keeps int16 back-pointers (in shared memory when they fit) and backtracks in the
-// same kernel, so a decode is one launch.
+// same kernel, so a decode is one launch. Given gold tag paths (a CRF's loss), the block also sums the gold
+// path's score, so the forward scan yields the log-likelihood and the reverse scan its whole gradient.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -50,6 +51,13 @@ template <class T> struct ChainParams {
   T* g_start;          // (C) accumulated with atomics
   T* g_end;            // (C)
   T* g_trans;          // (C, C) accumulated with atomics, when kXi (pair marginals summed on chip)
+  // Gold tag paths (log semiring; null without): the forward scan writes llh = gold - log_z, the reverse
+  // scan (kGrad) subtracts the gold path's indicators from the marginals.
+  const int64_t* gold;  // (B, T) any strides
+  int64_t gs0, gs1;
+  T* llh;               // (B,) forward only
+  T* g_trans_gold;      // (C, C) the gold transitions' counts go here with atomics (kGrad)
+  T* grad_used;         // (B,) or null: the weight each chain's gradient got (0 for an impossible chain)
 };
 
 // Shuffles an accumulator (a few 32-bit words) across the lanes of a warp.
@@ -72,12 +80,44 @@ template <class Acc> __device__ __forceinline__ void warp_merge(Acc& a) {
 // exp(x) for the gradient epilogue, as one ex2 of x scaled to base 2 (x = -inf gives 0).
 template <class T> __device__ __forceinline__ T exp_e(T x) { return fast_exp2(x * T(kLog2e)); }
 
-// Shared memory, in this order: vec and nxt (C each); the step matrix (C * C, kMatShared); the
-// back-pointers (T * C int16, kArg, when they fit); for kGrad two rows of alpha (2 C) and, for kXi, the
-// pair-marginal sums (C * C).
+// trans[i, j] (user domain) from the output-major step matrix.
+template <class T> __device__ __forceinline__ T transition(const ChainParams<T>& p, int64_t i, int64_t j) {
+  return p.reverse ? p.mat[i * p.C + j] : p.mat[j * p.C + i];
+}
+
+// The log-semiring score of chain b's gold path (ChainParams::gold) over its first L steps, summed by the
+// whole block (every thread calls this and gets the sum; red: 32 elements of shared scratch).
+template <class T>
+__device__ T gold_path_score(const ChainParams<T>& p, int64_t b, int64_t L, const T* start, const T* end, T* red) {
+  const int64_t* y = p.gold + b * p.gs0;
+  const T* em = p.em + b * p.es0;
+  T sum = T(0);
+  for (int64_t t = threadIdx.x; t < L; t += blockDim.x) {
+    const int64_t cur = y[t * p.gs1], prev = t == 0 ? 0 : y[(t - 1) * p.gs1];
+    if (cur < 0 || cur >= p.C || prev < 0 || prev >= p.C) {  // unvalidated tags: NaN, never a stray read
+      sum = T(NAN);
+      break;
+    }
+    sum += em[t * p.es1 + cur * p.es2] + (t == 0 ? start[cur] : transition(p, prev, cur));
+    if (t == L - 1) sum += end[cur];
+  }
+#pragma unroll
+  for (int mask = 16; mask > 0; mask >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, mask);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) red[warp] = sum;
+  __syncthreads();
+  T total = T(0);
+  for (int w = 0; w < int(blockDim.x >> 5); ++w) total += red[w];
+  return total;
+}
+
+// Shared memory, in this order: vec and nxt (C each); the step matrix (C * C, kMatShared); for kGrad two
+// rows of alpha (2 C) and, for kXi, the pair-marginal sums (C * C); a block reduction's scratch (32); the
+// back-pointers (T * C int16, kArg, when they fit).
 template <class T> struct ChainSmem {
   static size_t bytes(int C, int Tn, bool mat, bool ptr, bool grad, bool xi) {
-    size_t n = (2 * size_t(C) + (mat ? size_t(C) * C : 0) + (grad ? 2 * size_t(C) : 0) + (xi ? size_t(C) * C : 0)) *
+    size_t n = (2 * size_t(C) + (mat ? size_t(C) * C : 0) + (grad ? 2 * size_t(C) : 0) + (xi ? size_t(C) * C : 0) +
+                32) *
                sizeof(T);
     return n + (ptr ? size_t(Tn) * C * sizeof(int16_t) : 0);
   }
@@ -95,7 +135,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) chain_kernel(ChainParams<T> p)
   T* mat_s = nxt + C;                       // (C, C) kernel domain, when kMatShared
   T* arow = mat_s + (kMatShared ? C * C : 0);  // kGrad: alpha[t] - log_z, kernel domain, two rows
   T* xi = arow + (kGrad ? 2 * C : 0);          // kXi: sum over this chain's t of g * pair marginals
-  int16_t* ptr_s = reinterpret_cast<int16_t*>(xi + (kXi ? C * C : 0));
+  T* red = xi + (kXi ? C * C : 0);             // block-reduction scratch (32)
+  int16_t* ptr_s = reinterpret_cast<int16_t*>(red + 32);
   const int64_t b = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   const int64_t given = p.lengths[b];
@@ -114,12 +155,24 @@ __global__ void __launch_bounds__(kMaxWarps * 32) chain_kernel(ChainParams<T> p)
     for (int64_t t = L + threadIdx.x; t < Tn; t += blockDim.x) p.tags[b * Tn + t] = -1;
   }
 
-  // The gradient epilogue (kGrad): weights are g * exp(score - log_z), and none when log_z = -inf.
+  const T* start = p.reverse ? p.boundary_out : p.boundary_in;
+  const T* end = p.reverse ? p.boundary_in : p.boundary_out;
+  const T gold = p.gold ? gold_path_score(p, b, L, start, end, red) : T(0);
+
+  // The gradient epilogue (kGrad): weights are g * exp(score - log_z), and none when log_z (or the gold
+  // path's score) is -inf.
   T grad = T(0), neg_log_z = T(0);
   const T* alpha = nullptr;
   if constexpr (kGrad) {
     const T z = p.log_z[b];
-    grad = z == -pos_inf<T>() ? T(0) : p.grad[b];
+    // no gradient for an impossible chain; NaN for unvalidated (out-of-range) tags
+    grad = gold != gold ? gold : (z == -pos_inf<T>() || gold == -pos_inf<T>()) ? T(0) : p.grad[b];
+    if (p.grad_used && threadIdx.x == 0) p.grad_used[b] = grad;
+    if (p.gold && grad != T(0) && grad == grad) {  // the gold path's transitions: -grad each
+      const int64_t* y = p.gold + b * p.gs0;
+      for (int64_t t = threadIdx.x + 1; t < L; t += blockDim.x)
+        atomicAdd(p.g_trans_gold + y[(t - 1) * p.gs1] * C + y[t * p.gs1], -grad);
+    }
     neg_log_z = z == -pos_inf<T>() ? T(0) : -z;
     alpha = p.alpha + b * int64_t(Tn) * C;
     T* ge = p.g_em + b * int64_t(Tn) * C;
@@ -139,7 +192,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) chain_kernel(ChainParams<T> p)
     if (p.scores) p.scores[(b * Tn + t) * C + o] = p.reverse ? u : through;
     dst[o] = S::to_kernel(through);
     if constexpr (kGrad) {
-      const T m = grad * exp_e(a + u + neg_log_z);
+      T m = grad * exp_e(a + u + neg_log_z);
+      if (p.gold && p.gold[b * p.gs0 + t * p.gs1] == o) m -= grad;
       p.g_em[(b * Tn + t) * C + o] = m;
       if (t == 0) atomicAdd(p.g_start + o, m);
       if (t == L - 1) atomicAdd(p.g_end + o, m);
@@ -214,7 +268,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32) chain_kernel(ChainParams<T> p)
       for (int c = lane; c < C; c += 32) acc.add(S::times(vec[c], S::to_kernel(p.boundary_out[c])), c);
     warp_merge(acc);
     if (lane == 0) {
-      p.total[b] = L > 0 ? acc.result() : S::template one<T>();
+      const T total = L > 0 ? acc.result() : S::template one<T>();
+      p.total[b] = total;
+      if (p.llh) p.llh[b] = gold == -pos_inf<T>() ? gold : gold - total;
       if constexpr (kArg) {
         if (L > 0) {
           int c = acc.arg();
@@ -234,13 +290,14 @@ __global__ void __launch_bounds__(kMaxWarps * 32) chain_kernel(ChainParams<T> p)
 struct GradArgs {
   const at::Tensor *alpha, *log_z, *grad;
   at::Tensor *g_em, *g_trans, *g_start, *g_end;
+  at::Tensor* grad_used;  // (B,) or null
 };
 
 // Runs the kernel over the batch; returns whether the pair marginals were summed on chip (kGrad).
 template <class S, class T, bool kArg, bool kGrad>
 bool launch(const at::Tensor& em, const at::Tensor& trans, const at::Tensor& start, const at::Tensor& end,
             const at::Tensor& lengths, bool reverse, at::Tensor& total, at::Tensor* scores, at::Tensor* tags,
-            const GradArgs* grads = nullptr) {
+            const GradArgs* grads = nullptr, const at::Tensor* gold = nullptr, at::Tensor* llh = nullptr) {
   const int64_t B = em.size(0);
   const int Tn = static_cast<int>(em.size(1)), C = static_cast<int>(em.size(2));
   if (B == 0) return true;
@@ -277,6 +334,13 @@ bool launch(const at::Tensor& em, const at::Tensor& trans, const at::Tensor& sta
   p.steps = Tn;
   p.C = C;
   p.reverse = reverse;
+  if (gold) {
+    p.gold = gold->data_ptr<int64_t>();
+    p.gs0 = gold->stride(0);
+    p.gs1 = gold->stride(1);
+    p.llh = llh ? llh->data_ptr<T>() : nullptr;
+    p.g_trans_gold = grads ? grads->g_trans->data_ptr<T>() : nullptr;
+  }
   if (grads) {
     p.alpha = grads->alpha->data_ptr<T>();
     p.log_z = grads->log_z->data_ptr<T>();
@@ -285,6 +349,7 @@ bool launch(const at::Tensor& em, const at::Tensor& trans, const at::Tensor& sta
     p.g_start = grads->g_start->data_ptr<T>();
     p.g_end = grads->g_end->data_ptr<T>();
     p.g_trans = xi ? grads->g_trans->data_ptr<T>() : nullptr;
+    p.grad_used = grads->grad_used ? grads->grad_used->data_ptr<T>() : nullptr;
   }
 
   const int warps = std::max(1, std::min(kMaxWarps, (C + kOutPerWarp - 1) / kOutPerWarp));
@@ -366,9 +431,11 @@ std::vector<at::Tensor> chain_viterbi(const at::Tensor& emissions, const at::Ten
 
 std::vector<at::Tensor> chain_log_backward(const at::Tensor& emissions, const at::Tensor& transitions,
                                            const at::Tensor& start, const at::Tensor& end, const at::Tensor& lengths,
-                                           const at::Tensor& alpha, const at::Tensor& log_z, const at::Tensor& grad) {
+                                           const at::Tensor& alpha, const at::Tensor& log_z, const at::Tensor& grad,
+                                           const std::optional<at::Tensor>& tags) {
   check_chain_args(emissions, transitions, start, end, lengths);
   check_chain_grad_args(emissions, alpha, log_z, grad);
+  if (tags) check_chain_tags(emissions, *tags, "chain_log_backward");
   cuda::check_cuda(emissions, "chain_log_backward");
   const c10::cuda::CUDAGuard guard(emissions.device());
   const int64_t B = emissions.size(0), T_len = emissions.size(1), C = emissions.size(2);
@@ -379,14 +446,38 @@ std::vector<at::Tensor> chain_log_backward(const at::Tensor& emissions, const at
   at::Tensor beta = at::empty({B, T_len, C}, opts);
   const at::Tensor alpha_c = alpha.contiguous(), log_z_c = log_z.contiguous(), grad_c = grad.contiguous();
   bool xi_on_chip = true;
+  // with tags, the weights the kernel gave the chains (0 where the gold path is impossible) feed the
+  // off-chip pair-marginal sum
+  at::Tensor grad_used = tags ? at::empty({B}, opts) : at::Tensor();
   AT_DISPATCH_FLOATING_TYPES(emissions.scalar_type(), "semiring_chain_log_backward_cuda", [&] {
-    const cuda::GradArgs grads{&alpha_c, &log_z_c, &grad_c, &g_em, &g_trans, &g_start, &g_end};
+    const cuda::GradArgs grads{&alpha_c, &log_z_c, &grad_c, &g_em, &g_trans, &g_start, &g_end,
+                               tags ? &grad_used : nullptr};
     xi_on_chip = cuda::launch<LogSemiring, scalar_t, false, true>(emissions, transitions, start, end, lengths, true,
-                                                                  total, &beta, nullptr, &grads);
+                                                                  total, &beta, nullptr, &grads, tags ? &*tags : nullptr);
   });
-  if (!xi_on_chip && T_len > 1)
-    g_trans = cuda::pair_marginal_sum(emissions, transitions, lengths, alpha_c, log_z_c, grad_c, beta);
+  if (!xi_on_chip && T_len > 1) {  // g_trans holds the gold transitions' counts (zeros without tags)
+    at::Tensor pairs = cuda::pair_marginal_sum(emissions, transitions, lengths, alpha_c, log_z_c,
+                                               tags ? grad_used : grad_c, beta);
+    g_trans = tags ? pairs.add_(g_trans) : pairs;
+  }
   return {g_em, g_trans, g_start, g_end};
+}
+
+std::vector<at::Tensor> crf_log_likelihood(const at::Tensor& emissions, const at::Tensor& transitions,
+                                           const at::Tensor& start, const at::Tensor& end, const at::Tensor& lengths,
+                                           const at::Tensor& tags) {
+  check_chain_args(emissions, transitions, start, end, lengths);
+  check_chain_tags(emissions, tags, "crf_log_likelihood");
+  cuda::check_cuda(emissions, "crf_log_likelihood");
+  const c10::cuda::CUDAGuard guard(emissions.device());
+  const int64_t B = emissions.size(0), T_len = emissions.size(1), C = emissions.size(2);
+  const auto opts = emissions.options();
+  at::Tensor llh = new_output({B}, opts), log_z = new_output({B}, opts), alpha = new_output({B, T_len, C}, opts);
+  AT_DISPATCH_FLOATING_TYPES(emissions.scalar_type(), "semiring_crf_log_likelihood_cuda", [&] {
+    cuda::launch<LogSemiring, scalar_t, false, false>(emissions, transitions, start, end, lengths, false, log_z,
+                                                      &alpha, nullptr, nullptr, &tags, &llh);
+  });
+  return {llh, alpha, log_z};
 }
 
 }  // namespace semiring_ops

@@ -44,8 +44,14 @@ class Backend:
     def chain_viterbi(self, em, trans, start, end, lengths, semiring_id: int):
         return self.module.chain_viterbi(em, trans, start, end, lengths, semiring_id)
 
-    def chain_log_backward(self, em, trans, start, end, lengths, alpha, log_z, grad):
-        return self.module.chain_log_backward(em, trans, start, end, lengths, alpha, log_z, grad)
+    def chain_log_backward(self, em, trans, start, end, lengths, alpha, log_z, grad, tags=None):
+        return self.module.chain_log_backward(em, trans, start, end, lengths, alpha, log_z, grad, tags)
+
+    def crf_log_likelihood(self, em, trans, start, end, lengths, tags):
+        return self.module.crf_log_likelihood(em, trans, start, end, lengths, tags)
+
+    def sequence_lengths(self, mask, lengths, tags, batch: int, steps: int, num_tags: int):
+        return self.module.sequence_lengths(mask, lengths, tags, batch, steps, num_tags)
 
 
 _lock = threading.Lock()

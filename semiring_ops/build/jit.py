@@ -63,7 +63,13 @@ class ExtensionSpec:
 
 CPU_EXTENSION = ExtensionSpec(
     name="semiring_ops_cpu",
-    sources=("bindings.cpp", "cpu/bmm_forward_cpu.cpp", "cpu/log_contract_cpu.cpp", "cpu/chain_cpu.cpp"),
+    sources=(
+        "bindings.cpp",
+        "cpu/bmm_forward_cpu.cpp",
+        "cpu/log_contract_cpu.cpp",
+        "cpu/chain_cpu.cpp",
+        "cpu/sequence_cpu.cpp",
+    ),
     # -fopenmp: at::parallel_for runs threads only in files built with it (resolves to torch's libgomp);
     # -fno-trapping-math: lets GCC if-convert (vectorise) the selects; no result changes, inf/NaN included
     cflags=("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fopenmp"),
@@ -73,7 +79,13 @@ CPU_EXTENSION = ExtensionSpec(
 
 CUDA_EXTENSION = ExtensionSpec(
     name="semiring_ops_cuda",
-    sources=("bindings.cpp", "cuda/bmm_forward_cuda.cu", "cuda/log_contract_cuda.cu", "cuda/chain_cuda.cu"),
+    sources=(
+        "bindings.cpp",
+        "cuda/bmm_forward_cuda.cu",
+        "cuda/log_contract_cuda.cu",
+        "cuda/chain_cuda.cu",
+        "cuda/sequence_cuda.cu",
+    ),
     cflags=("-O3",),
     cuda_cflags=("-O3", "-lineinfo"),
     aot_module="semiring_ops._C_cuda",

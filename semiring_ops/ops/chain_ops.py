@@ -4,9 +4,15 @@
         -> (total (B,), scores (B, T, C) or (0,))
         one direction of the linear-chain recursion in one kernel launch; differentiable for the log
         semiring through `total`, by chain_log_backward
-    semiring_ops::chain_log_backward(em, trans, start, end, lengths, alpha, log_z, grad)
+    semiring_ops::chain_log_backward(em, trans, start, end, lengths, alpha, log_z, grad, tags=None)
         -> (g_em, g_trans, g_start, g_end): forward-backward in one reverse-scan launch that also sums
-        the marginals (g_em = grad * exp(alpha + beta - log_z)) and the pair marginals into g_trans
+        the marginals (g_em = grad * exp(alpha + beta - log_z)) and the pair marginals into g_trans; with
+        tags, minus the indicators of the tag paths (the gradient of log_z - gold, a CRF's NLL)
+    semiring_ops::crf_log_likelihood(em, trans, start, end, lengths, tags) -> (llh (B,), alpha, log_z)
+        a CRF's log-likelihood of the tag paths (B, T) in one forward-scan launch; differentiable through
+        llh, by chain_log_backward with the tags
+    semiring_ops::sequence_lengths(mask, lengths, tags, batch, steps, num_tags) -> lengths (B,) int64
+        a prefix mask or lengths turned into lengths and validated with the tags in one device round trip
     semiring_ops::chain_viterbi(em, trans, start, end, lengths, semiring_id) -> (score (B,), tags (B, T))
         the best path under max (or min), backtracked on the device; not differentiable.
 
@@ -20,8 +26,19 @@ from torch import Tensor
 
 from ..build.backends import backend_for
 from ..semirings import LogSemiring
+from .registry import plain_eager
 
-__all__ = ["chain_log_backward", "chain_scan", "chain_viterbi"]
+__all__ = [
+    "chain_log_backward",
+    "chain_log_backward_eager",
+    "chain_scan",
+    "chain_viterbi",
+    "chain_viterbi_eager",
+    "crf_log_likelihood",
+    "crf_log_likelihood_eager",
+    "sequence_lengths",
+    "sequence_lengths_eager",
+]
 
 _LOG = LogSemiring.kernel_id
 
@@ -66,7 +83,7 @@ def _scan_backward(ctx, grad_total, grad_scores):
             "chain_scan: only the forward log-semiring scan run with save_scores=True is differentiable"
         )
     grad = grad_total.to(em.dtype)
-    g_em, g_trans, g_start, g_end = chain_log_backward(em, trans, start, end, lengths, alpha, total, grad)
+    g_em, g_trans, g_start, g_end = chain_log_backward_eager(em, trans, start, end, lengths, alpha, total, grad)
     return g_em, g_trans, g_start, g_end, None, None, None, None
 
 
@@ -83,15 +100,124 @@ def chain_log_backward(
     alpha: Tensor,
     log_z: Tensor,
     grad: Tensor,
+    tags: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Gradients of sum_b grad_b log_z_b with respect to (em, trans, start, end), by one reverse scan
-    (forward-backward); a chain whose log_z is -inf gets zero gradient (contract in csrc/ops.h)."""
-    return tuple(backend_for(em.device).chain_log_backward(em, trans, start, end, lengths, alpha, log_z, grad))
+    """Gradients of sum_b grad_b (log_z_b - gold_b) with respect to (em, trans, start, end), by one reverse
+    scan (forward-backward); gold is the score of the tag paths `tags` (B, T), 0 without; a chain whose
+    log_z or gold score is -inf gets zero gradient (contract in csrc/ops.h)."""
+    return tuple(backend_for(em.device).chain_log_backward(em, trans, start, end, lengths, alpha, log_z, grad, tags))
 
 
 @chain_log_backward.register_fake
-def _(em, trans, start, end, lengths, alpha, log_z, grad):
+def _(em, trans, start, end, lengths, alpha, log_z, grad, tags=None):
     return em.new_empty(em.shape), trans.new_empty(trans.shape), start.new_empty(start.shape), end.new_empty(end.shape)
+
+
+# ---------------------------------------------------------------- the CRF's loss
+
+
+@torch.library.custom_op("semiring_ops::crf_log_likelihood", mutates_args=())
+def crf_log_likelihood(
+    em: Tensor, trans: Tensor, start: Tensor, end: Tensor, lengths: Tensor, tags: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """llh (B,) = gold path score - log_z, with the forward scores alpha (B, T, C) and log_z (B,)."""
+    return tuple(backend_for(em.device).crf_log_likelihood(em, trans, start, end, lengths, tags))
+
+
+@crf_log_likelihood.register_fake
+def _(em, trans, start, end, lengths, tags):
+    B = em.shape[0]
+    return em.new_empty((B,)), em.new_empty(em.shape), em.new_empty((B,))
+
+
+def _crf_setup_context(ctx, inputs, output):
+    ctx.set_materialize_grads(False)
+    ctx.save_for_backward(*inputs, output[1], output[2])
+
+
+def _crf_backward(ctx, grad_llh, grad_alpha=None, grad_log_z=None):
+    if grad_alpha is not None or grad_log_z is not None:
+        raise NotImplementedError("crf_log_likelihood: gradients flow through llh only")
+    if grad_llh is None:
+        return (None,) * 6
+    em, trans, start, end, lengths, tags, alpha, log_z = ctx.saved_tensors
+    # d llh = d gold - d log_z: chain_log_backward's gradient of (log_z - gold), weighted by -grad
+    grads = chain_log_backward_eager(em, trans, start, end, lengths, alpha, log_z, -grad_llh.to(em.dtype), tags)
+    return (*grads, None, None)
+
+
+crf_log_likelihood.register_autograd(_crf_backward, setup_context=_crf_setup_context)
+
+
+class _CrfLogLikelihood(torch.autograd.Function):
+    """crf_log_likelihood for eager calls that record a graph, without the custom op's Python dispatch."""
+
+    @staticmethod
+    def forward(ctx, em, trans, start, end, lengths, tags):
+        out = tuple(backend_for(em.device).crf_log_likelihood(em, trans, start, end, lengths, tags))
+        ctx.mark_non_differentiable(out[1], out[2])
+        _crf_setup_context(ctx, (em, trans, start, end, lengths, tags), out)
+        return out
+
+    backward = staticmethod(_crf_backward)
+
+
+def crf_log_likelihood_eager(
+    em: Tensor, trans: Tensor, start: Tensor, end: Tensor, lengths: Tensor, tags: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """crf_log_likelihood, through the registered op under torch.compile and dispatch modes, else directly."""
+    args = (em, trans, start, end, lengths, tags)
+    if not plain_eager(*args):
+        return crf_log_likelihood(*args)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (em, trans, start, end)):
+        return _CrfLogLikelihood.apply(*args)
+    return tuple(backend_for(em.device).crf_log_likelihood(*args))
+
+
+def chain_log_backward_eager(em, trans, start, end, lengths, alpha, log_z, grad, tags=None):
+    """chain_log_backward, skipping the op's dispatch when no graph is recorded (no double backward)."""
+    args = (em, trans, start, end, lengths, alpha, log_z, grad, tags)
+    if not plain_eager(*args) or (torch.is_grad_enabled() and grad.requires_grad):
+        return chain_log_backward(*args)
+    return tuple(backend_for(em.device).chain_log_backward(*args))
+
+
+def chain_viterbi_eager(
+    em: Tensor, trans: Tensor, start: Tensor, end: Tensor, lengths: Tensor, semiring_id: int
+) -> tuple[Tensor, Tensor]:
+    """chain_viterbi without the op's dispatch outside torch.compile and dispatch modes (it has no gradient)."""
+    if not plain_eager(em, trans, start, end, lengths):
+        return chain_viterbi(em, trans, start, end, lengths, semiring_id)
+    return tuple(backend_for(em.device).chain_viterbi(em, trans, start, end, lengths, semiring_id))
+
+
+# ---------------------------------------------------------------- sequence lengths
+
+
+@torch.library.custom_op("semiring_ops::sequence_lengths", mutates_args=())
+def sequence_lengths(
+    mask: Tensor | None, lengths: Tensor | None, tags: Tensor | None, batch: int, steps: int, num_tags: int
+) -> Tensor:
+    """Lengths (B,) int64 from a prefix mask (B, T) or lengths (B,), validated with the tags (B, T) (each in
+    0..num_tags-1 below its length) in one device round trip; ValueError names what is wrong."""
+    device = next(t.device for t in (mask, lengths, tags) if t is not None)
+    return backend_for(device).sequence_lengths(mask, lengths, tags, batch, steps, num_tags)
+
+
+@sequence_lengths.register_fake
+def _(mask, lengths, tags, batch, steps, num_tags):
+    like = next(t for t in (mask, lengths, tags) if t is not None)
+    return like.new_empty((batch,), dtype=torch.long)
+
+
+def sequence_lengths_eager(
+    mask: Tensor | None, lengths: Tensor | None, tags: Tensor | None, batch: int, steps: int, num_tags: int
+) -> Tensor:
+    """sequence_lengths without the op's dispatch outside torch.compile and dispatch modes."""
+    if not plain_eager(mask, lengths, tags):
+        return sequence_lengths(mask, lengths, tags, batch, steps, num_tags)
+    device = next(t.device for t in (mask, lengths, tags) if t is not None)
+    return backend_for(device).sequence_lengths(mask, lengths, tags, batch, steps, num_tags)
 
 
 @torch.library.custom_op("semiring_ops::chain_viterbi", mutates_args=())

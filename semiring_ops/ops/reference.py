@@ -23,8 +23,11 @@ __all__ = [
     "chain_log_backward",
     "chain_scan",
     "chain_viterbi",
+    "crf_log_likelihood",
     "generic_bmm",
+    "gold_path_score",
     "log_contract",
+    "sequence_lengths",
 ]
 
 
@@ -199,13 +202,50 @@ def chain_viterbi(em, trans, start, end, lengths, semiring_id: int):
     return total, tags
 
 
-def chain_log_backward(em, trans, start, end, lengths, alpha, log_z, grad):
+def gold_path_score(em, trans, start, end, lengths, tags) -> Tensor:
+    """The log-semiring score of each chain's tag path (B,) (contract of crf_log_likelihood in csrc/ops.h);
+    tags past each length are ignored."""
+    B, T, C = em.shape
+    if T == 0:
+        return em.new_zeros(B)
+    L = lengths.clamp(0, T)
+    live = torch.arange(T, device=em.device)[None, :] < L[:, None]
+    dead = ~live
+    y = tags.masked_fill(dead, 0).long()
+    unvalidated = ((y < 0) | (y >= C)).any(1)  # out-of-range tags: NaN, as the kernels
+    y = y.clamp(0, C - 1)
+    unary = em.gather(2, y.unsqueeze(-1)).squeeze(-1)
+    # index_select, not advanced indexing: its gradient is an index_add, not a sorting index_put
+    pair = trans.reshape(-1).index_select(0, (y[:, :-1] * C + y[:, 1:]).reshape(-1)).view(B, T - 1)
+    last = y.gather(1, (L - 1).clamp_min(0).unsqueeze(1)).squeeze(1)
+    # masked_fill, not multiply: a forbidden (-inf) transition in the padding must not become NaN
+    total = unary.masked_fill(dead, 0.0).sum(1) + pair.masked_fill(dead[:, 1:], 0.0).sum(1)
+    total = total + start.index_select(0, y[:, 0]) + end.index_select(0, last)
+    return total.masked_fill(L == 0, 0.0).masked_fill(unvalidated, math.nan)
+
+
+def crf_log_likelihood(em, trans, start, end, lengths, tags):
+    """The PyTorch twin of the crf_log_likelihood kernel (csrc/ops.h) -> (llh, alpha, log_z)."""
+    log_z, alpha = chain_scan(em, trans, start, end, lengths, SEMIRINGS["log"].kernel_id, False, True)
+    gold = gold_path_score(em, trans, start, end, lengths, tags)
+    return torch.where(gold == -math.inf, gold, gold - log_z), alpha, log_z
+
+
+def chain_log_backward(em, trans, start, end, lengths, alpha, log_z, grad, tags=None):
     """The PyTorch twin of the chain_log_backward kernel (csrc/ops.h): beta from the reverse scan, then
-    the marginals and one log_contract for the pair marginals."""
+    the marginals and one log_contract for the pair marginals, minus the gold path's indicators."""
     B, T, C = em.shape
     _, beta = chain_scan(em, trans, start, end, lengths, SEMIRINGS["log"].kernel_id, True, True)
     neg_z = torch.where(log_z == -math.inf, log_z, -log_z)[:, None, None]  # -inf: every weight exp(-inf) = 0
+    if tags is not None:  # no gradient for a chain whose gold path is impossible; NaN for unvalidated tags
+        gold = gold_path_score(em, trans, start, end, lengths, tags)
+        grad = torch.where(gold == -math.inf, 0.0, torch.where(gold.isnan(), gold, grad))
     g_em = torch.exp(alpha + beta + neg_z) * grad[:, None, None]  # 0 past each length (alpha = -inf there)
+    live_t = torch.arange(T, device=em.device)[None, :] < lengths[:, None]  # (B, T)
+    g = torch.where(log_z == -math.inf, 0.0, grad)
+    if tags is not None and T > 0:
+        y = tags.masked_fill(~live_t, 0).long().clamp(0, C - 1)
+        g_em = g_em.scatter_add(2, y.unsqueeze(-1), -(g[:, None] * live_t).unsqueeze(-1))
     g_start = g_em[:, 0].sum(0) if T > 0 else torch.zeros_like(start)
     rows = torch.arange(B, device=em.device)
     last = g_em[rows, (lengths - 1).clamp(0, max(T - 1, 0))] if T > 0 else em.new_zeros((B, C))
@@ -217,4 +257,43 @@ def chain_log_backward(em, trans, start, end, lengths, alpha, log_z, grad):
     right = torch.where(live, em[:, 1:] + beta[:, 1:], -math.inf).reshape(1, -1, C)
     weight = grad[:, None, None].expand(B, T - 1, C).reshape(1, -1, C)
     g_trans = log_contract(left, None, right, weight, trans.unsqueeze(0)).squeeze(0)
+    if tags is not None:
+        pairs = (y[:, :-1] * C + y[:, 1:]).reshape(-1)
+        counts = (g[:, None] * live[:, :, 0]).reshape(-1)
+        g_trans = g_trans - torch.zeros(C * C, dtype=em.dtype, device=em.device).index_add(0, pairs, counts).view(C, C)
     return g_em, g_trans, g_start, g_end
+
+
+def sequence_lengths(mask, lengths, tags, batch: int, steps: int, num_tags: int) -> Tensor:
+    """The PyTorch twin of the sequence_lengths kernel (csrc/ops.h); raises ValueError as it does."""
+    if mask is not None and lengths is not None:
+        raise ValueError("give mask or lengths, not both")
+    device = next((t.device for t in (mask, lengths, tags) if t is not None), None)
+    if mask is not None:
+        if mask.shape != (batch, steps):
+            raise ValueError(
+                f"mask has shape {tuple(mask.shape)}; expected {(batch, steps)} (batch-major) to match the inputs"
+            )
+        m = mask.bool()
+        if bool((m[:, 1:] & ~m[:, :-1]).any()):
+            raise ValueError("mask has holes (a 1 after a 0): only prefix masks (right padding) are supported")
+        L = m.sum(1)
+    elif lengths is not None:
+        if lengths.shape != (batch,) or lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
+            raise ValueError(
+                f"lengths must be an integer tensor of shape ({batch},), got {tuple(lengths.shape)} {lengths.dtype}"
+            )
+        L = lengths.long()
+        if bool(((L < 0) | (L > steps)).any()):
+            raise ValueError(f"lengths must lie in 0..{steps}, got {L.tolist()}")
+    else:
+        L = torch.full((batch,), steps, dtype=torch.long, device=device)
+    if tags is not None:
+        if tags.shape != (batch, steps) or tags.dtype.is_floating_point or tags.dtype == torch.bool:
+            raise ValueError(
+                f"tags has shape {tuple(tags.shape)} and dtype {tags.dtype}; expected an integer ({batch}, {steps}) tensor (batch-major)"
+            )
+        live = torch.arange(steps, device=tags.device)[None, :] < L[:, None]
+        if bool((((tags < 0) | (tags >= num_tags)) & live).any()):
+            raise ValueError(f"tags must lie in [0, {num_tags}) at unmasked positions")
+    return L

@@ -25,7 +25,7 @@ from ..build.backends import backend_for
 from ..semirings import SEMIRINGS
 from .reference import accumulation_dtype
 
-__all__ = ["bmm_forward", "bmm_forward_eager", "log_bmm_backward", "log_contract"]
+__all__ = ["bmm_forward", "bmm_forward_eager", "log_bmm_backward", "log_contract", "plain_eager"]
 
 _SELECTS = {s.kernel_id: s.selects for s in SEMIRINGS.values()}
 _ZERO = {s.kernel_id: s.zero for s in SEMIRINGS.values()}
@@ -106,19 +106,20 @@ def _selection_backward(a, b, out, arg, grad_out, semiring_id):
 bmm_forward.register_autograd(_bmm_backward, setup_context=_bmm_setup_context)
 
 
+def plain_eager(*tensors: Tensor | None) -> bool:
+    """Whether a call on these tensors may skip the custom ops' Python dispatch (~8 µs a call on the CPU
+    host, more on a GPU machine's): outside torch.compile and dispatch modes, on plain tensors (no tensor
+    subclass, no functorch wrapper). Recording a graph is the caller's concern."""
+    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0:
+        return False
+    is_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+    return all(t is None or (type(t) is Tensor and not is_wrapped(t)) for t in tensors)
+
+
 def bmm_forward_eager(a: Tensor, b: Tensor, semiring_id: int, with_arg: bool) -> tuple[Tensor, Tensor]:
-    """bmm_forward without the custom op's Python dispatch (~8 µs a call on the CPU host, more on a GPU
-    machine's), for calls that record no graph outside torch.compile and dispatch modes; anything else goes
-    through the registered op."""
-    if (
-        torch.compiler.is_compiling()
-        or torch._C._len_torch_dispatch_stack() > 0
-        or (torch.is_grad_enabled() and (a.requires_grad or b.requires_grad))
-        or type(a) is not Tensor
-        or type(b) is not Tensor
-        or torch._C._functorch.is_functorch_wrapped_tensor(a)
-        or torch._C._functorch.is_functorch_wrapped_tensor(b)
-    ):
+    """bmm_forward without the custom op's Python dispatch, for calls that record no graph (plain_eager);
+    anything else goes through the registered op."""
+    if not plain_eager(a, b) or (torch.is_grad_enabled() and (a.requires_grad or b.requires_grad)):
         return bmm_forward(a, b, semiring_id, with_arg)
     return tuple(backend_for(a.device).bmm_forward(a, b, semiring_id, with_arg))
 

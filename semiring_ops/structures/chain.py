@@ -24,11 +24,11 @@ Two strategies, chosen automatically or by name:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
+from ..ops.chain_ops import sequence_lengths_eager
 from ..ops.matmul import semiring_matmul
 from ..semirings import LogSemiring, MaxSemiring, Semiring, resolve_semiring
 
@@ -41,9 +41,7 @@ __all__ = [
     "choose_strategy",
     "mask_past_length",
     "pad_edges_past_length",
-    "raise_problems",
     "resolve_lengths",
-    "resolve_lengths_deferred",
 ]
 
 
@@ -57,54 +55,29 @@ def pad_edges_past_length(edges: Tensor, lengths: Tensor | None, semiring: type[
     return torch.where(live[:, :, None, None], edges, eye)
 
 
-def resolve_lengths(B: int, T: int, mask=None, lengths=None, device=None, check_range: bool = True) -> Tensor:
+def resolve_lengths(
+    B: int, T: int, mask=None, lengths=None, device=None, check_range: bool = True, tags=None, num_tags: int = 1
+) -> Tensor:
     """Each padded sequence's length (B,) int64 from a prefix mask (B, T) (bool or uint8) or lengths (B,)
-    in 0..T (neither: all T), validated: a mask with holes, a shape that is not (B, T) / (B,) or a length
-    out of range raises ValueError saying which. check_range=False skips the range check of lengths (a
-    device synchronisation) for callers that have made it already."""
-    L, problems = resolve_lengths_deferred(B, T, mask, lengths, device, check_range)
-    raise_problems(problems)
-    return L
-
-
-# a 0-dim bool tensor (True: the input is bad) and the error message, or a function making it (called only
-# on failure, so it may read the data)
-Problem = tuple[Tensor, str | Callable[[], str]]
-
-
-def resolve_lengths_deferred(
-    B: int, T: int, mask=None, lengths=None, device=None, check_range: bool = True
-) -> tuple[Tensor, list[Problem]]:
-    """resolve_lengths without its device synchronisation: shape errors raise at once, the data-dependent
-    checks (holes in the mask, lengths out of range) come back as problems for raise_problems, so a caller
-    can check them together with its own in one synchronisation."""
-    if mask is not None and lengths is not None:
-        raise ValueError("give mask or lengths, not both")
+    in 0..T (neither: all T), validated together with tags (B, T) if given (each in 0..num_tags-1 below its
+    length), in one device round trip (the sequence_lengths kernel): a mask with holes, a shape that is not
+    (B, T) / (B,), a length out of range or a bad tag raises ValueError saying which. check_range=False
+    skips the data checks of lengths (the synchronisation) for callers that have made them already."""
+    if mask is not None:
+        mask = torch.as_tensor(mask, device=device)
+        if mask.dtype not in (torch.bool, torch.uint8):
+            mask = mask != 0
     if lengths is not None:
-        L = torch.as_tensor(lengths, device=device)
-        if L.shape != (B,) or L.dtype.is_floating_point or L.dtype == torch.bool:
-            raise ValueError(f"lengths must be an integer tensor of shape ({B},), got {tuple(L.shape)} {L.dtype}")
-        bad = ((L < 0) | (L > T)).any()
-        problems = [(bad, lambda: f"lengths must lie in 0..{T}, got {L.tolist()}")] if check_range else []
-        return L.long(), problems
-    if mask is None:
-        return torch.full((B,), T, dtype=torch.long, device=device), []
-    m = torch.as_tensor(mask, device=device)
-    if m.shape != (B, T):
-        raise ValueError(f"mask has shape {tuple(m.shape)}; expected {(B, T)} (batch-major) to match the inputs")
-    m = m.bool()
-    holes = (m[:, 1:] & ~m[:, :-1]).any()
-    return m.sum(1), [(holes, "mask has holes (a 1 after a 0): only prefix masks (right padding) are supported")]
-
-
-def raise_problems(problems: list[Problem]) -> None:
-    """Raises ValueError with the first problem's message whose flag is set; one synchronisation for all."""
-    if not problems:
-        return
-    flags = torch.stack([flag for flag, _ in problems]).tolist() if len(problems) > 1 else [bool(problems[0][0])]
-    for bad, (_, message) in zip(flags, problems, strict=True):
-        if bad:
-            raise ValueError(message if isinstance(message, str) else message())
+        lengths = torch.as_tensor(lengths, device=device)
+        if not check_range and mask is None and tags is None:
+            if lengths.shape != (B,) or lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
+                raise ValueError(
+                    f"lengths must be an integer tensor of shape ({B},), got {tuple(lengths.shape)} {lengths.dtype}"
+                )
+            return lengths.long()
+    if mask is None and lengths is None and tags is None:
+        return torch.full((B,), T, dtype=torch.long, device=device)
+    return sequence_lengths_eager(mask, lengths, tags, B, T, num_tags)
 
 
 def mask_past_length(tags: Tensor, lengths: Tensor) -> Tensor:

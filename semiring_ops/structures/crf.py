@@ -16,9 +16,10 @@ import torch
 from torch import Tensor, nn
 
 from ..semirings import LogSemiring
-from .chain import Problem, chain_entropy, chain_sample, chain_topk, raise_problems, resolve_lengths_deferred
+from ..ops.reference import gold_path_score
+from .chain import chain_entropy, chain_sample, chain_topk, resolve_lengths
 from .constraints import Constraints
-from .factored import chain_sum_factored, chain_viterbi_factored, factored_to_edges
+from .factored import chain_log_likelihood_factored, chain_sum_factored, chain_viterbi_factored, factored_to_edges
 
 __all__ = ["LinearChainCRF"]
 
@@ -67,23 +68,20 @@ class LinearChainCRF(nn.Module):
     def _batch_major(self, x: Tensor | None) -> Tensor | None:
         return x if (x is None or self.batch_first) else x.transpose(0, 1)
 
-    def _lengths(self, emissions: Tensor, mask: Tensor | None, lengths: Tensor | None) -> Tensor:
-        """emissions (B, T, C) batch-major -> lengths (B,) int64, validating mask / lengths."""
-        L, problems = self._lengths_deferred(emissions, mask, lengths)
-        raise_problems(problems)
-        return L
-
-    def _lengths_deferred(
-        self, emissions: Tensor, mask: Tensor | None, lengths: Tensor | None
-    ) -> tuple[Tensor, list[Problem]]:
-        """_lengths with its data checks returned for one combined synchronisation (chain.raise_problems)."""
+    def _lengths(
+        self, emissions: Tensor, mask: Tensor | None, lengths: Tensor | None, tags: Tensor | None = None
+    ) -> Tensor:
+        """emissions (B, T, C) batch-major -> lengths (B,) int64, validating mask / lengths and the batch-major
+        tags (B, T) if given, in one device round trip."""
         B, T, C = emissions.shape
         if self.num_tags != C:
             raise ValueError(
                 f"emissions has {C} tags in its last dimension (shape {tuple(emissions.shape)}); "
                 f"this CRF has num_tags={self.num_tags}"
             )
-        return resolve_lengths_deferred(B, T, self._batch_major(mask), lengths, emissions.device)
+        if tags is not None and tags.shape != (B, T):
+            raise ValueError(f"tags has shape {tuple(tags.shape)}; expected {(B, T)} (batch-major)")
+        return resolve_lengths(B, T, self._batch_major(mask), lengths, emissions.device, tags=tags, num_tags=C)
 
     def _transition_scores(self) -> tuple[Tensor, Tensor, Tensor]:
         """start (C,), transitions (C, C), end (C,), with -inf where the constraints forbid."""
@@ -114,30 +112,10 @@ class LinearChainCRF(nn.Module):
         self, emissions: Tensor, tags: Tensor, mask: Tensor | None = None, lengths: Tensor | None = None
     ) -> Tensor:
         """Unnormalised log-score of the given tag sequences -> (B,)."""
-        em = self._batch_major(emissions)
-        L, problems = self._lengths_deferred(em, mask, lengths)
-        return self._score(em, self._batch_major(tags), L, problems)
-
-    def _score(self, em: Tensor, tags: Tensor, L: Tensor, problems: list[Problem] | None = None) -> Tensor:
-        """Gold-path scores (B,); the tags check joins ``problems`` (checked here, with one synchronisation,
-        together with the caller's)."""
-        B, T, C = em.shape
-        if tags.shape != (B, T):
-            raise ValueError(f"tags has shape {tuple(tags.shape)}; expected {(B, T)} (batch-major)")
-        live = torch.arange(T, device=em.device)[None, :] < L[:, None]
-        bad_tags = (((tags < 0) | (tags >= C)) & live).any()
-        raise_problems([*(problems or []), (bad_tags, f"tags must lie in [0, {C}) at unmasked positions")])
-        dead = ~live
-        tags = tags.masked_fill(dead, 0).long()
-        unary = em.gather(2, tags.unsqueeze(-1)).squeeze(-1)
+        em, tags = self._batch_major(emissions), self._batch_major(tags)
+        L = self._lengths(em, mask, lengths, tags)
         start, trans, end = self._transition_scores()
-        # index_select, not advanced indexing: its gradient is an index_add, not a sorting index_put
-        pair = trans.reshape(-1).index_select(0, (tags[:, :-1] * C + tags[:, 1:]).reshape(-1)).view(B, T - 1)
-        last = tags.gather(1, (L - 1).clamp_min(0).unsqueeze(1)).squeeze(1)
-        # masked_fill, not multiply: a forbidden (-inf) transition in the padding must not become NaN
-        total = unary.masked_fill(dead, 0.0).sum(1) + pair.masked_fill(dead[:, 1:], 0.0).sum(1)
-        total = total + start.index_select(0, tags[:, 0]) + end.index_select(0, last)
-        return total.masked_fill(L == 0, 0.0)
+        return gold_path_score(em, trans, start, end, L, tags)
 
     def forward(
         self,
@@ -147,12 +125,17 @@ class LinearChainCRF(nn.Module):
         reduction: str = "sum",
         lengths: Tensor | None = None,
     ) -> Tensor:
-        """Log-likelihood of `tags` (as pytorch-crf): reduction none (B,) | sum | mean | token_mean."""
+        """Log-likelihood of `tags` (as pytorch-crf): reduction none (B,) | sum | mean | token_mean.
+
+        One validation round trip (mask, lengths, tags) and one fused kernel each way: the forward scan
+        gives log Z and the gold path's score, the reverse scan the whole gradient (ops/chain_ops.py).
+        """
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-        em = self._batch_major(emissions)
-        L, problems = self._lengths_deferred(em, mask, lengths)
-        llh = self._score(em, self._batch_major(tags), L, problems) - self._log_partition(em, L)
+        em, tags = self._batch_major(emissions), self._batch_major(tags)
+        L = self._lengths(em, mask, lengths, tags)
+        start, trans, end = self._transition_scores()
+        llh = chain_log_likelihood_factored(em, trans, start, end, L, tags)
         if reduction == "none":
             return llh
         if reduction == "sum":

@@ -18,12 +18,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..ops.chain_ops import chain_scan, chain_viterbi
+from ..ops.chain_ops import chain_scan, chain_viterbi_eager, crf_log_likelihood_eager
 from ..ops.reference import accumulation_dtype
 from ..semirings import LogSemiring, MaxSemiring, Semiring, resolve_semiring
 from .chain import chain_sum, resolve_lengths
 
-__all__ = ["chain_sum_factored", "chain_viterbi_factored", "factored_to_edges"]
+__all__ = ["chain_log_likelihood_factored", "chain_sum_factored", "chain_viterbi_factored", "factored_to_edges"]
 
 
 def factored_to_edges(
@@ -109,6 +109,24 @@ def chain_sum_factored(
     return total
 
 
+def chain_log_likelihood_factored(
+    emissions: Tensor,
+    transitions: Tensor,
+    start: Tensor | None,
+    end: Tensor | None,
+    lengths: Tensor,
+    tags: Tensor,
+) -> Tensor:
+    """Log-likelihood (B,) of the tag paths `tags` (B, T) under the log-semiring chain: the path's score
+    minus the log-partition (a CRF's training objective), by one fused forward scan; differentiable, its
+    gradient one fused reverse scan. lengths (B,) int64 and tags must be validated already (in range below
+    each length): the CRF does it with resolve_lengths(..., tags=).
+    """
+    _check(emissions, transitions, start, end)
+    args = _kernel_inputs(emissions, transitions, start, end, lengths, LogSemiring.one, False)
+    return crf_log_likelihood_eager(*args, tags.long())[0]
+
+
 def chain_viterbi_factored(
     emissions: Tensor,
     transitions: Tensor,
@@ -126,7 +144,7 @@ def chain_viterbi_factored(
     args = _kernel_inputs(
         emissions.detach(), transitions.detach(), _detach(start), _detach(end), lengths, 0.0, check_lengths
     )
-    return chain_viterbi(*args, MaxSemiring.kernel_id)
+    return chain_viterbi_eager(*args, MaxSemiring.kernel_id)
 
 
 def _detach(x: Tensor | None) -> Tensor | None:

@@ -284,14 +284,15 @@ def sequence_lengths(mask, lengths, tags, batch: int, steps: int, num_tags: int)
                 f"lengths must be an integer tensor of shape ({batch},), got {tuple(lengths.shape)} {lengths.dtype}"
             )
         L = lengths.long()
-        if bool(((L < 0) | (L > steps)).any()):
+        if bool(((L < 0) | (L > steps)).any()):  # noqa: SIM300
             raise ValueError(f"lengths must lie in 0..{steps}, got {L.tolist()}")
     else:
         L = torch.full((batch,), steps, dtype=torch.long, device=device)
     if tags is not None:
         if tags.shape != (batch, steps) or tags.dtype.is_floating_point or tags.dtype == torch.bool:
             raise ValueError(
-                f"tags has shape {tuple(tags.shape)} and dtype {tags.dtype}; expected an integer ({batch}, {steps}) tensor (batch-major)"
+                f"tags has shape {tuple(tags.shape)} and dtype {tags.dtype}; "
+                f"expected an integer ({batch}, {steps}) tensor (batch-major)"
             )
         live = torch.arange(steps, device=tags.device)[None, :] < L[:, None]
         if bool((((tags < 0) | (tags >= num_tags)) & live).any()):

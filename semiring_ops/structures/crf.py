@@ -15,8 +15,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-from ..semirings import LogSemiring
 from ..ops.reference import gold_path_score
+from ..semirings import LogSemiring
 from .chain import chain_entropy, chain_sample, chain_topk, resolve_lengths
 from .constraints import Constraints
 from .factored import chain_log_likelihood_factored, chain_sum_factored, chain_viterbi_factored, factored_to_edges

@@ -5,6 +5,8 @@ a[..., :, :, None] + b[..., None, :, :]), torch.bmm, and genbmm / torch-semiring
 Times are medians of CUDA-event-timed runs after warm-up (CPU: wall clock), on fresh random inputs.
 Cells = B*n*k*m. On the GPU the % column is against ceilings measured in the same run
 (benchmarks/ceilings.py): ex2 throughput for log, fp32 max-plus for max/min, SGEMM for std.
+The JSON rows also hold fwd_peak_mib / fwd_bwd_peak_mib: torch.cuda.max_memory_allocated during one
+forward (one forward + backward) above the inputs, in MiB (null on the CPU); benchmarks/plots.py draws them.
 
 Usage:
     python benchmarks/bmm.py                       # GPU if present, B=8, n=k=m in 64..1024
@@ -15,6 +17,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import sys
 from collections.abc import Callable
@@ -25,6 +28,7 @@ import torch
 import semiring_ops as so
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from crf import peak_mib
 from timing import time_or_failure
 
 
@@ -62,7 +66,8 @@ def implementations() -> dict[str, dict[str, Callable]]:
     return impls
 
 
-def run_one(fn, B: int, n: int, device: str, reps: int, backward: bool) -> float | str:
+def run_one(fn, B: int, n: int, device: str, reps: int, backward: bool) -> tuple[float | str, float | str | None]:
+    """(median ms, peak MiB above the inputs of one call; None off CUDA) of fn's forward or forward + backward."""
     a = torch.randn(B, n, n, device=device, requires_grad=backward)
     b = torch.randn(B, n, n, device=device, requires_grad=backward)
     if backward:
@@ -77,7 +82,7 @@ def run_one(fn, B: int, n: int, device: str, reps: int, backward: bool) -> float
             with torch.no_grad():
                 return fn(a, b)
 
-    return time_or_failure(step, device, reps)
+    return time_or_failure(step, device, reps), peak_mib(step, device)
 
 
 CEILING_KEY = {
@@ -135,12 +140,13 @@ def main() -> None:
             cells = B * n**3
             ours = {}
             for name, fn in impls[op].items():
+                fwd_mib = fb_mib = None
                 if name == "torch naive" and cells * 4 > args.naive_limit_gb * 1e9:
                     fwd = fb = "skip"
                 else:
-                    fwd = run_one(fn, B, n, dev, reps, backward=False)
+                    fwd, fwd_mib = run_one(fn, B, n, dev, reps, backward=False)
                     nograd = name == "semiring-einsum" and op == "max"
-                    fb = "n/a" if nograd else run_one(fn, B, n, dev, max(3, reps // 2), backward=True)
+                    fb, fb_mib = ("n/a", None) if nograd else run_one(fn, B, n, dev, max(3, reps // 2), backward=True)
                 if name == "semiring_ops":
                     ours = {"fwd": fwd, "fb": fb}
                 rate = cells / (fwd * 1e-3) if isinstance(fwd, float) else None
@@ -149,10 +155,13 @@ def main() -> None:
                 gcell = f"{rate / 1e9:.1f}" if rate else ""
                 line = (op, str(B), str(n), name, _fmt(fwd), _fmt(fb), gcell, pct)
                 print(_row((*line, _ratio(fwd, ours.get("fwd")), _ratio(fb, ours.get("fb")))), flush=True)
-                rows.append(dict(op=op, B=B, n=n, impl=name, fwd_ms=fwd, fwd_bwd_ms=fb, cells_per_s=rate))
+                row = dict(op=op, B=B, n=n, impl=name, fwd_ms=fwd, fwd_bwd_ms=fb, cells_per_s=rate)
+                rows.append({**row, "fwd_peak_mib": fwd_mib, "fwd_bwd_peak_mib": fb_mib})
     if args.json:
+        gpu = torch.cuda.get_device_name() if dev == "cuda" else None
+        run = {"gpu": gpu, "torch": torch.__version__, "date": datetime.date.today().isoformat()}
         with open(args.json, "w") as fh:
-            json.dump({"device": dev, "ceilings": ceilings, "rows": rows}, fh, indent=1)
+            json.dump({"device": dev, **run, "ceilings": ceilings, "rows": rows}, fh, indent=1)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ import os
 import sys
 import warnings
 from collections.abc import Callable
+from datetime import date
 from pathlib import Path
 
 import torch
@@ -186,6 +187,7 @@ def run_shape(B: int, T: int, C: int, device: str, ragged: bool, gpu: bool) -> t
         ptc, ptc_train, ptc_decode = pytorch_crf_fns(em, tags, mask, C, device)
         rows.append(row("pytorch-crf", time_or_failure(ptc_train, device, reps["pytorch-crf"])))
         rows[-1]["decode_ms"] = time_or_failure(ptc_decode, device, reps["pytorch-crf"])
+        rows[-1]["peak_mib"] = peak_mib(ptc_train, device)
         try:
             check = agreement(crf, ptc, em, tags, mask)
         except Exception as exc:  # a check that cannot run (e.g. OOM) must not stop the timings
@@ -202,6 +204,7 @@ def run_shape(B: int, T: int, C: int, device: str, ragged: bool, gpu: bool) -> t
         rows.append(row("torch-struct", "unavailable", "unavailable"))
     loop_train = torch_loop_fns(em, lengths, C, device, ragged)
     rows.append(row("torch loop", time_or_failure(loop_train, device, reps["torch loop"])))
+    rows[-1]["peak_mib"] = peak_mib(loop_train, device)
 
     ours_train, ours_decode = rows[0]["train_ms"], rows[0]["decode_ms"]
     for r in rows:
@@ -331,7 +334,7 @@ def main() -> None:
     print("checks:")
     print("\n".join(checks))
     if args.json:
-        meta = {"device": where, "torch": torch.__version__, "ragged": args.ragged}
+        meta = {"device": where, "torch": torch.__version__, "ragged": args.ragged, "date": date.today().isoformat()}
         Path(args.json).write_text(json.dumps({"meta": meta, "rows": all_rows}, indent=1))
         print("wrote", args.json)
 

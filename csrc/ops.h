@@ -55,14 +55,16 @@ std::vector<at::Tensor> chain_viterbi(const at::Tensor& emissions, const at::Ten
                                       const at::Tensor& start, const at::Tensor& end, const at::Tensor& lengths,
                                       int64_t semiring_id);
 
-// The gradient of sum_b grad[b] * (log_z[b] - gold[b]) for log_z, alpha = chain_scan's forward
-// log-semiring total and scores (arguments as chain_scan, plus alpha (B, T, C), log_z (B,), grad (B,)), and
-// gold[b] the log-semiring score of the tag path tags[b] (tags (B, T) int64, in 0..C-1 below each length,
-// any strides), or 0 without tags; computed during one reverse scan: with beta the reverse scores,
-// P = exp(alpha + beta - log_z) the marginals and Y[b, t, c] = [tags[b, t] == c],
-//   g_em (B, T, C) = grad * (P - Y),   g_start (C) = sum_b g_em[b, 0],   g_end (C) = sum_b g_em[b, L-1],
-//   g_trans (C, C) = sum_{b, t} grad_b (exp(alpha[b,t,i] + trans[i,j] + em[b,t+1,j] + beta[b,t+1,j] - log_z_b)
-//                                       - Y[b, t, i] Y[b, t+1, j]).
+// The gradient of sum_b grad[b] * log_z[b] for log_z, alpha = chain_scan's forward log-semiring total and
+// scores (arguments as chain_scan, plus alpha (B, T, C), log_z (B,), grad (B,), any stride: 0 broadcasts
+// one value), computed during one reverse scan: with beta the reverse scores and
+// P = exp(alpha + beta - log_z) the marginals,
+//   g_em (B, T, C) = grad * P,   g_start (C) = sum_b g_em[b, 0],   g_end (C) = sum_b g_em[b, L-1],
+//   g_trans (C, C) = sum_{b, t} grad_b exp(alpha[b,t,i] + trans[i,j] + em[b,t+1,j] + beta[b,t+1,j] - log_z_b).
+// With tags (B, T) int64 (in 0..C-1 below each length, any strides), the gradient of
+// sum_b grad[b] * (gold[b] - log_z[b]) instead, gold[b] the log-semiring score of the path tags[b] (a CRF's
+// log-likelihood, crf_log_likelihood): grad * (Y - P) with Y[b, t, c] = [tags[b, t] == c] in g_em, and the
+// gold transitions' counts minus the pair marginals in g_trans.
 // A chain whose log_z or gold score is -inf gets zero gradient. Returns {g_em, g_trans, g_start, g_end}.
 // (When the pair marginals do not fit on chip, large C on the GPU, their sum is one log_contract over (b, t).)
 std::vector<at::Tensor> chain_log_backward(const at::Tensor& emissions, const at::Tensor& transitions,

@@ -230,9 +230,11 @@ void log_backward_chains(const at::Tensor& em, const at::Tensor& trans, const at
       const T gold_score =
           gold ? gold_path_score(*gold, b, ch, tr, start_c.data_ptr<T>(), end_c.data_ptr<T>(), L, C) : T(0);
       // no gradient for an impossible chain; NaN for unvalidated (out-of-range) tags
+      // with gold paths the loss is sum_b g_b (gold_b - log_z_b): the marginals weigh -g, the gold path +g
+      const T gb = grad.data_ptr<T>()[b];
       const T g = gold_score != gold_score                                 ? gold_score
                   : (z == -pos_inf<T>() || gold_score == -pos_inf<T>()) ? T(0)
-                                                                         : grad.data_ptr<T>()[b];
+                                                                         : (gold ? -gb : gb);
       const T nz = z == -pos_inf<T>() ? T(0) : -z;
       runner.run(ch, L, beta.data(), nullptr, vec, u);
       const T* a = al + b * T_len * C;

@@ -3,12 +3,15 @@
 // One thread block per chain walks the chain's whole length in one launch ("persistent" over t): the
 // vector of the current step lives in shared memory, and so does the step matrix (in the kernel domain)
 // when it fits, else it is read from global memory (L2) at every step. A step
-//     u[o] = (+)_k vec[k] (x) M[o, k]        (M output-major: lanes read consecutive k)
-// gives each warp kOutPerWarp outputs at a time (independent accumulators, for instruction-level
-// parallelism); the warp's lanes split k, and their accumulators are merged with shuffles (merge() of
-// semiring.h). Viterbi keeps int16 back-pointers (in shared memory when they fit) and backtracks in the
-// same kernel, so a decode is one launch. Given gold tag paths (a CRF's loss), the block also sums the gold
-// path's score, so the forward scan yields the log-likelihood and the reverse scan its whole gradient.
+//     u[o] = (+)_k vec[k] (x) M[o, k]        (M output-major)
+// gives each output a group of G lanes (G a power of two, chosen per C: about 8 or more terms per lane and
+// at most 512 threads when M is on chip; a whole warp reading consecutive k of a row from L2 otherwise);
+// the group's lanes split k, the log semiring folding its terms 4 at a time (one rescale per 4,
+// LogSumExp2Accumulator::add_chunk), and merge with shuffles (merge() of semiring.h). On-chip rows are
+// padded to a pitch P = G (mod 32), so the 32 / G groups of a warp read distinct banks. Viterbi keeps int16
+// back-pointers (in shared memory when they fit) and backtracks in the same kernel, so a decode is one
+// launch. Given gold tag paths (a CRF's loss), the block also sums the gold path's score, so the forward
+// scan yields the log-likelihood and the reverse scan its whole gradient.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -27,13 +30,14 @@ namespace semiring_ops {
 namespace cuda {
 namespace {
 
-constexpr int kOutPerWarp = 4;
 constexpr int kMaxWarps = 16;  // 512 threads: up to 128 registers each
 
 template <class T> struct ChainParams {
   const T* em;
   int64_t es0, es1, es2;
-  const T* mat;           // (C, C) output-major, user domain, contiguous
+  const T* trans;         // (C, C) the transitions [from, to], user domain, any strides
+  int64_t trs0, trs1;
+  const T* mat;           // (C, C) output-major, user domain, contiguous: read from L2 when not kMatShared
   const T* boundary_in;   // start (forward) or end (reverse), contiguous (C)
   const T* boundary_out;  // end (forward) or start (reverse)
   const int64_t* lengths;
@@ -42,11 +46,14 @@ template <class T> struct ChainParams {
   int16_t* pointers;      // (B, T, C) global back-pointers, or null when they live in shared memory
   int64_t* tags;          // (B, T) or null
   int steps, C;  // T (the chain dimension) and C
+  int group;     // G: lanes per output (a power of two <= 32)
+  int pitch;     // P: the on-chip matrix's row pitch (kMatShared)
   bool reverse;
   // The log-partition's gradient, computed during the reverse scan (kGrad; the log semiring only):
   const T* alpha;      // (B, T, C) the forward scan's scores
   const T* log_z;      // (B,) the forward totals
-  const T* grad;       // (B,) d loss / d log_z
+  const T* grad;       // (B,) d loss / d log_z (with gold: d loss / d llh), stride grad_stride (0: one value)
+  int64_t grad_stride;
   T* g_em;             // (B, T, C) g * marginals
   T* g_start;          // (C) accumulated with atomics
   T* g_end;            // (C)
@@ -80,9 +87,9 @@ template <class Acc> __device__ __forceinline__ void warp_merge(Acc& a) {
 // exp(x) for the gradient epilogue, as one ex2 of x scaled to base 2 (x = -inf gives 0).
 template <class T> __device__ __forceinline__ T exp_e(T x) { return fast_exp2(x * T(kLog2e)); }
 
-// trans[i, j] (user domain) from the output-major step matrix.
+// trans[i, j] (user domain).
 template <class T> __device__ __forceinline__ T transition(const ChainParams<T>& p, int64_t i, int64_t j) {
-  return p.reverse ? p.mat[i * p.C + j] : p.mat[j * p.C + i];
+  return p.trans[i * p.trs0 + j * p.trs1];
 }
 
 // The log-semiring score of chain b's gold path (ChainParams::gold) over its first L steps, summed by the
@@ -111,12 +118,12 @@ __device__ T gold_path_score(const ChainParams<T>& p, int64_t b, int64_t L, cons
   return total;
 }
 
-// Shared memory, in this order: vec and nxt (C each); the step matrix (C * C, kMatShared); for kGrad two
-// rows of alpha (2 C) and, for kXi, the pair-marginal sums (C * C); a block reduction's scratch (32); the
-// back-pointers (T * C int16, kArg, when they fit).
+// Shared memory, in this order: vec and nxt (C each); the step matrix (C rows of pitch P, kMatShared); for
+// kGrad two rows of alpha (2 C) and, for kXi, the pair-marginal sums (C * C); a block reduction's scratch
+// (32); the back-pointers (T * C int16, kArg, when they fit).
 template <class T> struct ChainSmem {
-  static size_t bytes(int C, int Tn, bool mat, bool ptr, bool grad, bool xi) {
-    size_t n = (2 * size_t(C) + (mat ? size_t(C) * C : 0) + (grad ? 2 * size_t(C) : 0) + (xi ? size_t(C) * C : 0) +
+  static size_t bytes(int C, int P, int Tn, bool mat, bool ptr, bool grad, bool xi) {
+    size_t n = (2 * size_t(C) + (mat ? size_t(C) * P : 0) + (grad ? 2 * size_t(C) : 0) + (xi ? size_t(C) * C : 0) +
                 32) *
                sizeof(T);
     return n + (ptr ? size_t(Tn) * C * sizeof(int16_t) : 0);
@@ -126,14 +133,17 @@ template <class T> struct ChainSmem {
 template <class S, class T, bool kArg, bool kMatShared, bool kGrad, bool kXi>
 __global__ void __launch_bounds__(kMaxWarps * 32) chain_kernel(ChainParams<T> p) {
   using Acc = typename S::template Accumulator<T, kArg>;
+  // the log semiring folds 4 terms per rescale (LogSumExp2Accumulator::add_chunk)
+  constexpr bool kChunked = std::is_same<S, LogSemiring>::value;
   static_assert(!kGrad || std::is_same<S, LogSemiring>::value, "the gradient epilogue is the log semiring's");
   static_assert(!kXi || (kGrad && kMatShared), "pair marginals need the gradient and the matrix on chip");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int C = p.C, Tn = p.steps;
   T* vec = reinterpret_cast<T*>(smem_raw);  // the step's input, kernel domain
   T* nxt = vec + C;                         // the next step's input
-  T* mat_s = nxt + C;                       // (C, C) kernel domain, when kMatShared
-  T* arow = mat_s + (kMatShared ? C * C : 0);  // kGrad: alpha[t] - log_z, kernel domain, two rows
+  const int P = p.pitch, G = p.group;
+  T* mat_s = nxt + C;                          // (C, P) kernel domain, when kMatShared
+  T* arow = mat_s + (kMatShared ? C * P : 0);  // kGrad: alpha[t] - log_z, kernel domain, two rows
   T* xi = arow + (kGrad ? 2 * C : 0);          // kXi: sum over this chain's t of g * pair marginals
   T* red = xi + (kXi ? C * C : 0);             // block-reduction scratch (32)
   int16_t* ptr_s = reinterpret_cast<int16_t*>(red + 32);
@@ -145,7 +155,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32) chain_kernel(ChainParams<T> p)
   int16_t* pointers = p.pointers ? p.pointers + b * int64_t(Tn) * C : ptr_s;
 
   if constexpr (kMatShared) {
-    for (int i = threadIdx.x; i < C * C; i += blockDim.x) mat_s[i] = S::to_kernel(p.mat[i]);
+    // output-major: row o is what step outputs o read (forward: trans[:, o]; reverse: trans[o, :])
+    for (int i = threadIdx.x; i < C * C; i += blockDim.x) {
+      const int o = i / C, k = i - o * C;
+      mat_s[o * P + k] = S::to_kernel(p.reverse ? transition(p, o, k) : transition(p, k, o));
+    }
   }
   if (p.scores) {
     T* sc = p.scores + b * int64_t(Tn) * C;
@@ -166,7 +180,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32) chain_kernel(ChainParams<T> p)
   if constexpr (kGrad) {
     const T z = p.log_z[b];
     // no gradient for an impossible chain; NaN for unvalidated (out-of-range) tags
-    grad = gold != gold ? gold : (z == -pos_inf<T>() || gold == -pos_inf<T>()) ? T(0) : p.grad[b];
+    // with gold paths the loss is sum_b g_b (gold_b - log_z_b): the marginals weigh -g, the gold path +g
+    const T g = p.grad[b * p.grad_stride];
+    grad = gold != gold ? gold : (z == -pos_inf<T>() || gold == -pos_inf<T>()) ? T(0) : (p.gold ? -g : g);
     if (p.grad_used && threadIdx.x == 0) p.grad_used[b] = grad;
     if (p.gold && grad != T(0) && grad == grad) {  // the gold path's transitions: -grad each
       const int64_t* y = p.gold + b * p.gs0;
@@ -185,69 +201,109 @@ __global__ void __launch_bounds__(kMaxWarps * 32) chain_kernel(ChainParams<T> p)
       for (int i = threadIdx.x; i < C; i += blockDim.x) arow[C + i] = S::to_kernel(alpha[(L - 2) * C + i] + neg_log_z);
   }
 
-  // u (user domain), the emission e at (t, o) and alpha[t, o] (kGrad) -> the stored score, the next
-  // input, and the marginal of tag o at t.
-  auto emit = [&](int o, int64_t t, T u, T e, T a, T* dst) {
+  // u (user domain), the emission e at (t, o), alpha[t, o] and the gold tag at t (kGrad) -> the stored score,
+  // the next input, and the marginal of tag o at t.
+  auto emit = [&](int o, int64_t t, T u, T e, T a, int64_t y, T* dst) {
     const T through = S::times(u, e);
     if (p.scores) p.scores[(b * Tn + t) * C + o] = p.reverse ? u : through;
     dst[o] = S::to_kernel(through);
     if constexpr (kGrad) {
       T m = grad * exp_e(a + u + neg_log_z);
-      if (p.gold && p.gold[b * p.gs0 + t * p.gs1] == o) m -= grad;
+      if (y == o) m -= grad;
       p.g_em[(b * Tn + t) * C + o] = m;
       if (t == 0) atomicAdd(p.g_start + o, m);
       if (t == L - 1) atomicAdd(p.g_end + o, m);
     }
   };
   auto alpha_at = [&](int64_t t, int o) { return kGrad ? alpha[t * C + o] : T(0); };
+  auto gold_at = [&](int64_t t) { return kGrad && p.gold ? p.gold[b * p.gs0 + t * p.gs1] : int64_t(-1); };
 
   if (L > 0) {
     const int64_t t0 = p.reverse ? L - 1 : 0;
     for (int o = threadIdx.x; o < C; o += blockDim.x)
-      emit(o, t0, p.boundary_in[o], em[t0 * p.es1 + o * p.es2], alpha_at(t0, o), vec);
+      emit(o, t0, p.boundary_in[o], em[t0 * p.es1 + o * p.es2], alpha_at(t0, o), gold_at(t0), vec);
   }
   __syncthreads();
+  // xi's share of each thread (kXi; blockDim >= C): column j, rows i0, i0 + rows, ...
+  const int xi_rows = blockDim.x / C, xi_j = threadIdx.x % C;
+  const int xi_i0 = threadIdx.x < xi_rows * C ? threadIdx.x / C : C;
+  // Outputs per lane group: 1 with the matrix on chip (G lanes split a row); 4 with rows read from L2
+  // (G = 32), four independent accumulators in flight.
+  constexpr int R = kMatShared ? 1 : 4;
+  const int group = lane / G, gl = lane & (G - 1), per_warp = (32 / G) * R;
+  // Per-step global loads, issued ahead so that their latency hides behind the steps: the alpha row for the
+  // pair marginals two steps ahead (kXi); the emitters' emission, alpha and gold tag one step ahead when one
+  // pass of the warps covers all outputs (the usual case: an emitter then keeps its output for every step).
+  const bool single_pass = C <= nwarps * per_warp;
+  auto t_of = [&](int64_t s) -> int64_t { return p.reverse ? L - 1 - s : s; };
+  T alpha_ahead = T(0);  // kXi: alpha[t - 1, threadIdx.x] for the next step's arow
+  if constexpr (kXi) {
+    if (L > 2 && threadIdx.x < C) alpha_ahead = alpha[(L - 3) * C + threadIdx.x];
+  }
+  struct Ahead {
+    T e, a;
+    int64_t y;
+  };
+  auto load_ahead = [&](int64_t t, int o, bool emitter) {
+    return emitter ? Ahead{em[t * p.es1 + o * p.es2], alpha_at(t, o), gold_at(t)} : Ahead{T(0), T(0), int64_t(-1)};
+  };
+  Ahead ahead{T(0), T(0), int64_t(-1)};
+  if (single_pass && L > 1) {
+    const int o_mine = warp * per_warp + group * R + gl;
+    ahead = load_ahead(t_of(1), o_mine, gl < R && o_mine < C);
+  }
   for (int64_t s = 1; s < L; ++s) {
-    const int64_t t = p.reverse ? L - 1 - s : s;
+    const int64_t t = t_of(s);
     if constexpr (kXi) {
       // pairs (t, t + 1): xi[i, j] += g exp(alpha[t, i] + trans[i, j] + em[t + 1, j] + beta[t + 1, j] - log_z),
-      // with vec = em[t + 1] + beta[t + 1] and mat_s[i * C + j] = trans[i, j], all in the kernel domain
+      // with vec = em[t + 1] + beta[t + 1] and mat_s[i * P + j] = trans[i, j], all in the kernel domain
       const T* a_t = arow + (s & 1) * C;
-      for (int idx = threadIdx.x; idx < C * C; idx += blockDim.x) {
-        const int i = idx / C, j = idx - i * C;
-        xi[idx] += grad * fast_exp2(a_t[i] + mat_s[idx] + vec[j]);
-      }
-      if (t > 0) {
-        T* a_next = arow + ((s + 1) & 1) * C;
-        for (int i = threadIdx.x; i < C; i += blockDim.x) a_next[i] = S::to_kernel(alpha[(t - 1) * C + i] + neg_log_z);
+      const T v_j = vec[xi_j];
+      for (int i = xi_i0; i < C; i += xi_rows) xi[i * C + xi_j] += grad * fast_exp2(a_t[i] + mat_s[i * P + xi_j] + v_j);
+      if (t > 0 && threadIdx.x < C) {  // the next step's row, loaded a step ago; then the one after
+        arow[((s + 1) & 1) * C + threadIdx.x] = S::to_kernel(alpha_ahead + neg_log_z);
+        if (t > 1) alpha_ahead = alpha[(t - 2) * C + threadIdx.x];
       }
     }
-    for (int o0 = warp * kOutPerWarp; o0 < C; o0 += nwarps * kOutPerWarp) {
-      // lane r emits output o0 + r: its loads are issued now, their latency hidden by the step
-      const int o_mine = o0 + lane;
-      const bool emitter = lane < kOutPerWarp && o_mine < C;
-      const T e_mine = emitter ? em[t * p.es1 + o_mine * p.es2] : T(0);
-      const T a_mine = emitter ? alpha_at(t, o_mine) : T(0);
-      Acc acc[kOutPerWarp];
+    for (int o0 = warp * per_warp; o0 < C; o0 += nwarps * per_warp) {
+      // the group's lanes 0 .. R-1 emit its outputs ob .. ob + R - 1
+      const int ob = o0 + group * R, o_mine = ob + gl;
+      const bool emitter = gl < R && o_mine < C;
+      const Ahead now = single_pass ? ahead : load_ahead(t, o_mine, emitter);
+      if (single_pass && s + 1 < L) ahead = load_ahead(t_of(s + 1), o_mine, emitter);
+      const T e_mine = now.e, a_mine = now.a;
+      const int64_t y_mine = now.y;
+      auto term = [&](int row, int k) {
+        const T m = kMatShared ? mat_s[row * P + k] : S::to_kernel(__ldg(p.mat + int64_t(row) * C + k));
+        return S::times(vec[k], m);
+      };
+      Acc acc[R];
 #pragma unroll
-      for (int r = 0; r < kOutPerWarp; ++r) acc[r].init();
+      for (int r = 0; r < R; ++r) acc[r].init();
+      if constexpr (kChunked) {
+        for (int k0 = gl; k0 < C; k0 += 4 * G) {
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            const int row = min(ob + r, C - 1);  // rows past C repeat the last one and are never stored
+            T x[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) x[u] = k0 + u * G < C ? term(row, k0 + u * G) : -pos_inf<T>();
+            acc[r].template add_chunk<4>(x);
+          }
+        }
+      } else {
 #pragma unroll 4  // several k in flight: from global memory (large C) each load waits on L2
-      for (int k = lane; k < C; k += 32) {
-        const T v = vec[k];
+        for (int k = gl; k < C; k += G) {
 #pragma unroll
-        for (int r = 0; r < kOutPerWarp; ++r) {
-          const int o = min(o0 + r, C - 1);  // rows past C repeat the last one and are never stored
-          const T m = kMatShared ? mat_s[o * C + k] : S::to_kernel(__ldg(p.mat + int64_t(o) * C + k));
-          acc[r].add(S::times(v, m), k);
+          for (int r = 0; r < R; ++r) acc[r].add(term(min(ob + r, C - 1), k), k);
         }
       }
 #pragma unroll
-      for (int r = 0; r < kOutPerWarp; ++r) {
-        warp_merge(acc[r]);
-        const int o = o0 + r;
-        if (lane == r && o < C) {
-          emit(o, t, acc[r].result(), e_mine, a_mine, nxt);
-          if constexpr (kArg) pointers[t * C + o] = static_cast<int16_t>(acc[r].arg());
+      for (int r = 0; r < R; ++r) {
+        for (int mask = G >> 1; mask > 0; mask >>= 1) acc[r].merge(shfl_xor(acc[r], mask));
+        if (emitter && gl == r) {
+          emit(o_mine, t, acc[r].result(), e_mine, a_mine, y_mine, nxt);
+          if constexpr (kArg) pointers[t * C + o_mine] = static_cast<int16_t>(acc[r].arg());
         }
       }
     }
@@ -293,6 +349,18 @@ struct GradArgs {
   at::Tensor* grad_used;  // (B,) or null
 };
 
+// G, lanes per output for an on-chip matrix: doubled while a lane keeps more than 8 terms and the block
+// stays within 512 threads (C = 8: 1, 32: 4, 64: 8, 128: 4, 256: 2).
+int lanes_per_output(int C) {
+  int g = 1;
+  while (g < 32 && g * 8 < C && C * g * 2 <= 512) g *= 2;
+  return g;
+}
+
+// The smallest row pitch >= C that is G modulo 32: output row o starts at bank (o * G) mod 32, so the
+// groups of a warp (consecutive o, lanes reading k = lane mod G + ...) hit distinct banks.
+int matrix_pitch(int C, int G) { return C + (((G - C) % 32) + 32) % 32; }
+
 // Runs the kernel over the batch; returns whether the pair marginals were summed on chip (kGrad).
 template <class S, class T, bool kArg, bool kGrad>
 bool launch(const at::Tensor& em, const at::Tensor& trans, const at::Tensor& start, const at::Tensor& end,
@@ -301,20 +369,23 @@ bool launch(const at::Tensor& em, const at::Tensor& trans, const at::Tensor& sta
   const int64_t B = em.size(0);
   const int Tn = static_cast<int>(em.size(1)), C = static_cast<int>(em.size(2));
   if (B == 0) return true;
-  // Output-major step matrix: forward steps produce tag j from tag i (M[j, i] = trans[i, j]); reverse
-  // steps produce i from j (M[i, j] = trans[i, j]).
-  const at::Tensor mat = (reverse ? trans : trans.t()).contiguous();
+  // Output-major step matrix, for reading from L2 (large C): forward steps produce tag j from tag i
+  // (M[j, i] = trans[i, j]); reverse steps produce i from j (M[i, j] = trans[i, j]). On chip it is staged
+  // from trans directly, with its strides.
   const at::Tensor start_c = start.contiguous(), end_c = end.contiguous();
 
   int optin = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, em.get_device()));
+  const int G_shared = lanes_per_output(C), P = matrix_pitch(C, G_shared);
   const auto fits = [&](bool mat_on, bool ptr_on, bool xi_on) {
-    return ChainSmem<T>::bytes(C, Tn, mat_on, ptr_on, kGrad, xi_on) <= size_t(optin);
+    return ChainSmem<T>::bytes(C, P, Tn, mat_on, ptr_on, kGrad, xi_on) <= size_t(optin);
   };
   const bool mat_shared = fits(true, false, false);
+  const at::Tensor mat = mat_shared ? at::Tensor() : (reverse ? trans : trans.t()).contiguous();
   const bool xi = kGrad && mat_shared && fits(true, false, true);
   const bool ptr_shared = kArg && fits(mat_shared, true, xi);
-  const size_t smem = ChainSmem<T>::bytes(C, Tn, mat_shared, ptr_shared, kGrad, xi);
+  const size_t smem = ChainSmem<T>::bytes(C, P, Tn, mat_shared, ptr_shared, kGrad, xi);
+  const int G = mat_shared ? G_shared : 32;  // rows from L2: a warp reads 32 consecutive k
   at::Tensor ptr_scratch;
   if (kArg && !ptr_shared) ptr_scratch = at::empty({B, Tn, C}, em.options().dtype(at::kShort));
 
@@ -323,7 +394,10 @@ bool launch(const at::Tensor& em, const at::Tensor& trans, const at::Tensor& sta
   p.es0 = em.stride(0);
   p.es1 = em.stride(1);
   p.es2 = em.stride(2);
-  p.mat = mat.data_ptr<T>();
+  p.trans = trans.data_ptr<T>();
+  p.trs0 = trans.stride(0);
+  p.trs1 = trans.stride(1);
+  p.mat = mat_shared ? nullptr : mat.data_ptr<T>();
   p.boundary_in = (reverse ? end_c : start_c).data_ptr<T>();
   p.boundary_out = (reverse ? start_c : end_c).data_ptr<T>();
   p.lengths = lengths.data_ptr<int64_t>();
@@ -333,6 +407,8 @@ bool launch(const at::Tensor& em, const at::Tensor& trans, const at::Tensor& sta
   p.tags = tags ? tags->data_ptr<int64_t>() : nullptr;
   p.steps = Tn;
   p.C = C;
+  p.group = G;
+  p.pitch = P;
   p.reverse = reverse;
   if (gold) {
     p.gold = gold->data_ptr<int64_t>();
@@ -345,6 +421,7 @@ bool launch(const at::Tensor& em, const at::Tensor& trans, const at::Tensor& sta
     p.alpha = grads->alpha->data_ptr<T>();
     p.log_z = grads->log_z->data_ptr<T>();
     p.grad = grads->grad->data_ptr<T>();
+    p.grad_stride = grads->grad->stride(0);
     p.g_em = grads->g_em->data_ptr<T>();
     p.g_start = grads->g_start->data_ptr<T>();
     p.g_end = grads->g_end->data_ptr<T>();
@@ -352,7 +429,9 @@ bool launch(const at::Tensor& em, const at::Tensor& trans, const at::Tensor& sta
     p.grad_used = grads->grad_used ? grads->grad_used->data_ptr<T>() : nullptr;
   }
 
-  const int warps = std::max(1, std::min(kMaxWarps, (C + kOutPerWarp - 1) / kOutPerWarp));
+  // one lane group per output, at most kMaxWarps; the pair-marginal sums (xi) want at least 8 warps
+  const int warps = std::min(kMaxWarps, std::max(xi ? 8 : 1, (C * G + 31) / 32));
+  TORCH_CHECK(!xi || warps * 32 >= C, "chain kernel: pair marginals on chip need a thread per tag");
   auto kernel = mat_shared ? (xi ? chain_kernel<S, T, kArg, true, kGrad, kGrad>
                                   : chain_kernel<S, T, kArg, true, kGrad, false>)
                            : chain_kernel<S, T, kArg, false, kGrad, false>;
@@ -442,9 +521,15 @@ std::vector<at::Tensor> chain_log_backward(const at::Tensor& emissions, const at
   const auto opts = emissions.options();
   at::Tensor total = at::empty({B}, opts);
   at::Tensor g_em = new_output({B, T_len, C}, opts);
-  at::Tensor g_trans = at::zeros({C, C}, opts), g_start = at::zeros({C}, opts), g_end = at::zeros({C}, opts);
+  // the atomically accumulated sums share one zeroed buffer: one memset
+  at::Tensor sums = at::empty({C * C + 2 * C}, opts);
+  C10_CUDA_CHECK(cudaMemsetAsync(sums.data_ptr(), 0, sums.nbytes(), at::cuda::getCurrentCUDAStream()));
+  at::Tensor g_trans = sums.narrow(0, 0, C * C).view({C, C}), g_start = sums.narrow(0, C * C, C),
+             g_end = sums.narrow(0, C * C + C, C);
   at::Tensor beta = at::empty({B, T_len, C}, opts);
-  const at::Tensor alpha_c = alpha.contiguous(), log_z_c = log_z.contiguous(), grad_c = grad.contiguous();
+  // grad may be a broadcast scalar (stride 0: the backward of a sum): read in place
+  const at::Tensor alpha_c = alpha.contiguous(), log_z_c = log_z.contiguous();
+  const at::Tensor grad_c = grad.stride(0) == 0 ? grad : grad.contiguous();
   bool xi_on_chip = true;
   // with tags, the weights the kernel gave the chains (0 where the gold path is impossible) feed the
   // off-chip pair-marginal sum

@@ -7,7 +7,8 @@
     semiring_ops::chain_log_backward(em, trans, start, end, lengths, alpha, log_z, grad, tags=None)
         -> (g_em, g_trans, g_start, g_end): forward-backward in one reverse-scan launch that also sums
         the marginals (g_em = grad * exp(alpha + beta - log_z)) and the pair marginals into g_trans; with
-        tags, minus the indicators of the tag paths (the gradient of log_z - gold, a CRF's NLL)
+        tags, the gradient of grad * (gold - log_z) (a CRF's log-likelihood): the tag paths' indicators minus
+        the marginals
     semiring_ops::crf_log_likelihood(em, trans, start, end, lengths, tags) -> (llh (B,), alpha, log_z)
         a CRF's log-likelihood of the tag paths (B, T) in one forward-scan launch; differentiable through
         llh, by chain_log_backward with the tags
@@ -102,9 +103,9 @@ def chain_log_backward(
     grad: Tensor,
     tags: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Gradients of sum_b grad_b (log_z_b - gold_b) with respect to (em, trans, start, end), by one reverse
-    scan (forward-backward); gold is the score of the tag paths `tags` (B, T), 0 without; a chain whose
-    log_z or gold score is -inf gets zero gradient (contract in csrc/ops.h)."""
+    """Gradients with respect to (em, trans, start, end) of sum_b grad_b log_z_b, or with tags (B, T) of
+    sum_b grad_b (gold_b - log_z_b) (gold: the tag path's score; a CRF's log-likelihood), by one reverse scan
+    (forward-backward); a chain whose log_z or gold score is -inf gets zero gradient (csrc/ops.h)."""
     return tuple(backend_for(em.device).chain_log_backward(em, trans, start, end, lengths, alpha, log_z, grad, tags))
 
 
@@ -141,8 +142,8 @@ def _crf_backward(ctx, grad_llh, grad_alpha=None, grad_log_z=None):
     if grad_llh is None:
         return (None,) * 6
     em, trans, start, end, lengths, tags, alpha, log_z = ctx.saved_tensors
-    # d llh = d gold - d log_z: chain_log_backward's gradient of (log_z - gold), weighted by -grad
-    grads = chain_log_backward_eager(em, trans, start, end, lengths, alpha, log_z, -grad_llh.to(em.dtype), tags)
+    # chain_log_backward with tags: the gradient of sum_b grad_b (gold_b - log_z_b) = sum_b grad_b llh_b
+    grads = chain_log_backward_eager(em, trans, start, end, lengths, alpha, log_z, grad_llh.to(em.dtype), tags)
     return (*grads, None, None)
 
 

@@ -239,7 +239,8 @@ def chain_log_backward(em, trans, start, end, lengths, alpha, log_z, grad, tags=
     neg_z = torch.where(log_z == -math.inf, log_z, -log_z)[:, None, None]  # -inf: every weight exp(-inf) = 0
     if tags is not None:  # no gradient for a chain whose gold path is impossible; NaN for unvalidated tags
         gold = gold_path_score(em, trans, start, end, lengths, tags)
-        grad = torch.where(gold == -math.inf, 0.0, torch.where(gold.isnan(), gold, grad))
+        # the loss is sum_b grad_b (gold_b - log_z_b): the marginals weigh -grad, the gold path +grad
+        grad = torch.where(gold == -math.inf, 0.0, torch.where(gold.isnan(), gold, -grad))
     g_em = torch.exp(alpha + beta + neg_z) * grad[:, None, None]  # 0 past each length (alpha = -inf there)
     live_t = torch.arange(T, device=em.device)[None, :] < lengths[:, None]  # (B, T)
     g = torch.where(log_z == -math.inf, 0.0, grad)

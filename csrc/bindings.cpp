@@ -44,6 +44,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "Lengths (B,) int64 of right-padded sequences from a prefix mask or lengths, validated with the tags",
         py::arg("mask"), py::arg("lengths"), py::arg("tags"), py::arg("batch"), py::arg("steps"), py::arg("num_tags"));
 
+#ifdef SEMIRING_OPS_WITH_CUDA  // defined for the CUDA extension only (semiring_ops/build/jit.py, CUDA_EXTENSION)
+  m.def("log_bmm_fast", &semiring_ops::log_bmm_fast,
+        "Fast-mode log bmm on tensor cores: a (B, n, k), b (B, k, m) -> [out (B, n, m) float32, flags (B, n, m) "
+        "uint8 (1: recompute exactly), count (1,) int64]",
+        py::arg("a"), py::arg("b"), py::arg("passes"));
+#endif
+
   m.def(
       "set_poison_outputs", [](bool enabled) { semiring_ops::poison_outputs_flag() = enabled; },
       "Testing aid: allocate outputs filled with NaN (indices with -1) instead of uninitialised.",

@@ -90,4 +90,17 @@ std::vector<at::Tensor> crf_log_likelihood(const at::Tensor& emissions, const at
 at::Tensor sequence_lengths(const std::optional<at::Tensor>& mask, const std::optional<at::Tensor>& lengths,
                             const std::optional<at::Tensor>& tags, int64_t batch, int64_t steps, int64_t num_tags);
 
+// The log-semiring batched matmul's fast mode (CUDA only, compute capability 8.0+; not in the CPU build):
+//   out[p,i,j] = logsumexp_k a[p,i,k] + b[p,k,j]  on tensor cores (TF32 products of per-k-tile scaled
+//   exponentials, combined with a running maximum; csrc/cuda/log_bmm_fast_cuda.cu has the math).
+//   a: (B, n, k), b: (B, k, m), one dtype (float32, float16, bfloat16), one CUDA device; any strides (an
+//   operand whose inner stride is not 1, or whose row / batch strides or data are not 4-element aligned, is
+//   copied; a batch stride of 0 stays a broadcast). passes: 1 (TF32, |error| <= ~1e-3) or 3 (3xTF32, ~1e-6).
+// Returns {out, flags, count}:
+//   out (B, n, m) float32 contiguous; flags (B, n, m) uint8, 1 where out is NOT trusted (its scaled sum fell
+//   below 2^-64, or its row / column holds NaN, +inf or |x| > 2^125): out is NaN there and the caller must
+//   recompute those outputs exactly; count (1,) int64, the number of flags set.
+// k = 0 gives -inf everywhere and no flags.
+std::vector<at::Tensor> log_bmm_fast(const at::Tensor& a, const at::Tensor& b, int64_t passes);
+
 }  // namespace semiring_ops

@@ -53,6 +53,9 @@ class Backend:
     def sequence_lengths(self, mask, lengths, tags, batch: int, steps: int, num_tags: int):
         return self.module.sequence_lengths(mask, lengths, tags, batch, steps, num_tags)
 
+    def log_bmm_fast(self, a, b, passes: int):  # the CUDA build only (hasattr(module, "log_bmm_fast"))
+        return self.module.log_bmm_fast(a, b, passes)
+
 
 _lock = threading.Lock()
 _backends: dict[str, Backend] = {}

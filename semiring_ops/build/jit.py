@@ -85,8 +85,9 @@ CUDA_EXTENSION = ExtensionSpec(
         "cuda/log_contract_cuda.cu",
         "cuda/chain_cuda.cu",
         "cuda/sequence_cuda.cu",
+        "cuda/log_bmm_fast_cuda.cu",
     ),
-    cflags=("-O3",),
+    cflags=("-O3", "-DSEMIRING_OPS_WITH_CUDA"),  # bindings.cpp binds the CUDA-only entry points (log_bmm_fast)
     cuda_cflags=("-O3", "-lineinfo"),
     aot_module="semiring_ops._C_cuda",
 )

@@ -7,12 +7,14 @@ import math
 import torch
 from torch import Tensor
 
-from ..semirings import Semiring, StdSemiring, resolve_semiring
-from . import registry
+from ..semirings import LogSemiring, Semiring, StdSemiring, resolve_semiring
+from . import fast_log, registry
 from .reference import generic_bmm
 from .validation import check_same_device_and_dtype, check_tensor, matmul_shapes
 
-__all__ = ["logbmm", "maxbmm", "minbmm", "semiring_matmul", "stdbmm"]
+__all__ = ["PRECISIONS", "logbmm", "maxbmm", "minbmm", "semiring_matmul", "stdbmm"]
+
+PRECISIONS = ("exact", "fast")
 
 
 def semiring_matmul(
@@ -21,6 +23,7 @@ def semiring_matmul(
     semiring: str | type[Semiring] = "log",
     *,
     return_argmax: bool = False,
+    precision: str = "exact",
 ) -> Tensor | tuple[Tensor, Tensor]:
     """C = A (x) B over a semiring, with torch.matmul's shape rules.
 
@@ -31,6 +34,15 @@ def semiring_matmul(
             subclass (one without a compiled kernel runs on the blocked PyTorch path).
         return_argmax: max / min only: also return the int64 index k of the selected term,
             (..., n, m); ties go to the lowest k.
+        precision: "exact" (default) or "fast". "fast" runs the log semiring on CUDA float32 / bfloat16 /
+            float16 inputs (GPUs of compute capability 8.0+) on tensor cores: each k-tile of 32 terms becomes
+            a TF32 product of exponentials scaled by the tile's row / column maxima, combined with a running
+            maximum. Absolute error <= ~1e-3 (nats) on top of the exact kernel's own float32 rounding;
+            outputs whose scaled sum underflows (a tile's row and column maxima far apart, e.g. values
+            spread over hundreds of nats) and rows / columns holding NaN, +inf or |x| > 2^125 are detected
+            and recomputed exactly, so a fast result is never -inf or garbage where the exact one is finite.
+            The backward is the exact log backward (computed from the fast output). Everything else (CPU,
+            float64, the other semirings, older GPUs) runs exact; see docs/semiring_matmul.md.
 
     Returns:
         (..., n, m) in a's dtype (16-bit inputs accumulate in float32), or (values, argmax).
@@ -40,6 +52,8 @@ def semiring_matmul(
     """
     S = resolve_semiring(semiring)
     fn = f"semiring_matmul[{S.name}]"
+    if precision not in PRECISIONS:
+        raise ValueError(f"{fn}: precision must be one of {PRECISIONS}, got {precision!r}")
     a = check_tensor(fn, "a", a)
     b = check_tensor(fn, "b", b)
     if return_argmax and not S.selects:
@@ -62,7 +76,11 @@ def semiring_matmul(
         return generic_bmm(a3, b3, S).reshape(*batch, n, m)
     needs_grad = torch.is_grad_enabled() and (a.requires_grad or b.requires_grad)
     with_arg = S.selects and (return_argmax or needs_grad)
-    out, arg = registry.bmm_forward_eager(a3, b3, S.kernel_id, with_arg)
+    if precision == "fast" and S is LogSemiring and fast_log.supports(a3):
+        out, arg = fast_log.log_bmm_fast(a3, b3), None
+    # elif precision == "fast" and S.selects ...: the place for a fast max / min path (packed half2); exact for now
+    else:
+        out, arg = registry.bmm_forward_eager(a3, b3, S.kernel_id, with_arg)
     if out.dtype != a.dtype:
         out = out.to(a.dtype)
     if len(batch) != 1:
@@ -80,9 +98,10 @@ def _autocast(t: Tensor) -> bool:
     return device_type in _AUTOCAST_DEVICE_TYPES and torch.is_autocast_enabled(device_type)
 
 
-def logbmm(a: Tensor, b: Tensor) -> Tensor:
-    """Log-semiring matmul: C[..., i, j] = logsumexp_k (a[..., i, k] + b[..., k, j])."""
-    return semiring_matmul(a, b, "log")
+def logbmm(a: Tensor, b: Tensor, *, precision: str = "exact") -> Tensor:
+    """Log-semiring matmul: C[..., i, j] = logsumexp_k (a[..., i, k] + b[..., k, j]).
+    precision="fast": tensor cores on CUDA fp32 / 16-bit inputs, ~1e-3 error (see semiring_matmul)."""
+    return semiring_matmul(a, b, "log", precision=precision)
 
 
 def maxbmm(a: Tensor, b: Tensor, return_argmax: bool = False) -> Tensor | tuple[Tensor, Tensor]:

@@ -12,6 +12,11 @@ Usage:
     python benchmarks/bmm.py                       # GPU if present, B=8, n=k=m in 64..1024
     python benchmarks/bmm.py --device cpu --sizes 64 128 256
     python benchmarks/bmm.py --json results.json
+    python benchmarks/bmm.py --ops log --batch 1 --sizes 4096 --fast-check   # the log fast mode at its target size
+
+On the GPU the log op has two more rows, its fast mode (semiring_ops/ops/fast_log.py): "semiring_ops fast"
+(logbmm(..., precision="fast"), fast_log.DEFAULT_PASSES TF32 passes) and "semiring_ops fast3" (3xTF32);
+--fast-check prints their max |fast - exact| on inputs like the benchmark's.
 """
 
 from __future__ import annotations
@@ -66,6 +71,33 @@ def implementations() -> dict[str, dict[str, Callable]]:
     return impls
 
 
+def fast_impls() -> dict[str, Callable]:
+    """The log semiring's fast mode (CUDA): the public precision="fast" and the 3xTF32 variant."""
+    from semiring_ops.ops import fast_log
+
+    return {
+        "semiring_ops fast": lambda a, b: so.logbmm(a, b, precision="fast"),
+        "semiring_ops fast3": lambda a, b: fast_log.log_bmm_fast(a, b, passes=3),
+    }
+
+
+def fast_check(B: int, sizes: list[int], device: str) -> None:
+    """--fast-check: max |fast - exact| of the log fast mode on inputs like the benchmark's (randn), for each
+    size and pass count, with the number of outputs the kernel flagged (and the host recomputed)."""
+    from semiring_ops.ops import fast_log
+
+    for n in sizes:
+        a = torch.randn(B, n, n, device=device)
+        b = torch.randn(B, n, n, device=device)
+        exact = so.logbmm(a, b)
+        for passes in (1, 3):
+            fast_log.reset_stats()
+            err = (fast_log.log_bmm_fast(a, b, passes) - exact).abs().max().item()
+            flagged = fast_log.stats["flagged"]
+            line = f"fast-check B={B} n={n} passes={passes}: max |fast - exact| = {err:.3g}, {flagged} flagged"
+            print(line, flush=True)
+
+
 def run_one(fn, B: int, n: int, device: str, reps: int, backward: bool) -> tuple[float | str, float | str | None]:
     """(median ms, peak MiB above the inputs of one call; None off CUDA) of fn's forward or forward + backward."""
     a = torch.randn(B, n, n, device=device, requires_grad=backward)
@@ -92,7 +124,7 @@ CEILING_KEY = {
     "std": "sgemm_cells_per_s",
 }
 HEADER = ("op", "B", "n", "impl", "fwd ms", "fwd+bwd ms", "Gcell/s", "% ceil", "x ours fwd", "x ours f+b")
-WIDTHS = (4, 2, 5, 16, 9, 11, 9, 7, 10, 10)
+WIDTHS = (4, 2, 5, 18, 9, 11, 9, 7, 10, 10)
 
 
 def _fmt(value, digits: int = 3) -> str:
@@ -118,6 +150,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=None, help="timed runs per cell (default 30 GPU, 5 CPU)")
     parser.add_argument("--naive-limit-gb", type=float, default=8.0, help="skip torch naive above this")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--fast-check", action="store_true", help="print the log fast mode's max |fast - exact|")
     args = parser.parse_args()
     dev = args.device
     reps = args.reps or (30 if dev == "cuda" else 5)
@@ -131,6 +164,10 @@ def main() -> None:
         print("ceilings:", ", ".join(f"{k} {v:.3g}" for k, v in ceilings.items()))
     print("kernels:", so.backend_info()["backends"])
     impls = implementations()
+    if dev == "cuda":
+        impls["log"].update(fast_impls())
+    if args.fast_check and dev == "cuda":
+        fast_check(args.batch, args.sizes, dev)
     rows = []
     print(_row(HEADER))
     print("-" * len(_row(HEADER)))

@@ -60,6 +60,7 @@ inline void raise_sequence_problems(int32_t bits, const std::optional<at::Tensor
                                     int64_t num_tags) {
   TORCH_CHECK_VALUE(!(bits & kMaskHoles), "mask has holes (a 1 after a 0): only prefix masks (right padding) are supported");
   if (bits & kLengthOutOfRange) {
+    TORCH_CHECK(lengths, "sequence_lengths: internal error: lengths out of range without given lengths");
     const at::Tensor shown = lengths->to(at::kCPU, at::kLong).contiguous();
     TORCH_CHECK_VALUE(false, "lengths must lie in 0..", steps, ", got ",
                       at::IntArrayRef(shown.data_ptr<int64_t>(), shown.numel()));

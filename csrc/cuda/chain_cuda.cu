@@ -231,26 +231,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32) chain_kernel(ChainParams<T> p)
   // (G = 32), four independent accumulators in flight.
   constexpr int R = kMatShared ? 1 : 4;
   const int group = lane / G, gl = lane & (G - 1), per_warp = (32 / G) * R;
-  // Per-step global loads, issued ahead so that their latency hides behind the steps: the alpha row for the
-  // pair marginals two steps ahead (kXi); the emitters' emission, alpha and gold tag one step ahead when one
-  // pass of the warps covers all outputs (the usual case: an emitter then keeps its output for every step).
-  const bool single_pass = C <= nwarps * per_warp;
   auto t_of = [&](int64_t s) -> int64_t { return p.reverse ? L - 1 - s : s; };
-  T alpha_ahead = T(0);  // kXi: alpha[t - 1, threadIdx.x] for the next step's arow
+  T alpha_ahead = T(0);  // kXi: alpha[t - 1, threadIdx.x] for the next step's arow, loaded a step early
   if constexpr (kXi) {
     if (L > 2 && threadIdx.x < C) alpha_ahead = alpha[(L - 3) * C + threadIdx.x];
-  }
-  struct Ahead {
-    T e, a;
-    int64_t y;
-  };
-  auto load_ahead = [&](int64_t t, int o, bool emitter) {
-    return emitter ? Ahead{em[t * p.es1 + o * p.es2], alpha_at(t, o), gold_at(t)} : Ahead{T(0), T(0), int64_t(-1)};
-  };
-  Ahead ahead{T(0), T(0), int64_t(-1)};
-  if (single_pass && L > 1) {
-    const int o_mine = warp * per_warp + group * R + gl;
-    ahead = load_ahead(t_of(1), o_mine, gl < R && o_mine < C);
   }
   for (int64_t s = 1; s < L; ++s) {
     const int64_t t = t_of(s);
@@ -268,11 +252,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32) chain_kernel(ChainParams<T> p)
     for (int o0 = warp * per_warp; o0 < C; o0 += nwarps * per_warp) {
       // the group's lanes 0 .. R-1 emit its outputs ob .. ob + R - 1
       const int ob = o0 + group * R, o_mine = ob + gl;
-      const bool emitter = gl < R && o_mine < C;
-      const Ahead now = single_pass ? ahead : load_ahead(t, o_mine, emitter);
-      if (single_pass && s + 1 < L) ahead = load_ahead(t_of(s + 1), o_mine, emitter);
-      const T e_mine = now.e, a_mine = now.a;
-      const int64_t y_mine = now.y;
+      const bool emitter = gl < R && o_mine < C;  // loads issued now, their latency hidden by the step
+      const T e_mine = emitter ? em[t * p.es1 + o_mine * p.es2] : T(0);
+      const T a_mine = emitter ? alpha_at(t, o_mine) : T(0);
+      const int64_t y_mine = emitter ? gold_at(t) : int64_t(-1);
       auto term = [&](int row, int k) {
         const T m = kMatShared ? mat_s[row * P + k] : S::to_kernel(__ldg(p.mat + int64_t(row) * C + k));
         return S::times(vec[k], m);

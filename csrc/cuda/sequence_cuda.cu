@@ -17,7 +17,8 @@ namespace {
 constexpr int kThreads = 256;
 
 struct SequenceParams {
-  const uint8_t* mask;  // (B, T) or null
+  const uint8_t* mask;  // (B, T) (null when T = 0)
+  bool has_mask;        // the lengths come from the mask (not from mask != null: a (B, 0) mask has no data)
   int64_t ms0, ms1;
   const int64_t* tags;  // (B, T) or null
   int64_t ts0, ts1;
@@ -30,7 +31,7 @@ __global__ void __launch_bounds__(kThreads) sequence_kernel(SequenceParams p) {
   const int64_t b = blockIdx.x;
   int64_t L = p.lengths[b];
   int problems = 0;
-  if (p.mask) {
+  if (p.has_mask) {
     int count = 0, holes = 0;
     for (int64_t t0 = 0; t0 < p.steps; t0 += kThreads) {
       const int64_t t = t0 + threadIdx.x;
@@ -76,6 +77,7 @@ at::Tensor sequence_lengths(const std::optional<at::Tensor>& mask, const std::op
   at::Tensor y = tags ? tags->to(at::kLong) : at::Tensor();
   cuda::SequenceParams p{};
   if (mask) {
+    p.has_mask = true;
     p.mask = m.data_ptr<uint8_t>();
     p.ms0 = m.stride(0);
     p.ms1 = m.stride(1);

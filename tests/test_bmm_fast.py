@@ -562,3 +562,20 @@ def test_cuda_large_batch_beyond_the_grid_limit():
     a = torch.randn(70000, 3, 5, device="cuda")
     b = torch.randn(70000, 5, 2, device="cuda")
     _assert_matches(fast_log.log_bmm_fast(a, b), so.logbmm(a, b), 1e-3 + 1e-5)
+
+
+@pytest.fixture(autouse=True)
+def _fast_mode_at_every_size(monkeypatch, request):
+    """The tests' small products take the fast kernel (semiring_matmul sends products under MIN_CELLS to the
+    exact one, which is faster there), except in the test of that threshold."""
+    if "min_cells" not in request.node.name:
+        monkeypatch.setattr(fast_log, "MIN_CELLS", 0)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
+def test_small_products_under_min_cells_run_exact():
+    a, b = torch.randn(2, 30, 40, device="cuda"), torch.randn(2, 40, 20, device="cuda")
+    fast_log.reset_stats()
+    out = so.logbmm(a, b, precision="fast")
+    assert fast_log.stats["kernel"] == 0 and torch.equal(out, so.logbmm(a, b))

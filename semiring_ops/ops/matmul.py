@@ -42,7 +42,8 @@ def semiring_matmul(
             spread over hundreds of nats) and rows / columns holding NaN, +inf or |x| > 2^125 are detected
             and recomputed exactly, so a fast result is never -inf or garbage where the exact one is finite.
             The backward is the exact log backward (computed from the fast output). Everything else (CPU,
-            float64, the other semirings, older GPUs) runs exact; see docs/semiring_matmul.md.
+            float64, the other semirings, older GPUs, and products under fast_log.MIN_CELLS = 2^29 cells,
+            where the exact kernel is faster) runs exact; see docs/semiring_matmul.md.
 
     Returns:
         (..., n, m) in a's dtype (16-bit inputs accumulate in float32), or (values, argmax).
@@ -76,7 +77,7 @@ def semiring_matmul(
         return generic_bmm(a3, b3, S).reshape(*batch, n, m)
     needs_grad = torch.is_grad_enabled() and (a.requires_grad or b.requires_grad)
     with_arg = S.selects and (return_argmax or needs_grad)
-    if precision == "fast" and S is LogSemiring and fast_log.supports(a3):
+    if precision == "fast" and S is LogSemiring and fast_log.supports(a3) and B * n * k * m >= fast_log.MIN_CELLS:
         out, arg = fast_log.log_bmm_fast(a3, b3), None
     # elif precision == "fast" and S.selects ...: the place for a fast max / min path (packed half2); exact for now
     else:
@@ -115,5 +116,8 @@ def minbmm(a: Tensor, b: Tensor, return_argmax: bool = False) -> Tensor | tuple[
 
 
 def stdbmm(a: Tensor, b: Tensor) -> Tensor:
-    """The standard semiring: torch.matmul."""
+    """The standard semiring: torch.matmul (3-D operands of one batch go straight to torch.bmm, whose own
+    checks name a bad argument: a launch-bound call costs what torch.bmm costs)."""
+    if type(a) is Tensor and type(b) is Tensor and a.dim() == 3 and b.dim() == 3 and a.shape[0] == b.shape[0]:
+        return torch.bmm(a, b)
     return semiring_matmul(a, b, "std")

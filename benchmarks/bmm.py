@@ -13,6 +13,10 @@ Usage:
     python benchmarks/bmm.py --device cpu --sizes 64 128 256
     python benchmarks/bmm.py --json results.json
     python benchmarks/bmm.py --ops log --batch 1 --sizes 4096 --fast-check   # the log fast mode at its target size
+    python benchmarks/bmm.py --ops max min --dtype float16 --sizes 1024      # 16-bit max / min (packed kernel)
+
+With --dtype float16 / bfloat16 the inputs are 16-bit: max / min forwards run the packed kernel
+(csrc/cuda/packed_select_cuda.cu) and their % column is against the packed f16x2 max-plus ceiling.
 
 On the GPU the log op has two more rows, its fast mode (semiring_ops/ops/fast_log.py): "semiring_ops fast"
 (logbmm(..., precision="fast"), fast_log.DEFAULT_PASSES TF32 passes) and "semiring_ops fast3" (3xTF32);
@@ -98,12 +102,14 @@ def fast_check(B: int, sizes: list[int], device: str) -> None:
             print(line, flush=True)
 
 
-def run_one(fn, B: int, n: int, device: str, reps: int, backward: bool) -> tuple[float | str, float | str | None]:
+def run_one(
+    fn, B: int, n: int, device: str, reps: int, backward: bool, dtype: torch.dtype = torch.float32
+) -> tuple[float | str, float | str | None]:
     """(median ms, peak MiB above the inputs of one call; None off CUDA) of fn's forward or forward + backward."""
-    a = torch.randn(B, n, n, device=device, requires_grad=backward)
-    b = torch.randn(B, n, n, device=device, requires_grad=backward)
+    a = torch.randn(B, n, n, device=device, dtype=dtype, requires_grad=backward)
+    b = torch.randn(B, n, n, device=device, dtype=dtype, requires_grad=backward)
     if backward:
-        g = torch.randn(B, n, n, device=device)
+        g = torch.randn(B, n, n, device=device, dtype=dtype)
 
         def step():
             out = fn(a, b)
@@ -151,7 +157,9 @@ def main() -> None:
     parser.add_argument("--naive-limit-gb", type=float, default=8.0, help="skip torch naive above this")
     parser.add_argument("--json", default=None)
     parser.add_argument("--fast-check", action="store_true", help="print the log fast mode's max |fast - exact|")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     args = parser.parse_args()
+    dtype = getattr(torch, args.dtype)
     dev = args.device
     reps = args.reps or (30 if dev == "cuda" else 5)
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -181,18 +189,22 @@ def main() -> None:
                 if name == "torch naive" and cells * 4 > args.naive_limit_gb * 1e9:
                     fwd = fb = "skip"
                 else:
-                    fwd, fwd_mib = run_one(fn, B, n, dev, reps, backward=False)
+                    fwd, fwd_mib = run_one(fn, B, n, dev, reps, backward=False, dtype=dtype)
                     nograd = name == "semiring-einsum" and op == "max"
-                    fb, fb_mib = ("n/a", None) if nograd else run_one(fn, B, n, dev, max(3, reps // 2), backward=True)
+                    fb_reps = max(3, reps // 2)
+                    fb, fb_mib = ("n/a", None) if nograd else run_one(fn, B, n, dev, fb_reps, True, dtype)
                 if name == "semiring_ops":
                     ours = {"fwd": fwd, "fb": fb}
                 rate = cells / (fwd * 1e-3) if isinstance(fwd, float) else None
-                ceil = ceilings.get(CEILING_KEY[op])
+                ceil_key = CEILING_KEY[op]
+                if dtype != torch.float32 and op in ("max", "min"):
+                    ceil_key = "maxplus16_cells_per_s"
+                ceil = ceilings.get(ceil_key)
                 pct = f"{100 * rate / ceil:.1f}%" if rate and ceil else ""
                 gcell = f"{rate / 1e9:.1f}" if rate else ""
                 line = (op, str(B), str(n), name, _fmt(fwd), _fmt(fb), gcell, pct)
                 print(_row((*line, _ratio(fwd, ours.get("fwd")), _ratio(fb, ours.get("fb")))), flush=True)
-                row = dict(op=op, B=B, n=n, impl=name, fwd_ms=fwd, fwd_bwd_ms=fb, cells_per_s=rate)
+                row = dict(op=op, B=B, n=n, impl=name, dtype=args.dtype, fwd_ms=fwd, fwd_bwd_ms=fb, cells_per_s=rate)
                 rows.append({**row, "fwd_peak_mib": fwd_mib, "fwd_bwd_peak_mib": fb_mib})
     if args.json:
         gpu = torch.cuda.get_device_name() if dev == "cuda" else None

@@ -1,5 +1,6 @@
 """Measured hardware ceilings for the semiring kernels on the GPU in use: ex2 (MUFU) throughput,
-fp32 max-plus cells (FADD + FMNMX) and fp32 SGEMM cells. benchmarks/bmm.py reports % of these."""
+fp32 max-plus cells (FADD + FMNMX), packed f16x2 max-plus cells (HADD2 + HMNMX2, two cells each) and fp32
+SGEMM cells. benchmarks/bmm.py reports % of these."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from timing import time_ms
 
 _SOURCE = r"""
 #include <torch/extension.h>
+#include <cuda_fp16.h>
 __global__ void ex2_probe(float* out, int iters) {
   float x0 = threadIdx.x * 1e-6f, x1 = x0 + 1e-3f, x2 = x0 + 2e-3f, x3 = x0 + 3e-3f;
   for (int i = 0; i < iters; ++i) {
@@ -28,15 +30,31 @@ __global__ void maxplus_probe(float* out, int iters) {
   }
   out[blockIdx.x * blockDim.x + threadIdx.x] = m0 + m1 + m2 + m3;
 }
+__global__ void maxplus_half2_probe(float* out, int iters) {
+  const float t = threadIdx.x * 1e-3f;
+  __half2 a0 = __floats2half2_rn(t, t + 1), a1 = __floats2half2_rn(t + 2, t + 3);
+  __half2 a2 = __floats2half2_rn(t + 4, t + 5), a3 = __floats2half2_rn(t + 6, t + 7);
+  __half2 b = __float2half2_rn(0.25f), m0 = __float2half2_rn(-6e4f), m1 = m0, m2 = m0, m3 = m0;
+  const __half2 step = __float2half2_rn(1e-3f);
+  for (int i = 0; i < iters; ++i) {
+    m0 = __hmax2_nan(m0, __hadd2(a0, b)); m1 = __hmax2_nan(m1, __hadd2(a1, b));
+    m2 = __hmax2_nan(m2, __hadd2(a2, b)); m3 = __hmax2_nan(m3, __hadd2(a3, b));
+    b = __hadd2(b, step);
+  }
+  const float2 s = __half22float2(__hadd2(__hadd2(m0, m1), __hadd2(m2, m3)));
+  out[blockIdx.x * blockDim.x + threadIdx.x] = s.x + s.y;
+}
 void probe(int64_t which, torch::Tensor out, int64_t blocks, int64_t threads, int64_t iters) {
   if (which == 0) ex2_probe<<<blocks, threads>>>(out.data_ptr<float>(), iters);
-  else maxplus_probe<<<blocks, threads>>>(out.data_ptr<float>(), iters);
+  else if (which == 1) maxplus_probe<<<blocks, threads>>>(out.data_ptr<float>(), iters);
+  else maxplus_half2_probe<<<blocks, threads>>>(out.data_ptr<float>(), iters);
 }
 """
 
 
 def measure() -> dict[str, float]:
-    """{'exp_per_s', 'maxplus_cells_per_s', 'sgemm_cells_per_s'}, measured now on cuda:0."""
+    """{'exp_per_s', 'maxplus_cells_per_s', 'maxplus16_cells_per_s', 'sgemm_cells_per_s'}, measured now on
+    cuda:0 (maxplus16: two cells per HADD2 + HMNMX2 pair)."""
     from torch.utils.cpp_extension import load_inline
 
     from semiring_ops.build.jit import _exclusive, cache_root
@@ -60,10 +78,11 @@ def measure() -> dict[str, float]:
     blocks, threads, iters = sms * 16, 256, 4096
     out = torch.empty(blocks * threads, device="cuda")
     work = blocks * threads * iters * 4
-    res = {
-        "exp_per_s": work / (time_ms(lambda: mod.probe(0, out, blocks, threads, iters), "cuda", 20) * 1e-3),
-        "maxplus_cells_per_s": work / (time_ms(lambda: mod.probe(1, out, blocks, threads, iters), "cuda", 20) * 1e-3),
-    }
+
+    def rate(which: int, per_lane: int) -> float:
+        return per_lane * work / (time_ms(lambda: mod.probe(which, out, blocks, threads, iters), "cuda", 20) * 1e-3)
+
+    res = {"exp_per_s": rate(0, 1), "maxplus_cells_per_s": rate(1, 1), "maxplus16_cells_per_s": rate(2, 2)}
     allow = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     a = torch.randn(8192, 8192, device="cuda")

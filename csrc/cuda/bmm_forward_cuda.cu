@@ -11,6 +11,7 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include "checks.h"
+#include "cuda/packed_select.h"
 #include "cuda/tile_engine.cuh"
 #include "ops.h"
 #include "semiring.h"
@@ -110,6 +111,12 @@ std::vector<at::Tensor> bmm_forward(const at::Tensor& a, const at::Tensor& b, in
         return;
       }
       if constexpr (S::kSelects) {
+        // No index asked for, 16-bit inputs: packed pairs, two cells per instruction pair, same values
+        // as the fp32 path once rounded to the input dtype (packed_select_cuda.cu).
+        if (!track && cuda::packed_select_supported(a)) {
+          cuda::packed_select_bmm(a, b, out, std::is_same<S, MaxSemiring>::value);
+          return;
+        }
         if (track) {
           cuda::launch_bmm<S, scalar_t, true>(a, b, out, arg);
           return;

@@ -86,6 +86,7 @@ CUDA_EXTENSION = ExtensionSpec(
         "cuda/chain_cuda.cu",
         "cuda/sequence_cuda.cu",
         "cuda/log_bmm_fast_cuda.cu",
+        "cuda/packed_select_cuda.cu",
     ),
     cflags=("-O3", "-DSEMIRING_OPS_WITH_CUDA"),  # bindings.cpp binds the CUDA-only entry points (log_bmm_fast)
     cuda_cflags=("-O3", "-lineinfo"),

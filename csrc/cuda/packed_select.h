@@ -1,0 +1,19 @@
+// The packed 16-bit max-plus / min-plus kernel (packed_select_cuda.cu), called by bmm_forward when no
+// argmax / argmin is asked for.
+#pragma once
+
+#include <ATen/ATen.h>
+
+namespace semiring_ops {
+namespace cuda {
+
+// Whether a (B, n, k) operand can take the packed path: float16 / bfloat16 on a device of compute
+// capability 8.0 or newer.
+bool packed_select_supported(const at::Tensor& a);
+
+// out (B, n, m), contiguous fp32, receives max_k (min_k) of a[p, i, k] + b[p, k, j], each value the
+// correctly rounded 16-bit result (see packed_select_cuda.cu). a, b: same dtype and device, k >= 1.
+void packed_select_bmm(const at::Tensor& a, const at::Tensor& b, at::Tensor& out, bool is_max);
+
+}  // namespace cuda
+}  // namespace semiring_ops

@@ -1,0 +1,121 @@
+"""The packed 16-bit max-plus / min-plus kernel (csrc/cuda/packed_select_cuda.cu): float16 / bfloat16 max and
+min products without an index asked for, on sm_80+. Its answer must be the float64 answer of the same inputs
+rounded once to the input dtype, bit for bit (rounding is monotone, so max_k round(x_k) = round(max_k x_k)):
+sizes on both sides of its 128 x 128 output tiles and 8-deep k-tiles, broadcast batches, strided and
+transposed views, planted +-inf and NaN."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from brute import bmm as brute_bmm
+from conftest import HAS_CUDA
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import semiring_ops as so
+from semiring_ops.build.backends import backend_for
+from semiring_ops.semirings import resolve_semiring
+
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")]
+
+DTYPES = [torch.float16, torch.bfloat16]
+SIZES = st.one_of(st.integers(1, 9), st.sampled_from([7, 8, 9, 15, 16, 17, 127, 128, 129, 130, 255, 257]))
+BATCHES = st.sampled_from([((), ()), ((3,), (3,)), ((2,), ()), ((), (2,)), ((2, 1), (1, 3))])
+LAYOUTS = st.sampled_from(["contiguous", "transposed", "strided"])
+
+
+def _view(x: torch.Tensor, how: str) -> torch.Tensor:
+    if how == "transposed":
+        return x.transpose(-1, -2).contiguous().transpose(-1, -2)
+    if how == "strided":
+        big = torch.full((*x.shape[:-1], 2 * x.shape[-1]), math.nan, dtype=x.dtype, device=x.device)
+        big[..., ::2] = x
+        return big[..., ::2]
+    return x
+
+
+def _random(shape, dtype, scale=4.0, specials=0.0):
+    x = torch.randn(shape, dtype=torch.float64) * scale
+    if specials:
+        u = torch.rand(shape, dtype=torch.float64)
+        x = torch.where(u < specials, -math.inf, x)
+        x = torch.where((u >= specials) & (u < 1.5 * specials), math.inf, x)
+        x = torch.where((u >= 1.5 * specials) & (u < 1.6 * specials), math.nan, x)
+    return x.to(dtype=dtype, device="cuda")
+
+
+def _assert_bitwise(out: torch.Tensor, ref64: torch.Tensor, dtype: torch.dtype) -> None:
+    expect = ref64.to(dtype)
+    assert out.dtype == dtype and out.shape == expect.shape
+    assert torch.equal(torch.isnan(out), torch.isnan(expect)), "NaN pattern differs"
+    same = (out == expect) | torch.isnan(expect)
+    assert bool(same.all()), f"{int((~same).sum())} outputs differ from the once-rounded float64 answer"
+
+
+@pytest.mark.parametrize("semiring", ["max", "min"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@settings(max_examples=40)
+@given(n=SIZES, k=SIZES, m=SIZES, batch=BATCHES, layout=LAYOUTS, specials=st.sampled_from([0.0, 0.05, 0.3]))
+def test_packed_equals_rounded_float64(semiring, dtype, n, k, m, batch, layout, specials):
+    a = _view(_random(batch[0] + (n, k), dtype, specials=specials), layout)
+    b = _view(_random(batch[1] + (k, m), dtype, specials=specials), layout)
+    with torch.no_grad():
+        out = so.semiring_matmul(a, b, semiring)
+    _assert_bitwise(out, brute_bmm(a, b, semiring), dtype)
+
+
+@pytest.mark.parametrize("semiring", ["max", "min"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_raw_op_takes_the_packed_path(semiring, dtype):
+    """Without an index the kernel's fp32 output holds 16-bit values (the packed path ran); with one it
+    holds fp32 sums, most of which no 16-bit number equals."""
+    a = _random((2, 70, 300), dtype)
+    b = _random((2, 300, 90), dtype)
+    kid = resolve_semiring(semiring).kernel_id
+    backend = backend_for(a.device)
+    packed, _ = backend.bmm_forward(a, b, kid, False)
+    tracked, arg = backend.bmm_forward(a, b, kid, True)
+    assert packed.dtype == torch.float32
+    assert torch.equal(packed, packed.to(dtype).float())
+    assert not torch.equal(tracked, tracked.to(dtype).float())
+    _assert_bitwise(packed.to(dtype), brute_bmm(a, b, semiring), dtype)
+    assert arg.shape == tracked.shape
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_all_zero_rows_and_empty_depth(dtype):
+    a = _random((3, 130, 17), dtype)
+    b = _random((3, 17, 129), dtype)
+    a[1, 5] = -math.inf  # a row of the semiring zero: -inf, not NaN
+    b[2, :, 7] = -math.inf
+    with torch.no_grad():
+        out = so.maxbmm(a, b)
+    assert bool((out[1, 5] == -math.inf).all()) and bool((out[2, :, 7] == -math.inf).all())
+    _assert_bitwise(out, brute_bmm(a, b, "max"), dtype)
+    empty = so.minbmm(a[..., :0], b[:, :0])
+    assert empty.shape == (3, 130, 129) and bool((empty == math.inf).all())
+
+
+def test_batch_beyond_the_grid_limit():
+    """grid.y is capped at 65535 and strides over the batch."""
+    a = _random((70_001, 3, 5), torch.float16)
+    b = _random((70_001, 5, 2), torch.float16)
+    with torch.no_grad():
+        out = so.maxbmm(a, b)
+    _assert_bitwise(out, brute_bmm(a, b, "max"), torch.float16)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_gradient_path_unchanged(dtype):
+    """With a gradient asked for, the forward tracks the argmax on the fp32 path and the backward routes it."""
+    a = _random((2, 33, 40), dtype).requires_grad_()
+    b = _random((2, 40, 31), dtype).requires_grad_()
+    out = so.maxbmm(a, b)
+    out.float().sum().backward()
+    assert a.grad.shape == a.shape and b.grad.shape == b.shape
+    # every output routes one unit of gradient to one a entry and one b entry
+    assert a.grad.float().sum().item() == pytest.approx(out.numel())
+    assert b.grad.float().sum().item() == pytest.approx(out.numel())

@@ -49,6 +49,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "Fast-mode log bmm on tensor cores: a (B, n, k), b (B, k, m) -> [out (B, n, m) float32, flags (B, n, m) "
         "uint8 (1: recompute exactly), count (1,) int64]",
         py::arg("a"), py::arg("b"), py::arg("passes"));
+  m.def("bmm_packed_select", &semiring_ops::bmm_packed_select,
+        "Packed 16-bit max-plus (is_max) / min-plus bmm: a (B, n, k), b (B, k, m) -> out (B, n, m) float32",
+        py::arg("a"), py::arg("b"), py::arg("is_max"));
 #endif
 
   m.def(

@@ -103,4 +103,10 @@ at::Tensor sequence_lengths(const std::optional<at::Tensor>& mask, const std::op
 // k = 0 gives -inf everywhere and no flags.
 std::vector<at::Tensor> log_bmm_fast(const at::Tensor& a, const at::Tensor& b, int64_t passes);
 
+// The packed 16-bit max-plus / min-plus kernel that bmm_forward takes for float16 / bfloat16 max / min
+// without an index when it fills the GPU (CUDA only, compute capability 8.0+; csrc/cuda/packed_select_cuda.cu),
+// callable directly at any size (tests): a (B, n, k), b (B, k, m) of one 16-bit dtype -> out (B, n, m)
+// float32 holding the correctly rounded 16-bit values of max_k (min_k) a[p,i,k] + b[p,k,j].
+at::Tensor bmm_packed_select(const at::Tensor& a, const at::Tensor& b, bool is_max);
+
 }  // namespace semiring_ops

@@ -1,8 +1,9 @@
 """The packed 16-bit max-plus / min-plus kernel (csrc/cuda/packed_select_cuda.cu): float16 / bfloat16 max and
-min products without an index asked for, on sm_80+. Its answer must be the float64 answer of the same inputs
-rounded once to the input dtype, bit for bit (rounding is monotone, so max_k round(x_k) = round(max_k x_k)):
-sizes on both sides of its 128 x 128 output tiles and 8-deep k-tiles, broadcast batches, strided and
-transposed views, planted +-inf and NaN."""
+min products without an index asked for, on sm_80+, taken by bmm_forward when its tiles fill the GPU and
+called directly here (bmm_packed_select) at every size. Its answer must be the float64 answer of the same
+inputs rounded once to the input dtype, bit for bit (rounding is monotone, so max_k round(x_k) =
+round(max_k x_k)): sizes on both sides of its 128 x 128 output tiles and 8-deep k-tiles, broadcast (stride 0)
+batches, strided and transposed views, planted +-inf and NaN."""
 
 from __future__ import annotations
 
@@ -55,6 +56,16 @@ def _assert_bitwise(out: torch.Tensor, ref64: torch.Tensor, dtype: torch.dtype) 
     assert bool(same.all()), f"{int((~same).sum())} outputs differ from the once-rounded float64 answer"
 
 
+def _packed(a: torch.Tensor, b: torch.Tensor, semiring: str) -> torch.Tensor:
+    """The kernel itself on (B, n, k) x (B, k, m) operands (batch dims expanded, not copied)."""
+    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a3 = a.expand(*batch, *a.shape[-2:]).reshape(-1, *a.shape[-2:])
+    b3 = b.expand(*batch, *b.shape[-2:]).reshape(-1, *b.shape[-2:])
+    out = backend_for(a.device).module.bmm_packed_select(a3, b3, semiring == "max")
+    assert out.dtype == torch.float32
+    return out.reshape(*batch, a.shape[-2], b.shape[-1]).to(a.dtype)
+
+
 @pytest.mark.parametrize("semiring", ["max", "min"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @settings(max_examples=40)
@@ -62,18 +73,16 @@ def _assert_bitwise(out: torch.Tensor, ref64: torch.Tensor, dtype: torch.dtype) 
 def test_packed_equals_rounded_float64(semiring, dtype, n, k, m, batch, layout, specials):
     a = _view(_random(batch[0] + (n, k), dtype, specials=specials), layout)
     b = _view(_random(batch[1] + (k, m), dtype, specials=specials), layout)
-    with torch.no_grad():
-        out = so.semiring_matmul(a, b, semiring)
-    _assert_bitwise(out, brute_bmm(a, b, semiring), dtype)
+    _assert_bitwise(_packed(a, b, semiring), brute_bmm(a, b, semiring), dtype)
 
 
 @pytest.mark.parametrize("semiring", ["max", "min"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_raw_op_takes_the_packed_path(semiring, dtype):
-    """Without an index the kernel's fp32 output holds 16-bit values (the packed path ran); with one it
-    holds fp32 sums, most of which no 16-bit number equals."""
-    a = _random((2, 70, 300), dtype)
-    b = _random((2, 300, 90), dtype)
+def test_bmm_forward_takes_the_packed_path_when_it_fills_the_gpu(semiring, dtype):
+    """Without an index, on enough tiles (here 600 blocks), bmm_forward's fp32 output holds 16-bit values (the
+    packed path ran); with an index it holds fp32 sums, most of which no 16-bit number equals."""
+    a = _random((600, 9, 40), dtype)
+    b = _random((600, 40, 11), dtype)
     kid = resolve_semiring(semiring).kernel_id
     backend = backend_for(a.device)
     packed, _ = backend.bmm_forward(a, b, kid, False)
@@ -83,6 +92,14 @@ def test_raw_op_takes_the_packed_path(semiring, dtype):
     assert not torch.equal(tracked, tracked.to(dtype).float())
     _assert_bitwise(packed.to(dtype), brute_bmm(a, b, semiring), dtype)
     assert arg.shape == tracked.shape
+    with torch.no_grad():
+        _assert_bitwise(so.semiring_matmul(a, b, semiring), brute_bmm(a, b, semiring), dtype)
+
+
+def test_packed_entry_refuses_fp32():
+    a = torch.randn(2, 3, 4, device="cuda")
+    with pytest.raises(RuntimeError, match="float16 / bfloat16"):
+        backend_for(a.device).module.bmm_packed_select(a, a.transpose(1, 2).contiguous(), True)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -91,21 +108,19 @@ def test_all_zero_rows_and_empty_depth(dtype):
     b = _random((3, 17, 129), dtype)
     a[1, 5] = -math.inf  # a row of the semiring zero: -inf, not NaN
     b[2, :, 7] = -math.inf
-    with torch.no_grad():
-        out = so.maxbmm(a, b)
+    out = _packed(a, b, "max")
     assert bool((out[1, 5] == -math.inf).all()) and bool((out[2, :, 7] == -math.inf).all())
     _assert_bitwise(out, brute_bmm(a, b, "max"), dtype)
-    empty = so.minbmm(a[..., :0], b[:, :0])
+    empty = _packed(a[..., :0], b[:, :0], "min")
     assert empty.shape == (3, 130, 129) and bool((empty == math.inf).all())
+    assert _packed(a[:, :0], b, "max").shape == (3, 0, 129)
 
 
 def test_batch_beyond_the_grid_limit():
     """grid.y is capped at 65535 and strides over the batch."""
     a = _random((70_001, 3, 5), torch.float16)
     b = _random((70_001, 5, 2), torch.float16)
-    with torch.no_grad():
-        out = so.maxbmm(a, b)
-    _assert_bitwise(out, brute_bmm(a, b, "max"), torch.float16)
+    _assert_bitwise(_packed(a, b, "max"), brute_bmm(a, b, "max"), torch.float16)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

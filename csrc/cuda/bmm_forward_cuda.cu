@@ -111,9 +111,9 @@ std::vector<at::Tensor> bmm_forward(const at::Tensor& a, const at::Tensor& b, in
         return;
       }
       if constexpr (S::kSelects) {
-        // No index asked for, 16-bit inputs: packed pairs, two cells per instruction pair, same values
-        // as the fp32 path once rounded to the input dtype (packed_select_cuda.cu).
-        if (!track && cuda::packed_select_supported(a)) {
+        // No index asked for, 16-bit inputs, enough tiles: packed pairs, two cells per instruction pair,
+        // same values as the fp32 path once rounded to the input dtype (packed_select_cuda.cu).
+        if (!track && cuda::packed_select_pays(a, b)) {
           cuda::packed_select_bmm(a, b, out, std::is_same<S, MaxSemiring>::value);
           return;
         }

@@ -20,6 +20,7 @@
 // zero too and never stored. Per k and thread: 2 + 1 LDS.128, kTM * kTN / 2 HADD2 and as many HMNMX2.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -29,8 +30,10 @@
 #include <cstdint>
 #include <limits>
 
+#include "checks.h"
 #include "cuda/packed_select.h"
 #include "cuda/tile_engine.cuh"
+#include "ops.h"
 
 namespace semiring_ops {
 namespace cuda {
@@ -245,6 +248,14 @@ bool packed_select_supported(const at::Tensor& a) {
   return major >= 8;
 }
 
+bool packed_select_pays(const at::Tensor& a, const at::Tensor& b) {
+  if (!packed_select_supported(a)) return false;
+  int sms = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, a.get_device()));
+  const int64_t blocks = a.size(0) * ((a.size(1) + kBM - 1) / kBM) * ((b.size(2) + kBN - 1) / kBN);
+  return blocks >= 2 * static_cast<int64_t>(sms);
+}
+
 void packed_select_bmm(const at::Tensor& a, const at::Tensor& b, at::Tensor& out, bool is_max) {
   TORCH_CHECK(packed_select_supported(a), "packed_select_bmm: needs float16 / bfloat16 on sm_80+");
   TORCH_CHECK(out.is_contiguous() && out.scalar_type() == at::kFloat, "packed_select_bmm: out must be contiguous fp32");
@@ -257,4 +268,19 @@ void packed_select_bmm(const at::Tensor& a, const at::Tensor& b, at::Tensor& out
 }
 
 }  // namespace cuda
+
+at::Tensor bmm_packed_select(const at::Tensor& a, const at::Tensor& b, bool is_max) {
+  check_bmm_args(a, b);
+  TORCH_CHECK(a.is_cuda() && cuda::packed_select_supported(a),
+              "bmm_packed_select: float16 / bfloat16 CUDA tensors on a GPU of compute capability 8.0+, got a ",
+              describe(a));
+  const c10::cuda::OptionalCUDAGuard guard(at::device_of(a));
+  at::Tensor out = new_output({a.size(0), a.size(1), b.size(2)}, a.options().dtype(at::kFloat));
+  if (out.numel() == 0) return out;
+  if (a.size(2) == 0) return out.fill_(is_max ? -std::numeric_limits<float>::infinity()
+                                              : std::numeric_limits<float>::infinity());
+  cuda::packed_select_bmm(a, b, out, is_max);
+  return out;
+}
+
 }  // namespace semiring_ops

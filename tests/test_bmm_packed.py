@@ -59,8 +59,9 @@ def _assert_bitwise(out: torch.Tensor, ref64: torch.Tensor, dtype: torch.dtype) 
 def _packed(a: torch.Tensor, b: torch.Tensor, semiring: str) -> torch.Tensor:
     """The kernel itself on (B, n, k) x (B, k, m) operands (batch dims expanded, not copied)."""
     batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    a3 = a.expand(*batch, *a.shape[-2:]).reshape(-1, *a.shape[-2:])
-    b3 = b.expand(*batch, *b.shape[-2:]).reshape(-1, *b.shape[-2:])
+    size = math.prod(batch)
+    a3 = a.expand(*batch, *a.shape[-2:]).reshape(size, *a.shape[-2:])
+    b3 = b.expand(*batch, *b.shape[-2:]).reshape(size, *b.shape[-2:])
     out = backend_for(a.device).module.bmm_packed_select(a3, b3, semiring == "max")
     assert out.dtype == torch.float32
     return out.reshape(*batch, a.shape[-2], b.shape[-1]).to(a.dtype)

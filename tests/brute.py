@@ -9,6 +9,25 @@ import torch
 from torch import Tensor
 
 
+def layout_view(x: Tensor, how: str) -> Tensor:
+    """The same values as x, laid out as a non-contiguous view: "transposed" (the last two dims swapped in
+    memory), "strided" (every other element of a NaN-filled buffer), "offset" (data one element past a
+    16-byte boundary); "contiguous" returns x."""
+    if how == "transposed":
+        return x.transpose(-1, -2).contiguous().transpose(-1, -2)
+    if how == "strided":
+        big = torch.full((*x.shape[:-1], 2 * x.shape[-1]), math.nan, dtype=x.dtype, device=x.device)
+        big[..., ::2] = x
+        return big[..., ::2]
+    if how == "offset":
+        flat = torch.full((x.numel() + 1,), math.nan, dtype=x.dtype, device=x.device)
+        view = flat[1:].view(x.shape)
+        view.copy_(x)
+        return view
+    assert how == "contiguous", how
+    return x
+
+
 def cells(a: Tensor, b: Tensor) -> Tensor:
     """(..., n, k, m) terms a_ik (x) b_kj for the additive semirings, in float64, batch broadcast."""
     return a.double().unsqueeze(-1) + b.double().unsqueeze(-3)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from brute import bmm as brute_bmm
+from brute import layout_view
 from conftest import HAS_CUDA
 from fast_log_model import (
     BM,
@@ -326,22 +327,6 @@ CUDA_SIZES = st.one_of(st.integers(1, 9), st.sampled_from([15, 31, 32, 33, 63, 6
 CUDA_BATCHES = st.sampled_from([((), ()), ((3,), (3,)), ((2,), ()), ((), (2,)), ((2, 1), (1, 3)), ((1,), (4,))])
 
 
-def _view(x: torch.Tensor, how: str) -> torch.Tensor:
-    """The same values as x, laid out as a non-contiguous view when how != 'contiguous'."""
-    if how == "transposed":
-        return x.transpose(-1, -2).contiguous().transpose(-1, -2)
-    if how == "strided":
-        big = torch.empty((*x.shape[:-1], 2 * x.shape[-1]), dtype=x.dtype, device=x.device)
-        big[..., ::2] = x
-        return big[..., ::2]
-    if how == "offset":  # data not 16-byte aligned
-        flat = torch.empty(x.numel() + 1, dtype=x.dtype, device=x.device)
-        view = flat[1:].view(x.shape)
-        view.copy_(x)
-        return view
-    return x
-
-
 @pytest.mark.parametrize("passes", [1, 3])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @cuda_test
@@ -353,8 +338,8 @@ def _view(x: torch.Tensor, how: str) -> torch.Tensor:
     layout=st.sampled_from(["contiguous", "transposed", "strided", "offset"]),
 )
 def test_cuda_fast_matches_float64_brute_force(passes, dtype, n, k, m, batch, layout):
-    a = _view(torch.randn(*batch[0], n, k).to(dtype).cuda(), layout)
-    b = _view(torch.randn(*batch[1], k, m).to(dtype).cuda(), layout)
+    a = layout_view(torch.randn(*batch[0], n, k).to(dtype).cuda(), layout)
+    b = layout_view(torch.randn(*batch[1], k, m).to(dtype).cuda(), layout)
     ref = brute_bmm(a, b, "log")
     shape = torch.broadcast_shapes(batch[0], batch[1])
     a3, b3 = a.expand(*shape, n, k).reshape(-1, n, k), b.expand(*shape, k, m).reshape(-1, k, m)

@@ -8,6 +8,7 @@ import pytest
 import torch
 from brute import arg as brute_arg
 from brute import bmm as brute_bmm
+from brute import layout_view
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -26,17 +27,6 @@ def _random(shape, dtype, device, scale=3.0):
     return (torch.randn(shape, dtype=torch.float64) * scale).to(dtype=dtype, device=device)
 
 
-def _view(x: torch.Tensor, how: str) -> torch.Tensor:
-    """The same values as x, laid out as a non-contiguous view when how != 'contiguous'."""
-    if how == "transposed":
-        return x.transpose(-1, -2).contiguous().transpose(-1, -2)
-    if how == "strided":
-        big = torch.empty((*x.shape[:-1], 2 * x.shape[-1]), dtype=x.dtype, device=x.device)
-        big[..., ::2] = x
-        return big[..., ::2]
-    return x
-
-
 def _assert_close(out, ref, dtype):
     assert out.dtype == dtype
     assert out.shape == ref.shape
@@ -53,8 +43,8 @@ def _assert_close(out, ref, dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @given(n=SIZES, k=SIZES, m=SIZES, batch=BATCHES, layout=st.sampled_from(["contiguous", "transposed", "strided"]))
 def test_forward_matches_brute_force(device, impl, semiring, dtype, n, k, m, batch, layout):
-    a = _view(_random(batch[0] + (n, k), dtype, device), layout)
-    b = _view(_random(batch[1] + (k, m), dtype, device), layout)
+    a = layout_view(_random(batch[0] + (n, k), dtype, device), layout)
+    b = layout_view(_random(batch[1] + (k, m), dtype, device), layout)
     out = so.semiring_matmul(a, b, semiring)
     ref = brute_bmm(a, b, semiring)
     if semiring == "std":

@@ -12,6 +12,7 @@ import math
 import pytest
 import torch
 from brute import bmm as brute_bmm
+from brute import layout_view
 from conftest import HAS_CUDA
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -26,16 +27,6 @@ DTYPES = [torch.float16, torch.bfloat16]
 SIZES = st.one_of(st.integers(1, 9), st.sampled_from([7, 8, 9, 15, 16, 17, 127, 128, 129, 130, 255, 257]))
 BATCHES = st.sampled_from([((), ()), ((3,), (3,)), ((2,), ()), ((), (2,)), ((2, 1), (1, 3))])
 LAYOUTS = st.sampled_from(["contiguous", "transposed", "strided"])
-
-
-def _view(x: torch.Tensor, how: str) -> torch.Tensor:
-    if how == "transposed":
-        return x.transpose(-1, -2).contiguous().transpose(-1, -2)
-    if how == "strided":
-        big = torch.full((*x.shape[:-1], 2 * x.shape[-1]), math.nan, dtype=x.dtype, device=x.device)
-        big[..., ::2] = x
-        return big[..., ::2]
-    return x
 
 
 def _random(shape, dtype, scale=4.0, specials=0.0):
@@ -72,8 +63,8 @@ def _packed(a: torch.Tensor, b: torch.Tensor, semiring: str) -> torch.Tensor:
 @settings(max_examples=40)
 @given(n=SIZES, k=SIZES, m=SIZES, batch=BATCHES, layout=LAYOUTS, specials=st.sampled_from([0.0, 0.05, 0.3]))
 def test_packed_equals_rounded_float64(semiring, dtype, n, k, m, batch, layout, specials):
-    a = _view(_random(batch[0] + (n, k), dtype, specials=specials), layout)
-    b = _view(_random(batch[1] + (k, m), dtype, specials=specials), layout)
+    a = layout_view(_random(batch[0] + (n, k), dtype, specials=specials), layout)
+    b = layout_view(_random(batch[1] + (k, m), dtype, specials=specials), layout)
     _assert_bitwise(_packed(a, b, semiring), brute_bmm(a, b, semiring), dtype)
 
 

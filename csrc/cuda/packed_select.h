@@ -7,9 +7,9 @@
 namespace semiring_ops {
 namespace cuda {
 
-// Whether a (B, n, k) operand can take the packed path: float16 / bfloat16 on a device of compute
-// capability 8.0 or newer.
-bool packed_select_supported(const at::Tensor& a);
+// Whether a (B, n, k) x (B, k, m) product can take the packed path: float16 / bfloat16 on a device of compute
+// capability 8.0 or newer, each batch entry's offsets within int32.
+bool packed_select_supported(const at::Tensor& a, const at::Tensor& b);
 
 // Whether the packed kernel beats the fp32 engine for a (B, n, k) x (B, k, m): supported, and its 128 x 128
 // tiles fill the GPU (at least 2 blocks per SM; below that the engine's 64 x 64 tiles spread wider: H100,

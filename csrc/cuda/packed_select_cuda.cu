@@ -89,27 +89,6 @@ struct PackedArgs {
   float zero;  // the semiring's zero (-inf for max, +inf for min)
 };
 
-// tile_engine.cuh's fetch_field with 32-bit in-batch offsets (the host checks that they fit): with 64-bit
-// ones the compiler keeps 16 hoisted 64-bit addresses live and spills them.
-template <int kLoads, class T>
-__device__ __forceinline__ void fetch32(detail::Staged<T, kLoads>& st, const OperandField<T>& f,
-                                        const detail::StageMap& m, int64_t p, int outer0, int outer_end, int k0,
-                                        int depth) {
-  const T* base = f.ptr + p * f.stride_p;
-  const int32_t so = static_cast<int32_t>(f.stride_outer), sk = static_cast<int32_t>(f.stride_t);
-  st.valid = 0;
-#pragma unroll
-  for (int l = 0; l < kLoads; ++l) {
-    const int go = outer0 + m.o + l * m.step_o, gt = k0 + m.t + l * m.step_t;
-    T x = T(0);
-    if (go < outer_end && gt < depth) {
-      x = base[go * so + gt * sk];
-      st.valid |= 1u << l;
-    }
-    st.v[l] = x;
-  }
-}
-
 template <class T, bool kIsMax>
 __global__ void __launch_bounds__(kThreads, 2) packed_select_kernel(const __grid_constant__ PackedArgs<T> args) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -134,8 +113,9 @@ __global__ void __launch_bounds__(kThreads, 2) packed_select_kernel(const __grid
   detail::Staged<T, kLoadsB> stage_b;
 
   auto fetch = [&](int64_t p, int k0) {
-    fetch32(stage_a, args.a, map_a, p, r0, args.rows, k0, args.depth);
-    fetch32(stage_b, args.b, map_b, p, s0, args.cols, k0, args.depth);
+    // 32-bit in-batch offsets (the host checks that they fit): with 64-bit ones the hoisted addresses spill
+    detail::fetch_field<kLoadsA, T, int32_t>(stage_a, args.a, map_a, p, r0, args.rows, k0, args.depth);
+    detail::fetch_field<kLoadsB, T, int32_t>(stage_b, args.b, map_b, p, s0, args.cols, k0, args.depth);
   };
   auto commit = [&](int buf) {
 #pragma unroll
@@ -240,16 +220,25 @@ void launch(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
 
 }  // namespace
 
-bool packed_select_supported(const at::Tensor& a) {
+// The kernel addresses a batch entry's elements with int32 offsets: true when every (row, k) offset of t
+// fits, as passed or as with_unit_inner_stride may copy it (contiguous).
+static bool offsets_fit_int32(const at::Tensor& t) {
+  const int64_t as_is = (t.size(1) - 1) * t.stride(1) + (t.size(2) - 1) * t.stride(2);
+  const int64_t copied = t.size(1) * t.size(2);
+  return std::max(as_is, copied) < static_cast<int64_t>(std::numeric_limits<int32_t>::max());
+}
+
+bool packed_select_supported(const at::Tensor& a, const at::Tensor& b) {
   const auto dtype = a.scalar_type();
   if (dtype != at::kHalf && dtype != at::kBFloat16) return false;
+  if (!offsets_fit_int32(a) || !offsets_fit_int32(b)) return false;
   int major = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, a.get_device()));
   return major >= 8;
 }
 
 bool packed_select_pays(const at::Tensor& a, const at::Tensor& b) {
-  if (!packed_select_supported(a)) return false;
+  if (!packed_select_supported(a, b)) return false;
   int sms = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, a.get_device()));
   const int64_t blocks = a.size(0) * ((a.size(1) + kBM - 1) / kBM) * ((b.size(2) + kBN - 1) / kBN);
@@ -257,7 +246,8 @@ bool packed_select_pays(const at::Tensor& a, const at::Tensor& b) {
 }
 
 void packed_select_bmm(const at::Tensor& a, const at::Tensor& b, at::Tensor& out, bool is_max) {
-  TORCH_CHECK(packed_select_supported(a), "packed_select_bmm: needs float16 / bfloat16 on sm_80+");
+  TORCH_CHECK(packed_select_supported(a, b),
+              "packed_select_bmm: needs float16 / bfloat16 on sm_80+, each batch entry under 2^31 elements");
   TORCH_CHECK(out.is_contiguous() && out.scalar_type() == at::kFloat, "packed_select_bmm: out must be contiguous fp32");
   if (out.numel() == 0) return;
   if (a.scalar_type() == at::kHalf) {
@@ -271,9 +261,10 @@ void packed_select_bmm(const at::Tensor& a, const at::Tensor& b, at::Tensor& out
 
 at::Tensor bmm_packed_select(const at::Tensor& a, const at::Tensor& b, bool is_max) {
   check_bmm_args(a, b);
-  TORCH_CHECK(a.is_cuda() && cuda::packed_select_supported(a),
-              "bmm_packed_select: float16 / bfloat16 CUDA tensors on a GPU of compute capability 8.0+, got a ",
-              describe(a));
+  TORCH_CHECK(a.is_cuda() && cuda::packed_select_supported(a, b),
+              "bmm_packed_select: float16 / bfloat16 CUDA tensors on a GPU of compute capability 8.0+, with under "
+              "2^31 elements per batch entry; got a ",
+              describe(a), ", b ", describe(b));
   const c10::cuda::OptionalCUDAGuard guard(at::device_of(a));
   at::Tensor out = new_output({a.size(0), a.size(1), b.size(2)}, a.options().dtype(at::kFloat));
   if (out.numel() == 0) return out;

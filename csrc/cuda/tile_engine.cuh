@@ -168,8 +168,10 @@ __device__ __forceinline__ StageMap stage_map(const OperandField<T>& f, int tid)
   return stage_map<OUTER, BK, kThreads>(f.stride_outer <= f.stride_t, tid);
 }
 
-// Global -> registers for the tile at (outer0, k0) of one field.
-template <int kLoads, class T>
+// Global -> registers for the tile at (outer0, k0) of one field. Offset: the type of the in-batch offsets;
+// int32_t where the caller has checked that they fit (fewer live registers: the compiler hoists one
+// address per load out of the k loop).
+template <int kLoads, class T, class Offset = int64_t>
 __device__ __forceinline__ void fetch_field(Staged<T, kLoads>& st, const OperandField<T>& f, const StageMap& m,
                                             int64_t p, int outer0, int outer_end, int k0, int depth) {
   const T* base = f.ptr + p * f.stride_p;
@@ -179,7 +181,8 @@ __device__ __forceinline__ void fetch_field(Staged<T, kLoads>& st, const Operand
     const int go = outer0 + m.o + l * m.step_o, gt = k0 + m.t + l * m.step_t;
     T x = T(0);
     if (go < outer_end && gt < depth) {
-      x = base[static_cast<int64_t>(go) * f.stride_outer + static_cast<int64_t>(gt) * f.stride_t];
+      x = base[static_cast<Offset>(go) * static_cast<Offset>(f.stride_outer) +
+               static_cast<Offset>(gt) * static_cast<Offset>(f.stride_t)];
       st.valid |= 1u << l;
     }
     st.v[l] = x;

@@ -96,11 +96,13 @@ def test_unvalidated_out_of_range_tags_give_nan_not_a_crash(impl, device):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("C", [130, 200])
-def test_pair_marginals_off_chip_on_the_gpu(impl, C):
-    """Large C in float64: the pair marginals do not fit in shared memory and are summed by log_contract;
-    the gold transitions' counts must still be subtracted (and skipped for an impossible gold path)."""
+def test_pair_marginals_off_chip_on_the_gpu(impl, C, monkeypatch):
+    """Large C in float64 on one block per chain (no clusters): the pair marginals do not fit in shared
+    memory and are summed by log_contract; the gold transitions' counts must still be subtracted (and
+    skipped for an impossible gold path)."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
+    monkeypatch.setenv("SEMIRING_OPS_CHAIN_CLUSTER", "1")
     em, trans, start, end, lengths, tags = _problem(3, 6, C, "cuda", seed=C)
     lengths = torch.tensor([6, 4, 1], device="cuda")
     tags = tags.clamp(0, C - 1)

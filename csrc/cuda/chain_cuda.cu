@@ -2,7 +2,12 @@
 //
 // One thread block per chain walks the chain's whole length in one launch ("persistent" over t): the
 // vector of the current step lives in shared memory, and so does the step matrix (in the kernel domain)
-// when it fits, else it is read from global memory (L2) at every step. A step
+// when it fits, else it is read from global memory (L2) at every step. On sm_90+ a chain may instead take
+// a cluster of K blocks (kCluster): block r keeps output rows [r S, r S + S) of the matrix on chip (S =
+// ceil(C / K)), computes those outputs of each step, writes them into every block's next vector through
+// distributed shared memory (st.async, each write counted by the receiver's mbarrier: no cluster-wide
+// barrier per step, whose release fence drains every global store), so a large C (whose matrix fits no
+// single SM) runs from shared memory on K SMs. A step
 //     u[o] = (+)_k vec[k] (x) M[o, k]        (M output-major)
 // gives each output a group of G lanes (G a power of two, chosen per C: about 8 or more terms per lane and
 // at most 512 threads when M is on chip; a whole warp reading consecutive k of a row from L2 otherwise);
@@ -16,10 +21,15 @@
 #include <ATen/Dispatch.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cooperative_groups.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <mutex>
+#include <tuple>
+#include <map>
 
 #include "chain_host.h"
 #include "checks.h"
@@ -48,6 +58,8 @@ template <class T> struct ChainParams {
   int steps, C;  // T (the chain dimension) and C
   int group;     // G: lanes per output (a power of two <= 32)
   int pitch;     // P: the on-chip matrix's row pitch (kMatShared)
+  int cluster;   // K: blocks per chain (kCluster; else 1)
+  int slice;     // S: the outputs each block of a chain owns, ceil(C / K)
   bool reverse;
   // The log-partition's gradient, computed during the reverse scan (kGrad; the log semiring only):
   const T* alpha;      // (B, T, C) the forward scan's scores
@@ -66,6 +78,94 @@ template <class T> struct ChainParams {
   T* g_trans_gold;      // (C, C) the gold transitions' counts go here with atomics (kGrad)
   T* grad_used;         // (B,) or null: the weight each chain's gradient got (0 for an impossible chain)
 };
+
+// Thread block clusters (sm_90+; the host launches clusters only there). cluster_sync: the cluster-wide
+// barrier (release / acquire; costly: its fence waits for every global store in flight, so it runs only
+// at the start and the end of a kernel). Each step's outputs instead travel as st.async writes into the
+// peers' shared memory, each counted (complete_tx) by the receiving block's mbarrier for that buffer;
+// the receiver waits on its own mbarrier's phase.
+__device__ __forceinline__ int cluster_rank() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  return static_cast<int>(cooperative_groups::this_cluster().block_rank());
+#else
+  return 0;
+#endif
+}
+
+__device__ __forceinline__ void cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cooperative_groups::this_cluster().sync();
+#else
+  __syncthreads();
+#endif
+}
+
+template <class X> __device__ __forceinline__ X* cluster_peer(X* ours, int rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  return cooperative_groups::this_cluster().map_shared_rank(ours, static_cast<unsigned>(rank));
+#else
+  return ours;
+#endif
+}
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Our shared-memory address `local` as seen in block `rank` of the cluster.
+__device__ __forceinline__ uint32_t peer_address(uint32_t local, int rank) {
+  uint32_t remote = local;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+#endif
+  return remote;
+}
+
+__device__ __forceinline__ void barrier_init(uint64_t* bar, unsigned arrivals) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(bar)), "r"(arrivals) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+
+// One arrival that also announces `bytes` more to come (the phase completes when both are in).
+__device__ __forceinline__ void barrier_expect(uint64_t* bar, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(bar)), "r"(bytes)
+               : "memory");
+#endif
+}
+
+__device__ __forceinline__ void barrier_wait(uint64_t* bar, unsigned parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uint32_t addr = shared_address(bar);
+  uint32_t done = 0;
+  while (!done) {
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+        : "=r"(done)
+        : "r"(addr), "r"(parity)
+        : "memory");
+  }
+#endif
+}
+
+// x into a peer's shared memory at `remote`, counted by the peer's mbarrier at `remote_bar`.
+__device__ __forceinline__ void store_async(uint32_t remote, float x, uint32_t remote_bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(remote),
+               "r"(__float_as_uint(x)), "r"(remote_bar)
+               : "memory");
+#endif
+}
+
+__device__ __forceinline__ void store_async(uint32_t remote, double x, uint32_t remote_bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];" ::"r"(remote),
+               "l"(__double_as_longlong(x)), "r"(remote_bar)
+               : "memory");
+#endif
+}
 
 // Shuffles an accumulator (a few 32-bit words) across the lanes of a warp.
 template <class Acc> __device__ __forceinline__ Acc shfl_xor(const Acc& a, int mask) {
@@ -118,55 +218,81 @@ __device__ T gold_path_score(const ChainParams<T>& p, int64_t b, int64_t L, cons
   return total;
 }
 
-// Shared memory, in this order: vec and nxt (C each); the step matrix (C rows of pitch P, kMatShared); for
-// kGrad two rows of alpha (2 C) and, for kXi, the pair-marginal sums (C * C); a block reduction's scratch
-// (32); the back-pointers (T * C int16, kArg, when they fit).
+// Shared memory, in this order: 32 bytes for the mbarriers of the step vectors (clusters); the step vectors,
+// a ring of kRing(kCluster) (C each: 2, or 3 with clusters, so that a block that runs a step ahead writes
+// into a buffer its peers no longer read); the block's S output rows of the step matrix (pitch P,
+// kMatShared; S = C without clusters); for kGrad two rows of alpha (2 C) and, for kXi, the block's rows of
+// the pair-marginal sums (S * C); a block reduction's scratch (32); the block's back-pointers (T * S int16,
+// kArg, when they fit).
+constexpr int ring_size(bool cluster) { return cluster ? 3 : 2; }
+
 template <class T> struct ChainSmem {
-  static size_t bytes(int C, int P, int Tn, bool mat, bool ptr, bool grad, bool xi) {
-    size_t n = (2 * size_t(C) + (mat ? size_t(C) * P : 0) + (grad ? 2 * size_t(C) : 0) + (xi ? size_t(C) * C : 0) +
-                32) *
+  static size_t bytes(int C, int S, int P, int Tn, bool mat, bool ptr, bool grad, bool xi, bool cluster) {
+    size_t n = (ring_size(cluster) * size_t(C) + (mat ? size_t(S) * P : 0) + (grad ? 2 * size_t(C) : 0) +
+                (xi ? size_t(S) * C : 0) + 32) *
                sizeof(T);
-    return n + (ptr ? size_t(Tn) * C * sizeof(int16_t) : 0);
+    return 32 + n + (ptr ? size_t(Tn) * S * sizeof(int16_t) : 0);
   }
 };
 
-template <class S, class T, bool kArg, bool kMatShared, bool kGrad, bool kXi>
+template <class S, class T, bool kArg, bool kMatShared, bool kGrad, bool kXi, bool kCluster>
 __global__ void __launch_bounds__(kMaxWarps * 32) chain_kernel(ChainParams<T> p) {
   using Acc = typename S::template Accumulator<T, kArg>;
   // the log semiring folds 4 terms per rescale (LogSumExp2Accumulator::add_chunk)
   constexpr bool kChunked = std::is_same<S, LogSemiring>::value;
   static_assert(!kGrad || std::is_same<S, LogSemiring>::value, "the gradient epilogue is the log semiring's");
   static_assert(!kXi || (kGrad && kMatShared), "pair marginals need the gradient and the matrix on chip");
+  static_assert(!kCluster || kMatShared, "a cluster splits an on-chip matrix");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int C = p.C, Tn = p.steps;
-  T* vec = reinterpret_cast<T*>(smem_raw);  // the step's input, kernel domain
-  T* nxt = vec + C;                         // the next step's input
-  const int P = p.pitch, G = p.group;
-  T* mat_s = nxt + C;                          // (C, P) kernel domain, when kMatShared
-  T* arow = mat_s + (kMatShared ? C * P : 0);  // kGrad: alpha[t] - log_z, kernel domain, two rows
-  T* xi = arow + (kGrad ? 2 * C : 0);          // kXi: sum over this chain's t of g * pair marginals
-  T* red = xi + (kXi ? C * C : 0);             // block-reduction scratch (32)
-  int16_t* ptr_s = reinterpret_cast<int16_t*>(red + 32);
-  const int64_t b = blockIdx.x;
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem_raw);  // kCluster: one mbarrier per ring buffer
+  constexpr int kRing = ring_size(kCluster);
+  T* ring = reinterpret_cast<T*>(smem_raw + 32);  // step s writes ring[s % kRing] (C each), kernel domain
+  T* vec = ring;                                  // the step's input
+  const int P = p.pitch, G = p.group, K = kCluster ? p.cluster : 1, Sl = kCluster ? p.slice : C;
+  T* mat_s = ring + kRing * C;                  // (Sl, P) kernel domain, when kMatShared
+  T* arow = mat_s + (kMatShared ? Sl * P : 0);  // kGrad: alpha[t] - log_z, kernel domain, two rows
+  T* xi = arow + (kGrad ? 2 * C : 0);           // kXi: sum over this chain's t of g * pair marginals (Sl, C)
+  T* red = xi + (kXi ? Sl * C : 0);             // block-reduction scratch (32)
+  int16_t* ptr_s = reinterpret_cast<int16_t*>(red + 32);  // (T, Sl)
+  // this block's outputs: [o_begin, o_end) (all of them without clusters)
+  const int rank = kCluster ? cluster_rank() : 0;
+  const int o_begin = min(C, rank * Sl), o_end = min(C, o_begin + Sl), rows = o_end - o_begin;
+  if constexpr (kCluster) {  // every block owns >= 1 output (the host's K = ceil(C / S))
+    if (threadIdx.x < kRing) barrier_init(bars + threadIdx.x, 1);
+  }
+  // work shared by a chain's blocks (filling the rows past the length): this block's first index and stride
+  const int spread0 = rank * blockDim.x + threadIdx.x, spread = K * blockDim.x;
+  const int64_t b = blockIdx.x / K;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   const int64_t given = p.lengths[b];
   const int64_t L = given < 0 ? 0 : (given > Tn ? Tn : given);  // defensive: Python validates lengths
   const T* em = p.em + b * p.es0;
-  int16_t* pointers = p.pointers ? p.pointers + b * int64_t(Tn) * C : ptr_s;
+  // back-pointer of output o at step t: global (t, C) rows, or this block's (t, Sl) rows on chip
+  int16_t* ptr_g = p.pointers ? p.pointers + b * int64_t(Tn) * C : nullptr;
+  auto pointer_slot = [&](int64_t t, int o) -> int16_t* {
+    return ptr_g ? ptr_g + t * C + o : ptr_s + t * Sl + (o - o_begin);
+  };
+  auto read_pointer = [&](int64_t t, int o) -> int {  // any block's (the backtrack)
+    if (ptr_g) return ptr_g[t * C + o];
+    const int owner = o / Sl;
+    const int16_t* src = kCluster ? cluster_peer(ptr_s, owner) : ptr_s;
+    return src[t * Sl + (o - owner * Sl)];
+  };
 
   if constexpr (kMatShared) {
     // output-major: row o is what step outputs o read (forward: trans[:, o]; reverse: trans[o, :])
-    for (int i = threadIdx.x; i < C * C; i += blockDim.x) {
-      const int o = i / C, k = i - o * C;
-      mat_s[o * P + k] = S::to_kernel(p.reverse ? transition(p, o, k) : transition(p, k, o));
+    for (int i = threadIdx.x; i < rows * C; i += blockDim.x) {
+      const int r = i / C, k = i - r * C, o = o_begin + r;
+      mat_s[r * P + k] = S::to_kernel(p.reverse ? transition(p, o, k) : transition(p, k, o));
     }
   }
   if (p.scores) {
     T* sc = p.scores + b * int64_t(Tn) * C;
-    for (int64_t i = L * C + threadIdx.x; i < int64_t(Tn) * C; i += blockDim.x) sc[i] = S::template zero<T>();
+    for (int64_t i = L * C + spread0; i < int64_t(Tn) * C; i += spread) sc[i] = S::template zero<T>();
   }
   if (p.tags) {
-    for (int64_t t = L + threadIdx.x; t < Tn; t += blockDim.x) p.tags[b * Tn + t] = -1;
+    for (int64_t t = L + spread0; t < Tn; t += spread) p.tags[b * Tn + t] = -1;
   }
 
   const T* start = p.reverse ? p.boundary_out : p.boundary_in;
@@ -183,30 +309,29 @@ __global__ void __launch_bounds__(kMaxWarps * 32) chain_kernel(ChainParams<T> p)
     // with gold paths the loss is sum_b g_b (gold_b - log_z_b): the marginals weigh -g, the gold path +g
     const T g = p.grad[b * p.grad_stride];
     grad = gold != gold ? gold : (z == -pos_inf<T>() || gold == -pos_inf<T>()) ? T(0) : (p.gold ? -g : g);
-    if (p.grad_used && threadIdx.x == 0) p.grad_used[b] = grad;
+    if (p.grad_used && rank == 0 && threadIdx.x == 0) p.grad_used[b] = grad;
     if (p.gold && grad != T(0) && grad == grad) {  // the gold path's transitions: -grad each
       const int64_t* y = p.gold + b * p.gs0;
-      for (int64_t t = threadIdx.x + 1; t < L; t += blockDim.x)
+      for (int64_t t = spread0 + 1; t < L; t += spread)
         atomicAdd(p.g_trans_gold + y[(t - 1) * p.gs1] * C + y[t * p.gs1], -grad);
     }
     neg_log_z = z == -pos_inf<T>() ? T(0) : -z;
     alpha = p.alpha + b * int64_t(Tn) * C;
     T* ge = p.g_em + b * int64_t(Tn) * C;
-    for (int64_t i = L * C + threadIdx.x; i < int64_t(Tn) * C; i += blockDim.x) ge[i] = T(0);
+    for (int64_t i = L * C + spread0; i < int64_t(Tn) * C; i += spread) ge[i] = T(0);
     if constexpr (kXi) {
-      for (int i = threadIdx.x; i < C * C; i += blockDim.x) xi[i] = T(0);
+      for (int i = threadIdx.x; i < rows * C; i += blockDim.x) xi[i] = T(0);
     }
     // alpha[t] - log_z in the kernel domain, for the pair marginals of step t -> t + 1
     if (L > 1)
       for (int i = threadIdx.x; i < C; i += blockDim.x) arow[C + i] = S::to_kernel(alpha[(L - 2) * C + i] + neg_log_z);
   }
 
-  // u (user domain), the emission e at (t, o), alpha[t, o] and the gold tag at t (kGrad) -> the stored score,
-  // the next input, and the marginal of tag o at t.
-  auto emit = [&](int o, int64_t t, T u, T e, T a, int64_t y, T* dst) {
-    const T through = S::times(u, e);
+  // Output o of step t, from u (user domain), the emission e, alpha[t, o] and the gold tag y at t (kGrad):
+  // record() stores its score and its marginal (the block that owns o), emit() also passes it on as the
+  // next step's input, to every block of the cluster.
+  auto record = [&](int o, int64_t t, T u, T through, T a, int64_t y) {
     if (p.scores) p.scores[(b * Tn + t) * C + o] = p.reverse ? u : through;
-    dst[o] = S::to_kernel(through);
     if constexpr (kGrad) {
       T m = grad * exp_e(a + u + neg_log_z);
       if (y == o) m -= grad;
@@ -215,22 +340,42 @@ __global__ void __launch_bounds__(kMaxWarps * 32) chain_kernel(ChainParams<T> p)
       if (t == L - 1) atomicAdd(p.g_end + o, m);
     }
   };
+  auto emit = [&](int o, int64_t t, T u, T e, T a, int64_t y, int slot) {
+    const T through = S::times(u, e);
+    record(o, t, u, through, a, y);
+    const T next = S::to_kernel(through);
+    ring[slot * C + o] = next;
+    if constexpr (kCluster) {
+      const uint32_t local = shared_address(ring + slot * C + o), bar = shared_address(bars + slot);
+      for (int j = 0; j < K; ++j)
+        if (j != rank) store_async(peer_address(local, j), next, peer_address(bar, j));
+    }
+  };
   auto alpha_at = [&](int64_t t, int o) { return kGrad ? alpha[t * C + o] : T(0); };
   auto gold_at = [&](int64_t t) { return kGrad && p.gold ? p.gold[b * p.gs0 + t * p.gs1] : int64_t(-1); };
 
-  if (L > 0) {
+  if (L > 0) {  // the first step: each block computes all C inputs (no remote writes before the barrier)
     const int64_t t0 = p.reverse ? L - 1 : 0;
-    for (int o = threadIdx.x; o < C; o += blockDim.x)
-      emit(o, t0, p.boundary_in[o], em[t0 * p.es1 + o * p.es2], alpha_at(t0, o), gold_at(t0), vec);
+    for (int o = threadIdx.x; o < C; o += blockDim.x) {
+      const T u = p.boundary_in[o], through = S::times(u, em[t0 * p.es1 + o * p.es2]);
+      if (o >= o_begin && o < o_end) record(o, t0, u, through, alpha_at(t0, o), gold_at(t0));
+      vec[o] = S::to_kernel(through);
+    }
   }
-  __syncthreads();
-  // xi's share of each thread (kXi; blockDim >= C): column j, rows i0, i0 + rows, ...
+  // with clusters: every block has started and initialised its mbarriers (it may take remote writes)
+  if constexpr (kCluster) {
+    cluster_sync();
+  } else {
+    __syncthreads();
+  }
+  // xi's share of each thread (kXi; blockDim >= C): column j, rows o_begin + i0, + xi_rows, ...
   const int xi_rows = blockDim.x / C, xi_j = threadIdx.x % C;
   const int xi_i0 = threadIdx.x < xi_rows * C ? threadIdx.x / C : C;
   // Outputs per lane group: 1 with the matrix on chip (G lanes split a row); 4 with rows read from L2
   // (G = 32), four independent accumulators in flight.
   constexpr int R = kMatShared ? 1 : 4;
-  const int group = lane / G, gl = lane & (G - 1), per_warp = (32 / G) * R;
+  const int log_g = __ffs(G) - 1;  // G is a power of two: shifts, not divisions, in the step loop
+  const int group = lane >> log_g, gl = lane & (G - 1), per_warp = (32 >> log_g) * R;
   auto t_of = [&](int64_t s) -> int64_t { return p.reverse ? L - 1 - s : s; };
   T alpha_ahead = T(0);  // kXi: alpha[t - 1, threadIdx.x] for the next step's arow, loaded a step early
   if constexpr (kXi) {
@@ -238,69 +383,100 @@ __global__ void __launch_bounds__(kMaxWarps * 32) chain_kernel(ChainParams<T> p)
   }
   for (int64_t s = 1; s < L; ++s) {
     const int64_t t = t_of(s);
+    const int slot = static_cast<int>(s % kRing);  // vec = ring[(s - 1) % kRing]
+    if constexpr (kCluster) {  // the peers' outputs of this step: (C - rows) values into ring[slot]
+      if (threadIdx.x == 0) barrier_expect(bars + slot, unsigned(C - rows) * sizeof(T));
+    }
     if constexpr (kXi) {
       // pairs (t, t + 1): xi[i, j] += g exp(alpha[t, i] + trans[i, j] + em[t + 1, j] + beta[t + 1, j] - log_z),
       // with vec = em[t + 1] + beta[t + 1] and mat_s[i * P + j] = trans[i, j], all in the kernel domain
       const T* a_t = arow + (s & 1) * C;
       const T v_j = vec[xi_j];
-      for (int i = xi_i0; i < C; i += xi_rows) xi[i * C + xi_j] += grad * fast_exp2(a_t[i] + mat_s[i * P + xi_j] + v_j);
+      for (int i = o_begin + xi_i0; i < o_end; i += xi_rows) {
+        const int r = i - o_begin;
+        xi[r * C + xi_j] += grad * fast_exp2(a_t[i] + mat_s[r * P + xi_j] + v_j);
+      }
       if (t > 0 && threadIdx.x < C) {  // the next step's row, loaded a step ago; then the one after
         arow[((s + 1) & 1) * C + threadIdx.x] = S::to_kernel(alpha_ahead + neg_log_z);
         if (t > 1) alpha_ahead = alpha[(t - 2) * C + threadIdx.x];
       }
     }
-    for (int o0 = warp * per_warp; o0 < C; o0 += nwarps * per_warp) {
+    for (int o0 = o_begin + warp * per_warp; o0 < o_end; o0 += nwarps * per_warp) {
       // the group's lanes 0 .. R-1 emit its outputs ob .. ob + R - 1
       const int ob = o0 + group * R, o_mine = ob + gl;
-      const bool emitter = gl < R && o_mine < C;  // loads issued now, their latency hidden by the step
+      const bool emitter = gl < R && o_mine < o_end;  // loads issued now, their latency hidden by the step
       const T e_mine = emitter ? em[t * p.es1 + o_mine * p.es2] : T(0);
       const T a_mine = emitter ? alpha_at(t, o_mine) : T(0);
       const int64_t y_mine = emitter ? gold_at(t) : int64_t(-1);
-      auto term = [&](int row, int k) {
-        const T m = kMatShared ? mat_s[row * P + k] : S::to_kernel(__ldg(p.mat + int64_t(row) * C + k));
+      // output o's term k; rows past this block's last repeat it and are never stored
+      auto term = [&](int o, int k) {
+        o = min(o, o_end - 1);
+        const T m = kMatShared ? mat_s[(o - o_begin) * P + k] : S::to_kernel(__ldg(p.mat + int64_t(o) * C + k));
         return S::times(vec[k], m);
       };
       Acc acc[R];
 #pragma unroll
       for (int r = 0; r < R; ++r) acc[r].init();
-      if constexpr (kChunked) {
+      if constexpr (kChunked && kMatShared) {
+        // one output (R = 1) from shared memory: whole chunks of 4 unchecked, then the ragged tail
+        const T* row = mat_s + (min(ob, o_end - 1) - o_begin) * P;
+        int k0 = gl;
+#pragma unroll 2
+        for (; k0 + 3 * G < C; k0 += 4 * G) {
+          T x[4];
+#pragma unroll
+          for (int u = 0; u < 4; ++u) x[u] = S::times(vec[k0 + u * G], row[k0 + u * G]);
+          acc[0].template add_chunk<4>(x);
+        }
+        if (k0 < C) {
+          T x[4];
+#pragma unroll
+          for (int u = 0; u < 4; ++u) x[u] = k0 + u * G < C ? S::times(vec[k0 + u * G], row[k0 + u * G]) : -pos_inf<T>();
+          acc[0].template add_chunk<4>(x);
+        }
+      } else if constexpr (kChunked) {
         for (int k0 = gl; k0 < C; k0 += 4 * G) {
 #pragma unroll
           for (int r = 0; r < R; ++r) {
-            const int row = min(ob + r, C - 1);  // rows past C repeat the last one and are never stored
             T x[4];
 #pragma unroll
-            for (int u = 0; u < 4; ++u) x[u] = k0 + u * G < C ? term(row, k0 + u * G) : -pos_inf<T>();
+            for (int u = 0; u < 4; ++u) x[u] = k0 + u * G < C ? term(ob + r, k0 + u * G) : -pos_inf<T>();
             acc[r].template add_chunk<4>(x);
           }
         }
+      } else if constexpr (kMatShared) {
+        const T* row = mat_s + (min(ob, o_end - 1) - o_begin) * P;
+#pragma unroll 4
+        for (int k = gl; k < C; k += G) acc[0].add(S::times(vec[k], row[k]), k);
       } else {
 #pragma unroll 4  // several k in flight: from global memory (large C) each load waits on L2
         for (int k = gl; k < C; k += G) {
 #pragma unroll
-          for (int r = 0; r < R; ++r) acc[r].add(term(min(ob + r, C - 1), k), k);
+          for (int r = 0; r < R; ++r) acc[r].add(term(ob + r, k), k);
         }
       }
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         for (int mask = G >> 1; mask > 0; mask >>= 1) acc[r].merge(shfl_xor(acc[r], mask));
         if (emitter && gl == r) {
-          emit(o_mine, t, acc[r].result(), e_mine, a_mine, y_mine, nxt);
-          if constexpr (kArg) pointers[t * C + o_mine] = static_cast<int16_t>(acc[r].arg());
+          emit(o_mine, t, acc[r].result(), e_mine, a_mine, y_mine, slot);
+          if constexpr (kArg) *pointer_slot(t, o_mine) = static_cast<int16_t>(acc[r].arg());
         }
       }
     }
-    __syncthreads();
-    T* tmp = vec;
-    vec = nxt;
-    nxt = tmp;
+    __syncthreads();  // this block's outputs are in; it no longer reads vec
+    // the peers' outputs: the n-th use of a buffer waits for its mbarrier's phase n (parity n mod 2)
+    if constexpr (kCluster) barrier_wait(bars + slot, unsigned((s - 1) / kRing) & 1u);
+    vec = ring + slot * C;
   }
+  // with clusters: the back-pointers (read across the cluster by the backtrack) and every step are in
+  if constexpr (kCluster) cluster_sync();
 
   if constexpr (kXi) {
-    for (int idx = threadIdx.x; idx < C * C; idx += blockDim.x)
-      if (L > 1) atomicAdd(p.g_trans + idx, xi[idx]);
+    for (int idx = threadIdx.x; idx < rows * C; idx += blockDim.x)
+      if (L > 1) atomicAdd(p.g_trans + o_begin * C + idx, xi[idx]);
   }
-  if (warp == 0) {
+  if (warp == 0 && rank == 0) {
     Acc acc;
     acc.init();
     if (L > 0)
@@ -316,13 +492,14 @@ __global__ void __launch_bounds__(kMaxWarps * 32) chain_kernel(ChainParams<T> p)
           int64_t* tags = p.tags + b * Tn;
           tags[L - 1] = c;
           for (int64_t t = L - 1; t > 0; --t) {
-            c = pointers[t * C + c];
+            c = read_pointer(t, c);
             tags[t - 1] = c;
           }
         }
       }
     }
   }
+  if constexpr (kCluster) cluster_sync();  // no block leaves while its shared memory may be read
 }
 
 // The log-partition's gradient outputs, for a reverse scan run as the backward pass (kGrad).
@@ -332,17 +509,113 @@ struct GradArgs {
   at::Tensor* grad_used;  // (B,) or null
 };
 
-// G, lanes per output for an on-chip matrix: doubled while a lane keeps more than 8 terms and the block
-// stays within 512 threads (C = 8: 1, 32: 4, 64: 8, 128: 4, 256: 2).
-int lanes_per_output(int C) {
+// G, lanes per output for an on-chip matrix of `rows` outputs of C terms: doubled while a lane keeps more
+// than 8 terms and the block stays within 512 threads (rows = C = 8: 1, 32: 4, 64: 8, 128: 4, 256: 2;
+// 32 rows of C = 512: 16).
+int lanes_per_output(int rows, int C) {
   int g = 1;
-  while (g < 32 && g * 8 < C && C * g * 2 <= 512) g *= 2;
+  while (g < 32 && g * 8 < C && rows * g * 2 <= 512) g *= 2;
   return g;
 }
 
 // The smallest row pitch >= C that is G modulo 32: output row o starts at bank (o * G) mod 32, so the
 // groups of a warp (consecutive o, lanes reading k = lane mod G + ...) hit distinct banks.
 int matrix_pitch(int C, int G) { return C + (((G - C) % 32) + 32) % 32; }
+
+// How a batch of chains runs: K blocks per chain (a cluster when K > 1), each owning S = ceil(C / K) outputs
+// of a step; what lives in shared memory; the block size.
+struct ChainPlan {
+  int K = 1, S = 0, G = 32, P = 0, warps = 1;
+  bool mat_shared = false, xi = false, ptr_shared = false;
+  size_t smem = 0;
+};
+
+template <class T> ChainPlan plan_for(int K, int C, int Tn, bool arg, bool grad, int optin) {
+  ChainPlan pl;
+  pl.S = std::max(1, (C + K - 1) / K);
+  pl.K = K = std::max(1, (C + pl.S - 1) / pl.S);  // no block without outputs (C = 5 over 4: 2, 2, 1)
+  const int G = lanes_per_output(pl.S, C);
+  pl.P = matrix_pitch(C, G);
+  const auto bytes = [&](bool mat, bool ptr, bool xi) {
+    return ChainSmem<T>::bytes(C, pl.S, pl.P, Tn, mat, ptr, grad, xi, K > 1);
+  };
+  pl.mat_shared = bytes(true, false, false) <= size_t(optin);
+  // the pair-marginal sums take a thread per tag (column)
+  pl.xi = grad && pl.mat_shared && C <= kMaxWarps * 32 && bytes(true, false, true) <= size_t(optin);
+  pl.ptr_shared = arg && bytes(pl.mat_shared, true, pl.xi) <= size_t(optin);
+  pl.smem = bytes(pl.mat_shared, pl.ptr_shared, pl.xi);
+  pl.G = pl.mat_shared ? G : 32;  // rows from L2: a warp reads 32 consecutive k
+  // one lane group per output, at most kMaxWarps; the pair-marginal sums want at least 8 warps and C threads
+  pl.warps = std::min(kMaxWarps, std::max(pl.xi ? std::max(8, (C + 31) / 32) : 1, (pl.S * pl.G + 31) / 32));
+  if (K > 1 && !pl.mat_shared) return plan_for<T>(1, C, Tn, arg, grad, optin);  // clusters split on-chip rows
+  return pl;
+}
+
+constexpr int kMaxCluster = 16;        // non-portable above 8: taken only where a matrix needs it
+constexpr int kPortableCluster = 8;
+constexpr int kMinBlockTerms = 8192;  // a cluster that spreads a small batch keeps >= 8192 terms per block
+
+// Blocks per chain: 1 without clusters (before sm_90); else the smallest K that puts the step matrix (and
+// for the gradient the pair-marginal sums, C <= 512) on chip, doubled up to 8 while the batch still takes
+// one block per SM (B 2K <= SMs) and each block keeps kMinBlockTerms terms of a step (S C). H100, CRF train /
+// decode in ms (docs/perf_notes.md): B=32 C=128: K=1 1.00 / 0.38, K=2 0.75 / 0.31, K=4 1.10 / 0.48;
+// B=8 C=256: K=2 1.29 / 0.57, K=8 0.96 / 0.39; B=8 C=512: K=8 1.45 / 0.63, K=16 1.98 / 0.68.
+// SEMIRING_OPS_CHAIN_CLUSTER=K overrides (a power of two <= 16; 1: no clusters) for measurements.
+template <class T> ChainPlan choose_plan(const at::Tensor& em, bool arg, bool grad, int optin) {
+  const int64_t B = em.size(0);
+  const int Tn = static_cast<int>(em.size(1)), C = static_cast<int>(em.size(2));
+  int major = 0, sms = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, em.get_device()));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, em.get_device()));
+  const auto plan = [&](int K) { return plan_for<T>(K, C, Tn, arg, grad, optin); };
+  if (major < 9 || B * kMaxCluster > std::numeric_limits<int>::max()) return plan(1);
+  if (const char* env = std::getenv("SEMIRING_OPS_CHAIN_CLUSTER")) {
+    const int K = std::atoi(env);
+    TORCH_CHECK(K >= 1 && K <= kMaxCluster && (K & (K - 1)) == 0,
+                "SEMIRING_OPS_CHAIN_CLUSTER must be a power of two in 1..16, got ", env);
+    return plan(K);
+  }
+  const auto fits = [&](const ChainPlan& q, bool want_xi) { return q.mat_shared && (!want_xi || q.xi); };
+  const bool want_xi = grad && C <= kMaxWarps * 32;
+  int K = 1;
+  while (K < kMaxCluster && !fits(plan(K), want_xi)) K *= 2;
+  if (!fits(plan(K), want_xi)) {  // no cluster holds the pair marginals: the matrix alone, if any does
+    K = 1;
+    while (K < kMaxCluster && !plan(K).mat_shared) K *= 2;
+    if (!plan(K).mat_shared) return plan(1);  // rows from L2 with one block per chain
+  }
+  while (2 * K <= kPortableCluster && B * 2 * K <= sms &&
+         int64_t((C + 2 * K - 1) / (2 * K)) * C >= kMinBlockTerms)
+    K *= 2;
+  return plan(K);
+}
+
+// How many K-block clusters of `kernel` the GPU runs at once (0: it cannot launch them), cached.
+template <class Kernel> int max_active_clusters(Kernel kernel, int K, int threads, size_t smem, int device) {
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, int, int, size_t, int>, int> cache;
+  const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), K, threads, smem, device);
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto found = cache.find(key);
+  if (found != cache.end()) return found->second;
+  cudaLaunchConfig_t cfg{};
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = K;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cfg.gridDim = dim3(K);
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  int n = 0;
+  if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
+    (void)cudaGetLastError();  // an unsupported size: clear the error, report none
+    n = 0;
+  }
+  return cache[key] = n;
+}
 
 // Runs the kernel over the batch; returns whether the pair marginals were summed on chip (kGrad).
 template <class S, class T, bool kArg, bool kGrad>
@@ -352,25 +625,43 @@ bool launch(const at::Tensor& em, const at::Tensor& trans, const at::Tensor& sta
   const int64_t B = em.size(0);
   const int Tn = static_cast<int>(em.size(1)), C = static_cast<int>(em.size(2));
   if (B == 0) return true;
-  // Output-major step matrix, for reading from L2 (large C): forward steps produce tag j from tag i
-  // (M[j, i] = trans[i, j]); reverse steps produce i from j (M[i, j] = trans[i, j]). On chip it is staged
-  // from trans directly, with its strides.
   const at::Tensor start_c = start.contiguous(), end_c = end.contiguous();
 
   int optin = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, em.get_device()));
-  const int G_shared = lanes_per_output(C), P = matrix_pitch(C, G_shared);
-  const auto fits = [&](bool mat_on, bool ptr_on, bool xi_on) {
-    return ChainSmem<T>::bytes(C, P, Tn, mat_on, ptr_on, kGrad, xi_on) <= size_t(optin);
+  ChainPlan plan = choose_plan<T>(em, kArg, kGrad, optin);
+  using Kernel = void (*)(ChainParams<T>);
+  const auto kernel_for = [](const ChainPlan& q) -> Kernel {
+    if (!q.mat_shared) return chain_kernel<S, T, kArg, false, kGrad, false, false>;
+    if (q.K > 1)
+      return q.xi ? chain_kernel<S, T, kArg, true, kGrad, kGrad, true> : chain_kernel<S, T, kArg, true, kGrad, false, true>;
+    return q.xi ? chain_kernel<S, T, kArg, true, kGrad, kGrad, false> : chain_kernel<S, T, kArg, true, kGrad, false, false>;
   };
-  const bool mat_shared = fits(true, false, false);
-  const at::Tensor mat = mat_shared ? at::Tensor() : (reverse ? trans : trans.t()).contiguous();
-  const bool xi = kGrad && mat_shared && fits(true, false, true);
-  const bool ptr_shared = kArg && fits(mat_shared, true, xi);
-  const size_t smem = ChainSmem<T>::bytes(C, P, Tn, mat_shared, ptr_shared, kGrad, xi);
-  const int G = mat_shared ? G_shared : 32;  // rows from L2: a warp reads 32 consecutive k
+  Kernel kernel = kernel_for(plan);
+  const auto prepare = [&](Kernel k, const ChainPlan& q) {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(q.smem)));
+    if (q.K > kPortableCluster)
+      C10_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  };
+  prepare(kernel, plan);
+  // a 16-block cluster runs only where a GPC has 16 free SMs: 8 blocks per chain when fewer than B (or, with
+  // K forced, none) run at once
+  if (plan.K > kPortableCluster) {
+    const int active = max_active_clusters(kernel, plan.K, plan.warps * 32, plan.smem, em.get_device());
+    if (active == 0 || (active < B && !std::getenv("SEMIRING_OPS_CHAIN_CLUSTER"))) {
+      plan = plan_for<T>(kPortableCluster, C, Tn, kArg, kGrad, optin);
+      if (!plan.mat_shared) plan = plan_for<T>(1, C, Tn, kArg, kGrad, optin);
+      kernel = kernel_for(plan);
+      prepare(kernel, plan);
+    }
+  }
+  // Output-major step matrix, for reading from L2 (large C): forward steps produce tag j from tag i
+  // (M[j, i] = trans[i, j]); reverse steps produce i from j (M[i, j] = trans[i, j]). On chip it is staged
+  // from trans directly, with its strides.
+  const at::Tensor mat = plan.mat_shared ? at::Tensor() : (reverse ? trans : trans.t()).contiguous();
+  const bool xi = plan.xi;
   at::Tensor ptr_scratch;
-  if (kArg && !ptr_shared) ptr_scratch = at::empty({B, Tn, C}, em.options().dtype(at::kShort));
+  if (kArg && !plan.ptr_shared) ptr_scratch = at::empty({B, Tn, C}, em.options().dtype(at::kShort));
 
   ChainParams<T> p{};
   p.em = em.data_ptr<T>();
@@ -380,7 +671,7 @@ bool launch(const at::Tensor& em, const at::Tensor& trans, const at::Tensor& sta
   p.trans = trans.data_ptr<T>();
   p.trs0 = trans.stride(0);
   p.trs1 = trans.stride(1);
-  p.mat = mat_shared ? nullptr : mat.data_ptr<T>();
+  p.mat = plan.mat_shared ? nullptr : mat.data_ptr<T>();
   p.boundary_in = (reverse ? end_c : start_c).data_ptr<T>();
   p.boundary_out = (reverse ? start_c : end_c).data_ptr<T>();
   p.lengths = lengths.data_ptr<int64_t>();
@@ -390,8 +681,10 @@ bool launch(const at::Tensor& em, const at::Tensor& trans, const at::Tensor& sta
   p.tags = tags ? tags->data_ptr<int64_t>() : nullptr;
   p.steps = Tn;
   p.C = C;
-  p.group = G;
-  p.pitch = P;
+  p.group = plan.G;
+  p.pitch = plan.P;
+  p.cluster = plan.K;
+  p.slice = plan.S;
   p.reverse = reverse;
   if (gold) {
     p.gold = gold->data_ptr<int64_t>();
@@ -412,15 +705,25 @@ bool launch(const at::Tensor& em, const at::Tensor& trans, const at::Tensor& sta
     p.grad_used = grads->grad_used ? grads->grad_used->data_ptr<T>() : nullptr;
   }
 
-  // one lane group per output, at most kMaxWarps; the pair-marginal sums (xi) want at least 8 warps
-  const int warps = std::min(kMaxWarps, std::max(xi ? 8 : 1, (C * G + 31) / 32));
-  TORCH_CHECK(!xi || warps * 32 >= C, "chain kernel: pair marginals on chip need a thread per tag");
-  auto kernel = mat_shared ? (xi ? chain_kernel<S, T, kArg, true, kGrad, kGrad>
-                                  : chain_kernel<S, T, kArg, true, kGrad, false>)
-                           : chain_kernel<S, T, kArg, false, kGrad, false>;
-  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  kernel<<<static_cast<unsigned>(B), warps * 32, smem, at::cuda::getCurrentCUDAStream()>>>(p);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  const dim3 grid(static_cast<unsigned>(B * plan.K)), block(plan.warps * 32);
+  if (plan.K > 1) {
+    cudaLaunchConfig_t cfg{};
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = plan.K;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = plan.smem;
+    cfg.stream = at::cuda::getCurrentCUDAStream();
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+  } else {
+    kernel<<<grid, block, plan.smem, at::cuda::getCurrentCUDAStream()>>>(p);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
   return xi;
 }
 

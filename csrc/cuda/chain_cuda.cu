@@ -150,20 +150,20 @@ __device__ __forceinline__ void barrier_wait(uint64_t* bar, unsigned parity) {
 #endif
 }
 
-// x into a peer's shared memory at `remote`, counted by the peer's mbarrier at `remote_bar`.
-__device__ __forceinline__ void store_async(uint32_t remote, float x, uint32_t remote_bar) {
+// x (float or double) into a peer's shared memory at `remote`, counted by the peer's mbarrier at
+// `remote_bar`.
+template <class T> __device__ __forceinline__ void store_async(uint32_t remote, T x, uint32_t remote_bar) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "32- or 64-bit values");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(remote),
-               "r"(__float_as_uint(x)), "r"(remote_bar)
-               : "memory");
-#endif
-}
-
-__device__ __forceinline__ void store_async(uint32_t remote, double x, uint32_t remote_bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];" ::"r"(remote),
-               "l"(__double_as_longlong(x)), "r"(remote_bar)
-               : "memory");
+  if constexpr (sizeof(T) == 4) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(remote),
+                 "r"(__float_as_uint(x)), "r"(remote_bar)
+                 : "memory");
+  } else {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];" ::"r"(remote),
+                 "l"(__double_as_longlong(x)), "r"(remote_bar)
+                 : "memory");
+  }
 #endif
 }
 
@@ -590,6 +590,27 @@ template <class T> ChainPlan choose_plan(const at::Tensor& em, bool arg, bool gr
   return plan(K);
 }
 
+// A launch of 1-D clusters of K blocks (cudaLaunchKernelEx / cudaOccupancyMaxActiveClusters); not copyable:
+// the config points at its own attribute.
+struct ClusterLaunch {
+  cudaLaunchConfig_t cfg{};
+  cudaLaunchAttribute attr{};
+  ClusterLaunch(int K, dim3 grid, dim3 block, size_t smem, cudaStream_t stream) {
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = K;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+  }
+  ClusterLaunch(const ClusterLaunch&) = delete;
+  ClusterLaunch& operator=(const ClusterLaunch&) = delete;
+};
+
 // How many K-block clusters of `kernel` the GPU runs at once (0: it cannot launch them), cached.
 template <class Kernel> int max_active_clusters(Kernel kernel, int K, int threads, size_t smem, int device) {
   static std::mutex mutex;
@@ -598,19 +619,9 @@ template <class Kernel> int max_active_clusters(Kernel kernel, int K, int thread
   const std::lock_guard<std::mutex> lock(mutex);
   const auto found = cache.find(key);
   if (found != cache.end()) return found->second;
-  cudaLaunchConfig_t cfg{};
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = K;
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  cfg.gridDim = dim3(K);
-  cfg.blockDim = dim3(threads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
+  const ClusterLaunch launch(K, dim3(K), dim3(threads), smem, nullptr);
   int n = 0;
-  if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
+  if (cudaOccupancyMaxActiveClusters(&n, kernel, &launch.cfg) != cudaSuccess) {
     (void)cudaGetLastError();  // an unsupported size: clear the error, report none
     n = 0;
   }
@@ -707,19 +718,8 @@ bool launch(const at::Tensor& em, const at::Tensor& trans, const at::Tensor& sta
 
   const dim3 grid(static_cast<unsigned>(B * plan.K)), block(plan.warps * 32);
   if (plan.K > 1) {
-    cudaLaunchConfig_t cfg{};
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = plan.K;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = plan.smem;
-    cfg.stream = at::cuda::getCurrentCUDAStream();
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+    const ClusterLaunch launch(plan.K, grid, block, plan.smem, at::cuda::getCurrentCUDAStream());
+    C10_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, kernel, p));
   } else {
     kernel<<<grid, block, plan.smem, at::cuda::getCurrentCUDAStream()>>>(p);
     C10_CUDA_KERNEL_LAUNCH_CHECK();

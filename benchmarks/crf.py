@@ -11,8 +11,12 @@ Definitions (the same as the anchor figures in ANCHORS.md, so the numbers compar
                           (log-partition only, no gold-path score; lengths= when ragged)
              torch loop   alpha_t = logsumexp(alpha_{t-1}[:, :, None] + trans, 1) + em[:, t], then
                           logsumexp(alpha_T).sum().backward()   (what a user writes by hand)
+             ours graphed the same step captured once in a CUDA graph (benchmarks/timing.py graphed) and
+                          replayed: no Python or launch overhead, nothing else changed (GPU only; possible
+                          because nothing in our step synchronises with the host under capture)
     decode = best tag sequences under no_grad:
-             ours         crf.viterbi(em, mask) -> tag tensor (B, T);  row "ours .decode": crf.decode -> lists
+             ours         crf.viterbi(em, mask) -> tag tensor (B, T);  row "ours .decode": crf.decode -> lists;
+                          row "ours graphed": crf.viterbi captured in a CUDA graph and replayed
              pytorch-crf  crf.decode(em, mask) -> lists
              torch-struct LinearChainCRF(...).argmax -> one-hot edge tensor (B, T-1, C, C)
     Gradients accumulate across repetitions in every system (nothing is zeroed), as in the anchors' script.
@@ -48,7 +52,7 @@ import torch
 from semiring_ops.structures import LinearChainCRF
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing import release, time_or_failure
+from timing import graphed, release, time_or_failure
 
 GPU_SHAPES = [(32, 128, 8), (32, 128, 32), (32, 128, 128), (32, 512, 32), (8, 128, 512)]
 CPU_SHAPES = [(4, 32, 8), (8, 64, 32)]
@@ -181,6 +185,8 @@ def run_shape(B: int, T: int, C: int, device: str, ragged: bool, gpu: bool) -> t
     rows.append(row("ours", ours_train, time_or_failure(decode, device, reps["ours"])))
     rows[-1]["peak_mib"] = peak_mib(train, device)
     rows.append(row("ours .decode", None, time_or_failure(decode_lists, device, reps["ours"])))
+    if gpu:  # the same train step and decode captured in CUDA graphs (no Python or launch overhead)
+        rows.append(row("ours graphed", *(_time_graphed(fn, device, reps["ours"]) for fn in (train, decode))))
 
     check = ""
     try:
@@ -216,6 +222,16 @@ def run_shape(B: int, T: int, C: int, device: str, ragged: bool, gpu: bool) -> t
     del em, tags, mask
     release(device)
     return rows, check
+
+
+def _time_graphed(fn: Callable[[], object], device: str, reps: int) -> float | str:
+    """time_or_failure of fn's CUDA-graph replay, or 'ERR ...' when capturing it fails."""
+    try:
+        replay = graphed(fn)
+    except Exception as exc:
+        release(device)
+        return f"ERR capture {type(exc).__name__}: {str(exc)[:50]}"
+    return time_or_failure(replay, device, reps)
 
 
 def agreement(ours: LinearChainCRF, theirs, em, tags, mask) -> str:

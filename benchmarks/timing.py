@@ -37,6 +37,21 @@ def timed_runs(fn: Callable[[], object], device: str, reps: int) -> list[float]:
     return times
 
 
+def graphed(fn: Callable[[], object], warmup: int = 3) -> Callable[[], None]:
+    """fn captured in a CUDA graph after warm-up calls on a side stream (as torch.cuda.graph asks) -> a
+    function that replays it: the same kernels on the same buffers, without Python or launch overhead."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
 def release(device: str) -> None:
     """Returns the caching allocator's free blocks (CUDA), so one system's peak does not starve the next."""
     if device == "cuda":

@@ -10,6 +10,9 @@
 
 namespace semiring_ops {
 
+// The length sequence_lengths gives a bad sequence under CUDA graph capture (see there and chain_scan).
+constexpr int64_t kInvalidLength = -1;
+
 // Semiring batched matmul, forward.
 //   a: (B, n, k), b: (B, k, m), one floating dtype (float16, bfloat16, float32, float64), one device;
 //   any strides (a batch stride of 0 is a broadcast operand and is never copied B times).
@@ -43,6 +46,8 @@ at::Tensor log_contract(const at::Tensor& l0, const std::optional<at::Tensor>& l
 //   scores[b, t, i]   = (+)_j trans[i, j] (x) em[b, t+1, j] (x) scores[b, t+1, j]          t = L-2 .. 0
 //   total[b]          = (+)_i start[i] (x) em[b, 0, i] (x) scores[b, 0, i]
 // with L = lengths[b]; scores past L are the semiring's zero, and total is its one when L = 0.
+// lengths[b] = kInvalidLength (-1) marks a sequence that sequence_lengths found bad while a CUDA graph was
+// being captured: its total is NaN (and every other output of the ops below: llh NaN, tags -1, g_em NaN).
 // Returns {total (B,), scores (B, T, C) contiguous, or an empty tensor unless save_scores}.
 std::vector<at::Tensor> chain_scan(const at::Tensor& emissions, const at::Tensor& transitions,
                                    const at::Tensor& start, const at::Tensor& end, const at::Tensor& lengths,
@@ -86,7 +91,9 @@ std::vector<at::Tensor> crf_log_likelihood(const at::Tensor& emissions, const at
 //   mask (B, T) bool or uint8, a prefix mask, or lengths (B,) of an integer dtype (at most one; neither: all
 //   T); tags (B, T) of an integer dtype, optional, each in 0..num_tags-1 below its sequence's length.
 // Returns lengths (B,) int64 on the inputs' device. Throws ValueError saying which argument is bad when the
-// mask has holes (a 1 after a 0), a length lies outside 0..T, or a tag is out of range.
+// mask has holes (a 1 after a 0), a length lies outside 0..T, or a tag is out of range. While the current
+// CUDA stream is capturing a graph (no synchronisation allowed) it throws nothing: each bad sequence's
+// length comes back as kInvalidLength instead, and the chain ops give that sequence NaN.
 at::Tensor sequence_lengths(const std::optional<at::Tensor>& mask, const std::optional<at::Tensor>& lengths,
                             const std::optional<at::Tensor>& tags, int64_t batch, int64_t steps, int64_t num_tags);
 

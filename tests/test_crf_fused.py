@@ -13,8 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from semiring_ops.ops import reference
-from semiring_ops.ops.chain_ops import sequence_lengths_eager
-from semiring_ops.semirings import LogSemiring
+from semiring_ops.ops.chain_ops import chain_scan, chain_viterbi_eager, sequence_lengths_eager
+from semiring_ops.semirings import LogSemiring, MaxSemiring
 from semiring_ops.structures import LinearChainCRF, chain_sum
 from semiring_ops.structures.factored import chain_log_likelihood_factored, factored_to_edges
 
@@ -92,6 +92,39 @@ def test_unvalidated_out_of_range_tags_give_nan_not_a_crash(impl, device):
     assert llh[0].isnan() and torch.isfinite(llh[1])
     (g_em,) = torch.autograd.grad(llh[1] + 0 * llh[0], leaves[:1])
     assert g_em[0].isnan().all() and torch.isfinite(g_em[1]).all()
+
+
+@pytest.mark.parametrize("bad_length", [-1, 6])
+def test_invalid_length_gives_nan_for_that_chain_only(impl, device, bad_length):
+    """A length outside 0..T (-1 is how sequence_lengths marks a bad sequence under CUDA graph capture): that
+    chain's totals, log-likelihood, Viterbi score and emission gradient are NaN and its tags -1; the other
+    chains, and the gradients summed over chains, are those of the batch without it."""
+    em, trans, start, end, _, tags = _problem(3, 5, 4, device, seed=29)
+    tags = tags.clamp(0, 3)
+    lengths, keep, kept_lengths = torch.tensor([5, bad_length, 3], device=device), [0, 2], torch.tensor([5, 3])
+    kept_lengths = kept_lengths.to(device)
+    leaves = [x.detach().clone().requires_grad_() for x in (em, trans, start, end)]
+    kept = [x.detach().clone().requires_grad_() for x in (em[keep], trans, start, end)]
+    llh = chain_log_likelihood_factored(*leaves, lengths, tags)
+    want = chain_log_likelihood_factored(*kept, kept_lengths, tags[keep])
+    assert llh[1].isnan()
+    torch.testing.assert_close(llh[keep], want)
+    grads, want_grads = torch.autograd.grad(llh.sum(), leaves), torch.autograd.grad(want.sum(), kept)
+    assert grads[0][1].isnan().all()
+    torch.testing.assert_close(grads[0][keep], want_grads[0])
+    for g, w in zip(grads[1:], want_grads[1:], strict=True):
+        torch.testing.assert_close(g, w)
+    args = (em, trans, start, end)
+    for reverse in (False, True):
+        total, _ = chain_scan(*args, lengths, LogSemiring.kernel_id, reverse, False)
+        want_total, _ = chain_scan(em[keep], trans, start, end, kept_lengths, LogSemiring.kernel_id, reverse, False)
+        assert total[1].isnan()
+        torch.testing.assert_close(total[keep], want_total)
+    score, path = chain_viterbi_eager(*args, lengths, MaxSemiring.kernel_id)
+    want_score, want_path = chain_viterbi_eager(em[keep], trans, start, end, kept_lengths, MaxSemiring.kernel_id)
+    assert score[1].isnan() and (path[1] == -1).all()
+    torch.testing.assert_close(score[keep], want_score)
+    assert torch.equal(path[keep], want_path)
 
 
 @pytest.mark.cuda

@@ -99,7 +99,9 @@ template <class S, class T, bool kArg> struct ChainRunner {
   }
 };
 
-int64_t clamp_length(int64_t L, int64_t T) { return std::min<int64_t>(std::max<int64_t>(L, 0), T); }
+// A length outside 0..T (kInvalidLength: a bad sequence found under CUDA graph capture) gives NaN results.
+bool invalid_length(int64_t L, int64_t T) { return L < 0 || L > T; }
+int64_t usable_length(int64_t L, int64_t T) { return invalid_length(L, T) ? 0 : L; }
 
 template <class S, class T, bool kArg>
 void run_chains(const at::Tensor& em, const at::Tensor& trans, const at::Tensor& start, const at::Tensor& end,
@@ -122,11 +124,11 @@ void run_chains(const at::Tensor& em, const at::Tensor& trans, const at::Tensor&
     std::vector<T> vec(static_cast<size_t>(C)), u(static_cast<size_t>(C));
     std::vector<int16_t> pointers(kArg ? static_cast<size_t>(T_len * C) : 0);
     for (int64_t b = b0; b < b1; ++b) {
-      const int64_t L = clamp_length(len[b], T_len);
+      const int64_t L = usable_length(len[b], T_len);
       const ChainView<T> ch{em_ptr + b * em.stride(0), em.stride(1), em.stride(2)};
       T* sc = scores_ptr ? scores_ptr + b * T_len * C : nullptr;
       const auto acc = runner.run(ch, L, sc, pointers.data(), vec, u);
-      total_ptr[b] = L > 0 ? acc.result() : S::template one<T>();
+      total_ptr[b] = invalid_length(len[b], T_len) ? T(NAN) : L > 0 ? acc.result() : S::template one<T>();
       if (sc)
         for (int64_t i = L * C; i < T_len * C; ++i) sc[i] = S::template zero<T>();
       if constexpr (kArg) {
@@ -221,9 +223,9 @@ void log_backward_chains(const at::Tensor& em, const at::Tensor& trans, const at
     std::vector<T> vec(static_cast<size_t>(C)), u(static_cast<size_t>(C)), beta(static_cast<size_t>(T_len * C));
     std::vector<T> xi(static_cast<size_t>(C * C), T(0)), gs(static_cast<size_t>(C), T(0)), ge(gs);
     for (int64_t b = b0; b < b1; ++b) {
-      const int64_t L = clamp_length(len[b], T_len);
+      const int64_t L = usable_length(len[b], T_len);
       T* gm = g_em.data_ptr<T>() + b * T_len * C;
-      std::fill(gm + L * C, gm + T_len * C, T(0));
+      std::fill(gm + L * C, gm + T_len * C, invalid_length(len[b], T_len) ? T(NAN) : T(0));
       const T z = log_z.data_ptr<T>()[b];
       if (L == 0) continue;
       const ChainView<T> ch{em.data_ptr<T>() + b * em.stride(0), em.stride(1), em.stride(2)};
@@ -308,7 +310,7 @@ std::vector<at::Tensor> crf_log_likelihood(const at::Tensor& emissions, const at
     for (int64_t b = 0; b < B; ++b) {
       const ChainView<T> ch{emissions.data_ptr<T>() + b * emissions.stride(0), emissions.stride(1), emissions.stride(2)};
       const T g = gold_path_score(gold, b, ch, trans_c.data_ptr<T>(), start_c.data_ptr<T>(), end_c.data_ptr<T>(),
-                                  clamp_length(len[b], T_len), C);
+                                  usable_length(len[b], T_len), C);
       llh.data_ptr<T>()[b] = g == -pos_inf<T>() ? g : g - log_z.data_ptr<T>()[b];
     }
   });

@@ -266,7 +266,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32) chain_kernel(ChainParams<T> p)
   const int64_t b = blockIdx.x / K;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   const int64_t given = p.lengths[b];
-  const int64_t L = given < 0 ? 0 : (given > Tn ? Tn : given);  // defensive: Python validates lengths
+  // kInvalidLength (a bad sequence found under graph capture) or any length outside 0..T: NaN results
+  const bool invalid = given < 0 || given > Tn;
+  const int64_t L = invalid ? 0 : given;
   const T* em = p.em + b * p.es0;
   // back-pointer of output o at step t: global (t, C) rows, or this block's (t, Sl) rows on chip
   int16_t* ptr_g = p.pointers ? p.pointers + b * int64_t(Tn) * C : nullptr;
@@ -308,7 +310,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32) chain_kernel(ChainParams<T> p)
     // no gradient for an impossible chain; NaN for unvalidated (out-of-range) tags
     // with gold paths the loss is sum_b g_b (gold_b - log_z_b): the marginals weigh -g, the gold path +g
     const T g = p.grad[b * p.grad_stride];
-    grad = gold != gold ? gold : (z == -pos_inf<T>() || gold == -pos_inf<T>()) ? T(0) : (p.gold ? -g : g);
+    grad = invalid        ? T(NAN)
+           : gold != gold ? gold
+           : (z == -pos_inf<T>() || gold == -pos_inf<T>()) ? T(0)
+                                                          : (p.gold ? -g : g);
     if (p.grad_used && rank == 0 && threadIdx.x == 0) p.grad_used[b] = grad;
     if (p.gold && grad != T(0) && grad == grad) {  // the gold path's transitions: -grad each
       const int64_t* y = p.gold + b * p.gs0;
@@ -318,7 +323,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) chain_kernel(ChainParams<T> p)
     neg_log_z = z == -pos_inf<T>() ? T(0) : -z;
     alpha = p.alpha + b * int64_t(Tn) * C;
     T* ge = p.g_em + b * int64_t(Tn) * C;
-    for (int64_t i = L * C + spread0; i < int64_t(Tn) * C; i += spread) ge[i] = T(0);
+    for (int64_t i = L * C + spread0; i < int64_t(Tn) * C; i += spread) ge[i] = invalid ? T(NAN) : T(0);
     if constexpr (kXi) {
       for (int i = threadIdx.x; i < rows * C; i += blockDim.x) xi[i] = T(0);
     }
@@ -484,8 +489,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32) chain_kernel(ChainParams<T> p)
     warp_merge(acc);
     if (lane == 0) {
       const T total = L > 0 ? acc.result() : S::template one<T>();
-      p.total[b] = total;
-      if (p.llh) p.llh[b] = gold == -pos_inf<T>() ? gold : gold - total;
+      // the length read again (not kept live across the steps: a register the step loop wants)
+      const int64_t again = p.lengths[b];
+      const bool bad = again < 0 || again > Tn;
+      p.total[b] = bad ? T(NAN) : total;
+      if (p.llh) p.llh[b] = bad ? T(NAN) : gold == -pos_inf<T>() ? gold : gold - total;
       if constexpr (kArg) {
         if (L > 0) {
           int c = acc.arg();

@@ -1,6 +1,8 @@
 // semiring_ops::sequence_lengths for CUDA tensors (contract in ops.h): one block per sequence counts its
 // mask, looks for holes and checks its tags below the length; the problem bits come back to the host in one
-// small copy (the only synchronisation), and sequence_host.h turns them into errors.
+// small copy (the only synchronisation), and sequence_host.h turns them into errors. While the stream is
+// being captured into a CUDA graph no copy to the host can run: the kernel then marks each bad sequence's
+// length -1 instead (kInvalidLength), which the chain kernels turn into NaN scores (ops.h).
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -23,7 +25,7 @@ struct SequenceParams {
   const int64_t* tags;  // (B, T) or null
   int64_t ts0, ts1;
   int64_t* lengths;  // (B,): given (checked) or written from the mask
-  int32_t* bits;
+  int32_t* bits;     // problems of the whole batch, for the host; null: mark each bad sequence's length -1
   int64_t steps, num_tags;
 };
 
@@ -53,7 +55,13 @@ __global__ void __launch_bounds__(kThreads) sequence_kernel(SequenceParams p) {
     }
     if (__syncthreads_or(bad)) problems |= kTagOutOfRange;
   }
-  if (threadIdx.x == 0 && problems) atomicOr(p.bits, problems);
+  if (threadIdx.x == 0 && problems) {
+    if (p.bits) {
+      atomicOr(p.bits, problems);
+    } else {
+      p.lengths[b] = kInvalidLength;
+    }
+  }
 }
 
 }  // namespace
@@ -67,12 +75,14 @@ at::Tensor sequence_lengths(const std::optional<at::Tensor>& mask, const std::op
   TORCH_CHECK(any.is_cuda(), "sequence_lengths (CUDA): got ", describe(any));
   const c10::cuda::CUDAGuard guard(any.device());
   const auto long_opts = any.options().dtype(at::kLong);
-  // the kernel writes the lengths only when it counts them from the mask
-  at::Tensor out = lengths ? lengths->to(at::kLong).contiguous()
+  // under capture the problems stay on the device, marked in the lengths (a copy, never the caller's tensor)
+  const bool capturing = c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
+  // the kernel writes the lengths when it counts them from the mask, or marks them under capture
+  at::Tensor out = lengths ? (capturing ? lengths->to(at::kLong).clone() : lengths->to(at::kLong).contiguous())
                    : mask  ? at::empty({batch}, long_opts)
                            : at::full({batch}, steps, long_opts);
   if (batch == 0) return out;
-  at::Tensor bits = at::zeros({1}, any.options().dtype(at::kInt));
+  at::Tensor bits = capturing ? at::Tensor() : at::zeros({1}, any.options().dtype(at::kInt));
   at::Tensor m = mask ? mask->view(at::kByte) : at::Tensor();
   at::Tensor y = tags ? tags->to(at::kLong) : at::Tensor();
   cuda::SequenceParams p{};
@@ -88,13 +98,13 @@ at::Tensor sequence_lengths(const std::optional<at::Tensor>& mask, const std::op
     p.ts1 = y.stride(1);
   }
   p.lengths = out.data_ptr<int64_t>();
-  p.bits = bits.data_ptr<int32_t>();
+  p.bits = capturing ? nullptr : bits.data_ptr<int32_t>();
   p.steps = steps;
   p.num_tags = num_tags;
   TORCH_CHECK(batch <= 0x7fffffff, "sequence_lengths (CUDA): at most 2^31 - 1 sequences, got ", batch);
   cuda::sequence_kernel<<<static_cast<unsigned>(batch), cuda::kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  raise_sequence_problems(bits.item<int32_t>(), lengths, steps, num_tags);
+  if (!capturing) raise_sequence_problems(bits.item<int32_t>(), lengths, steps, num_tags);
   return out;
 }
 

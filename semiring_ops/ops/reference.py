@@ -142,11 +142,18 @@ def generic_bmm(a: Tensor, b: Tensor, semiring: type[Semiring]) -> Tensor:
 # ---------------------------------------------------------------- chains (contracts in csrc/ops.h)
 
 
+def _usable_lengths(lengths: Tensor, T: int) -> tuple[Tensor, Tensor]:
+    """(L, bad): a length outside 0..T (kInvalidLength: a bad sequence found under CUDA graph capture) is 0
+    in L and flagged in bad, and that chain's results are NaN, as in the kernels (csrc/ops.h)."""
+    bad = (lengths < 0) | (lengths > T)
+    return lengths.masked_fill(bad, 0), bad
+
+
 def _chain_walk(em, trans, start, end, lengths, S, reverse, keep_args):
     """The recursion of chain_scan, one (B, C, C) semiring reduction per step; chains past their length
-    carry their last vector unchanged. Returns (total, scores (B, T, C), args list per step or None)."""
+    carry their last vector unchanged. Returns (last (B, C), scores (B, T, C), pointers (B, T, C), L, bad)."""
     B, T, C = em.shape
-    L = lengths.clamp(0, T)
+    L, bad = _usable_lengths(lengths, T)
     zero = torch.full((), S.zero, dtype=em.dtype, device=em.device)
     scores = zero.expand(B, T, C).clone()
     mat = trans if not reverse else trans.t()  # mat[k, o]: from input k to output o
@@ -172,14 +179,15 @@ def _chain_walk(em, trans, start, end, lengths, S, reverse, keep_args):
         scores[rows, tc] = torch.where(live[:, None], stored, scores[rows, tc])
         vec = torch.where(live[:, None], through, vec)
     last = S.times(vec, start if reverse else end)
-    return last, scores, pointers, L
+    return last, scores, pointers, L, bad
 
 
 def chain_scan(em, trans, start, end, lengths, semiring_id: int, reverse: bool, save_scores: bool):
     """The PyTorch twin of the chain_scan kernel (csrc/ops.h)."""
     S = _semiring_by_id(semiring_id)
-    last, scores, _, L = _chain_walk(em, trans, start, end, lengths, S, reverse, False)
+    last, scores, _, L, bad = _chain_walk(em, trans, start, end, lengths, S, reverse, False)
     total = torch.where(L > 0, S.sum(last, dim=-1), torch.full_like(L, S.one, dtype=em.dtype))
+    total = total.masked_fill(bad, math.nan)
     return total, scores if save_scores else em.new_empty((0,))
 
 
@@ -189,9 +197,9 @@ def chain_viterbi(em, trans, start, end, lengths, semiring_id: int):
     if S.name not in ("max", "min"):
         raise ValueError(f"chain_viterbi needs a selecting semiring, got {S.name}")
     B, T, _ = em.shape
-    last, _, pointers, L = _chain_walk(em, trans, start, end, lengths, S, False, True)
+    last, _, pointers, L, bad = _chain_walk(em, trans, start, end, lengths, S, False, True)
     total, tag = last.max(-1) if S.name == "max" else last.min(-1)
-    total = torch.where(L > 0, total, torch.zeros_like(total))
+    total = torch.where(L > 0, total, torch.zeros_like(total)).masked_fill(bad, math.nan)
     tags = torch.full((B, T), -1, dtype=torch.long, device=em.device)
     rows = torch.arange(B, device=em.device)
     for t in range(T - 1, -1, -1):
@@ -208,7 +216,7 @@ def gold_path_score(em, trans, start, end, lengths, tags) -> Tensor:
     B, T, C = em.shape
     if T == 0:
         return em.new_zeros(B)
-    L = lengths.clamp(0, T)
+    L, _ = _usable_lengths(lengths, T)
     live = torch.arange(T, device=em.device)[None, :] < L[:, None]
     dead = ~live
     y = tags.masked_fill(dead, 0).long()
@@ -236,6 +244,8 @@ def chain_log_backward(em, trans, start, end, lengths, alpha, log_z, grad, tags=
     the marginals and one log_contract for the pair marginals, minus the gold path's indicators."""
     B, T, C = em.shape
     _, beta = chain_scan(em, trans, start, end, lengths, SEMIRINGS["log"].kernel_id, True, True)
+    lengths, bad = _usable_lengths(lengths, T)
+    log_z = log_z.masked_fill(bad, -math.inf)  # a bad chain weighs nothing in the sums; its g_em is NaN
     neg_z = torch.where(log_z == -math.inf, log_z, -log_z)[:, None, None]  # -inf: every weight exp(-inf) = 0
     if tags is not None:  # no gradient for a chain whose gold path is impossible; NaN for unvalidated tags
         gold = gold_path_score(em, trans, start, end, lengths, tags)
@@ -251,8 +261,9 @@ def chain_log_backward(em, trans, start, end, lengths, alpha, log_z, grad, tags=
     rows = torch.arange(B, device=em.device)
     last = g_em[rows, (lengths - 1).clamp(0, max(T - 1, 0))] if T > 0 else em.new_zeros((B, C))
     g_end = torch.where((lengths > 0)[:, None], last, 0).sum(0)
+    g_em_out = g_em.masked_fill(bad[:, None, None], math.nan)  # a bad chain adds nothing to the sums below
     if T < 2:
-        return g_em, torch.zeros_like(trans), g_start, g_end
+        return g_em_out, torch.zeros_like(trans), g_start, g_end
     live = (torch.arange(1, T, device=em.device)[None, :] < lengths[:, None])[:, :, None]
     left = (alpha[:, :-1] + neg_z).reshape(1, -1, C).transpose(1, 2)  # (1, C, N), N = B (T - 1)
     right = torch.where(live, em[:, 1:] + beta[:, 1:], -math.inf).reshape(1, -1, C)
@@ -262,7 +273,7 @@ def chain_log_backward(em, trans, start, end, lengths, alpha, log_z, grad, tags=
         pairs = (y[:, :-1] * C + y[:, 1:]).reshape(-1)
         counts = (g[:, None] * live[:, :, 0]).reshape(-1)
         g_trans = g_trans - torch.zeros(C * C, dtype=em.dtype, device=em.device).index_add(0, pairs, counts).view(C, C)
-    return g_em, g_trans, g_start, g_end
+    return g_em_out, g_trans, g_start, g_end
 
 
 def sequence_lengths(mask, lengths, tags, batch: int, steps: int, num_tags: int) -> Tensor:

@@ -4,6 +4,7 @@
 // being captured into a CUDA graph no copy to the host can run: the kernel then marks each bad sequence's
 // length -1 instead (kInvalidLength), which the chain kernels turn into NaN scores (ops.h).
 #include <ATen/ATen.h>
+#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 

@@ -14,7 +14,8 @@ Definitions (ANCHORS.md's "Kernel reductions (KeOps)" figures use the same ones,
                      call; measured in this (warm) process and in a new process (import excluded)
     call overhead    the Gaussian formula built and reduced at M = N = 1, host clock, mean of many calls (one
                      synchronize at the end), minus the kernels' own time (CUDA: torch.profiler's kernel times;
-                     CPU: nothing subtracted, so the figure is an upper bound)
+                     CPU: nothing subtracted, so the figure is an upper bound); also (ours) K @ b with K built
+                     once, and the whole formula inside torch.compile(fullgraph=True)
     torch dense      the (M, N) matrix materialised: |x|^2 + |y|^2 - 2 x y^T (addmm), then exp_ / logsumexp /
                      argmin / topk; the fwd+bwd variant out of place, through autograd. Skipped ("skip") when
                      its estimated peak (1 to 4 M*N*4 bytes) is above --dense-cap-gb; "OOM" when it fails
@@ -304,9 +305,12 @@ def _host_us(fn: Callable[[], object], device: str, calls: int) -> float:
     return (time.perf_counter() - t0) / calls * 1e6
 
 
-def call_overhead(impl: dict[str, Callable], device: str, calls: int) -> dict[str, float | None]:
-    """At M = N = 1: host µs per call of the Gaussian formula built and reduced (``host_us``) and of ``K @ b``
-    with K built once (``prebuilt_us``), the kernels' own µs per call (GPU only) and the difference."""
+def call_overhead(
+    impl: dict[str, Callable], device: str, calls: int, with_compile: bool = False
+) -> dict[str, float | None]:
+    """At M = N = 1: host µs per call of the Gaussian formula built and reduced (``host_us``), of ``K @ b``
+    with K built once (``prebuilt_us``), with ``with_compile`` of the first inside torch.compile(fullgraph=True)
+    (``compiled_us``), the kernels' own µs per call (GPU only) and the difference."""
     data = make_data(1, device)
     x, y, b = data["x"], data["y"], data["b"]
 
@@ -323,8 +327,18 @@ def call_overhead(impl: dict[str, Callable], device: str, calls: int) -> dict[st
 
     host = _host_us(full, device, calls)
     pre = _host_us(prebuilt, device, calls)
+    compiled = None
+    if with_compile:
+        gauss = torch.compile(impl["gauss"], fullgraph=True)
+
+        def traced():
+            with torch.no_grad():
+                return gauss(x, y, b)
+
+        compiled = _host_us(traced, device, calls)
     kernel = kernel_us_per_call(full, min(calls, 200)) if device == "cuda" else None
-    return {"host_us": host, "prebuilt_us": pre, "kernel_us": kernel, "overhead_us": host - (kernel or 0.0)}
+    overhead = host - (kernel or 0.0)
+    return {"host_us": host, "prebuilt_us": pre, "compiled_us": compiled, "kernel_us": kernel, "overhead_us": overhead}
 
 
 # ---------------------------------------------------------------- pykeops in a child process
@@ -501,6 +515,8 @@ def build_rows(args, ours: dict, dense: dict, keops: dict, ceiling: float) -> li
         kern = ov["kernel_us"]
         detail = f"+{ov['overhead_us']:.0f} µs" + (f" over a {kern:.1f} µs kernel" if kern else ", host, kernel incl.")
         detail += f"; K @ b with K pre-built {ov['prebuilt_us']:.0f} µs"
+        if ov.get("compiled_us") is not None:
+            detail += f"; built and reduced in torch.compile(fullgraph=True) {ov['compiled_us']:.0f} µs"
         rows.append(
             dict(
                 benchmark=LABELS["overhead"],
@@ -691,7 +707,7 @@ def main() -> None:
         ours["compile"] = compile_time(ours_impl, dev, "SEMIRING_OPS_LAZY_CACHE")
         log("ours", "compile", ours["compile"])
     if "overhead" in args.only:
-        ours["overhead"] = call_overhead(ours_impl, dev, 2000)
+        ours["overhead"] = call_overhead(ours_impl, dev, 2000, with_compile=True)
         log("ours", "overhead", ours["overhead"])
 
     # torch dense

@@ -28,7 +28,7 @@ def test_rows_per_thread_follow_the_register_estimate():
     assert cuda_config(lse64, "float64").rows < cuda_config(lse64, "float32").rows
     lse = _plan(-d * 10, semiring_reduction("log"))
     assert cuda_config(lse, "float32").chunk == 4 and cuda_config(gauss, "float32").chunk == 1
-    assert cuda_config(_plan(d, kbest(10, False, True)), "float32").rows == 1  # k-best: 1 row is fastest
+    assert cuda_config(_plan(d, kbest(10, False)), "float32").rows == 1  # k-best: 1 row is fastest
     wide = _plan(((Vi(torch.randn(5, 40)) - Vj(torch.randn(6, 40))) ** 2).sum(-1), semiring_reduction("std"))
     cfg = cuda_config(wide, "float32")
     assert cfg.rows * row_registers(wide, "float32", cfg.chunk) <= ROW_REGISTER_BUDGET or cfg.rows == 1

@@ -121,7 +121,7 @@ SHAPES = [(4, 17), (17, 33), (3, 5000), (5000, 3), (257, 513), (1030, 255)]
 
 def test_outputs_are_poisoned_in_these_tests():
     """The kernels' outputs start as NaN / -1 here, so an output a kernel does not write cannot pass."""
-    plan = Plan(Var("i", 2, slot=0), ("i",), (2,), semiring_reduction("max", True), "i", True)
+    plan = Plan(Var("i", 2, slot=0), ("i",), (2,), semiring_reduction("max"), "i", True)
     call = CallArgs([], [], 2, 3, 4, torch.float64)
     vals, idx = new_outputs(plan, call, torch.device("cpu"))
     assert vals.shape == idx.shape == (2, 3, 2)

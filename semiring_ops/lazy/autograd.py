@@ -1,11 +1,20 @@
 """Running a reduction with autograd.
 
 :func:`reduce_formula` canonicalises a formula (its tensors become slot arguments, so equal structures share
-one compiled kernel), then applies :class:`LazyReduction`, whose backward pass is
+one compiled kernel), then runs its plan (:func:`run_plan`) one of two ways:
+
+- plain eager tensors: straight to the kernel, through :class:`LazyReduction` when a graph is recorded
+  (no dispatcher on the way: it is most of a small reduction's host time);
+- anything else (torch.compile, FakeTensor, dispatch modes, tensor subclasses): the registered operator
+  ``semiring_ops::lazy_reduce(plan_key, [n_i, n_j, *batch], tensors) -> (values, indices)``, with a fake
+  implementation (shapes from the plan) and the same gradient. Its plan travels as its key, a string that
+  describes it completely (formula_key.py parses it back), so a traced graph holds only strings and tensors.
+
+The backward pass of both is
 
 - for sum and logsumexp: new sum reductions of the formula's symbolic derivative (formula.vjp) with the
   reduction's cotangent (reductions.Reduction.cotangent), one over j for the i-variables and parameters and one
-  over i for the j-variables. These are LazyReductions themselves, so second derivatives come the same way;
+  over i for the j-variables. These are reductions themselves, so second derivatives come the same way;
 - for max, min and k-best: the subgradient at the selected pairs, evaluated with torch on those pairs only
   (O(rows * selected) work and memory), differentiable again through torch.
 """
@@ -13,10 +22,12 @@ one compiled kernel), then applies :class:`LazyReduction`, whose backward pass i
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
+from ..ops.registry import plain_eager
 from .dispatch import execute
 from .formula import Concat, Formula, Mul, Var, canonicalize, evaluate, substitute, vjp
 from .plan import Plan, prepare_call
@@ -78,10 +89,14 @@ def matmul_formula(formula: Formula, v: torch.Tensor, extent: Extent) -> torch.T
 
 
 def run_plan(plan: Plan, extent: Extent, tensors: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Runs ``plan`` on its argument tensors, through LazyReduction when a graph is to be recorded."""
+    """Runs ``plan`` on its argument tensors: directly or through LazyReduction on plain eager tensors, through
+    the registered operator otherwise (see the module docstring)."""
     n_inner = extent.rows(plan.inner)
     if n_inner > MAX_INNER:
         raise ValueError(f"reductions over more than 2^31 - 1 terms are not supported (got {n_inner})")
+    if not plain_eager(*tensors):
+        vals, idx = lazy_reduce(plan.key, [extent.n_i, extent.n_j, *extent.batch], list(tensors))
+        return vals, (idx if plan.index_dim else None)
     if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
         return _run(plan, extent, tensors)  # no graph to record: skip the autograd.Function's overhead
     out = LazyReduction.apply(plan, extent, *tensors)
@@ -90,7 +105,7 @@ def run_plan(plan: Plan, extent: Extent, tensors: list[torch.Tensor]) -> tuple[t
     return out, None
 
 
-def _run(plan: Plan, extent: Extent, tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _run(plan: Plan, extent: Extent, tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The reduction itself: (values (*batch, rows, value_dim) in the inputs' dtype, indices or None)."""
     device = tensors[0].device if tensors else torch.device("cpu")
     n_outer, n_inner = extent.rows(plan.outer), extent.rows(plan.inner)
@@ -104,29 +119,73 @@ def _run(plan: Plan, extent: Extent, tensors: tuple[torch.Tensor, ...]) -> tuple
     return vals, idx
 
 
+def _backward(
+    plan: Plan, extent: Extent, saved: Sequence[torch.Tensor | None], grad_vals: torch.Tensor, needs: Sequence[bool]
+) -> list[torch.Tensor | None]:
+    """The gradients of the argument tensors; saved = (*tensors, values, indices or None)."""
+    *tensors, vals, idx = saved
+    if plan.reduction.selects:
+        return _selected_pairs_backward(plan, extent, tensors, vals, idx, grad_vals, needs)
+    return _reduction_backward(plan, extent, tensors, vals, grad_vals, needs)
+
+
 class LazyReduction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, plan: Plan, extent: Extent, *tensors: torch.Tensor):
         vals, idx = _run(plan, extent, tensors)
         ctx.plan, ctx.extent = plan, extent
+        ctx.save_for_backward(*tensors, vals, idx)
         if idx is not None:
             ctx.mark_non_differentiable(idx)
-            ctx.save_for_backward(*tensors, vals, idx)
             return vals, idx
-        ctx.save_for_backward(*tensors, vals)
         return vals
 
     @staticmethod
     def backward(ctx, grad_vals: torch.Tensor, grad_idx: torch.Tensor | None = None):
-        plan, extent = ctx.plan, ctx.extent
-        needs = ctx.needs_input_grad[2:]
-        if plan.reduction.selects:
-            *tensors, vals, idx = ctx.saved_tensors
-            grads = _selected_pairs_backward(plan, extent, tensors, vals, idx, grad_vals, needs)
-        else:
-            *tensors, vals = ctx.saved_tensors
-            grads = _reduction_backward(plan, extent, tensors, vals, grad_vals, needs)
+        grads = _backward(ctx.plan, ctx.extent, ctx.saved_tensors, grad_vals, ctx.needs_input_grad[2:])
         return (None, None, *grads)
+
+
+# ---------------------------------------------------------------- the registered operator
+
+
+def _extent(sizes: list[int]) -> Extent:
+    return Extent(tuple(sizes[2:]), sizes[0], sizes[1])
+
+
+@torch.library.custom_op("semiring_ops::lazy_reduce", mutates_args=())
+def lazy_reduce(plan_key: str, sizes: list[int], tensors: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reduction of plan ``plan_key`` over the argument tensors (the plan's slots in order) for the sizes
+    [n_i, n_j, *batch] (never an empty list: the autograd wrapper of a custom op tells an empty list from an
+    int list): values (*batch, rows, value_dim) in the arguments' dtype and indices (*batch, rows, index_dim)
+    int64, or an empty (0,) int64 tensor when the plan tracks none."""
+    vals, idx = _run(Plan.from_key(plan_key), _extent(sizes), tensors)
+    return vals, (idx if idx is not None else vals.new_empty((0,), dtype=torch.int64))
+
+
+@lazy_reduce.register_fake
+def _(plan_key, sizes, tensors):
+    plan = Plan.from_key(plan_key)
+    extent = _extent(sizes)
+    rows = (*extent.batch, extent.rows(plan.outer))
+    like = tensors[0]
+    idx_shape = (*rows, plan.index_dim) if plan.index_dim else (0,)
+    return like.new_empty((*rows, plan.value_dim)), like.new_empty(idx_shape, dtype=torch.int64)
+
+
+def _lazy_reduce_setup_context(ctx, inputs, output):
+    plan_key, sizes, tensors = inputs
+    vals, idx = output
+    ctx.plan, ctx.extent = Plan.from_key(plan_key), _extent(sizes)
+    ctx.save_for_backward(*tensors, vals, idx if ctx.plan.index_dim else None)
+
+
+def _lazy_reduce_backward(ctx, grad_vals, _grad_idx):
+    grads = _backward(ctx.plan, ctx.extent, ctx.saved_tensors, grad_vals, ctx.needs_input_grad[2])
+    return None, None, grads
+
+
+lazy_reduce.register_autograd(_lazy_reduce_backward, setup_context=_lazy_reduce_setup_context)
 
 
 def _concat(parts: list[Formula]) -> Formula:

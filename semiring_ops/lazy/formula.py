@@ -61,6 +61,11 @@ class Formula:
     def params(self) -> str:
         return ""
 
+    @classmethod
+    def from_params(cls, params: str, children: list[Formula]) -> Formula:
+        """The node whose key is ``{op}{params}({children' keys})`` (formula_key.parse_formula)."""
+        return cls(*children)
+
     @property
     def key(self) -> str:
         if self._key is None:  # children first, without recursion (formulas may be thousands deep)
@@ -145,6 +150,11 @@ class Var(Formula):
         ident = self.slot if self.tensor is None else f"#{id(self.tensor):x}"
         return f"{self.cat}{ident}:{self.dim}"
 
+    @classmethod
+    def from_params(cls, params, children):
+        slot, dim = params[1:].split(":")
+        return cls(params[0], int(dim), slot=int(slot))  # a slot variable: keys of tensor variables do not parse
+
     def rebuild(self, children: Sequence[Formula]) -> Formula:
         return self
 
@@ -169,7 +179,11 @@ class Const(Formula):
         self.value = float(value)
 
     def params(self) -> str:
-        return repr(self.value)
+        return repr(self.value)  # repr round-trips a float exactly
+
+    @classmethod
+    def from_params(cls, params, children):
+        return cls(float(params))
 
     def rebuild(self, children: Sequence[Formula]) -> Formula:
         return self
@@ -369,6 +383,10 @@ class IntPow(Formula):
 
     def params(self):
         return str(self.n)
+
+    @classmethod
+    def from_params(cls, params, children):
+        return cls(children[0], int(params))
 
     def rebuild(self, children):
         return IntPow(children[0], self.n)
@@ -741,6 +759,11 @@ class Extract(Formula):
     def params(self):
         return f"{self.start}:{self.n}"
 
+    @classmethod
+    def from_params(cls, params, children):
+        start, n = params.split(":")
+        return cls(children[0], int(start), int(n))
+
     def rebuild(self, children):
         return Extract(children[0], self.start, self.n)
 
@@ -766,6 +789,11 @@ class Embed(Formula):
 
     def params(self):
         return f"{self.start}:{self.dim}"
+
+    @classmethod
+    def from_params(cls, params, children):
+        start, dim = params.split(":")
+        return cls(children[0], int(start), int(dim))
 
     def rebuild(self, children):
         return Embed(children[0], self.start, self.dim)
@@ -797,6 +825,10 @@ class Repeat(Formula):
 
     def params(self):
         return str(self.dim)
+
+    @classmethod
+    def from_params(cls, params, children):
+        return cls(children[0], int(params))
 
     def rebuild(self, children):
         return Repeat(children[0], self.dim)

@@ -53,6 +53,8 @@ def _number_tensor(value: float, dtype: torch.dtype, device: torch.device) -> to
     synchronous host-to-device copy: the last NUMBER_CACHE_SIZE tensors are kept, so repeating a constant
     copies nothing. The tensors are shared and only ever read (by kernels, as parameters). The key is the
     value's exact bits (float.hex: -0.0 and 0.0 differ, NaN matches NaN), so a float64 tensor is exact."""
+    if torch.compiler.is_compiling():  # a graph makes its constants once, and cannot trace the cache
+        return torch.tensor([value], dtype=dtype, device=device)
     return _cached_number(float(value).hex(), dtype, torch.device(device))
 
 
@@ -93,6 +95,32 @@ def _check_dtype(t: torch.Tensor, what: str) -> None:
             f"{what}: LazyTensor variables must be float16, bfloat16, float32 or float64 tensors, got {t.dtype} "
             f"(shape {tuple(t.shape)})"
         )
+
+
+def _torch_operators() -> dict[Any, tuple[str, bool]]:
+    """torch's spellings of the arithmetic operators -> (the operator's dunder name, reflected)."""
+    table: dict[Any, tuple[str, bool]] = {}
+    for name, aliases in (
+        ("add", ("add",)),
+        ("sub", ("sub", "subtract")),
+        ("mul", ("mul", "multiply")),
+        ("truediv", ("div", "divide", "true_divide")),
+        ("matmul", ("matmul",)),
+        ("pow", ("pow",)),
+    ):
+        for alias in aliases:
+            for owner in (torch, torch.Tensor):
+                if hasattr(owner, alias):
+                    table[getattr(owner, alias)] = (name, False)
+        for dunder, reflected in ((f"__{name}__", False), (f"__r{name}__", True)):
+            if hasattr(torch.Tensor, dunder):
+                table[getattr(torch.Tensor, dunder)] = (name, reflected)
+    if hasattr(torch.Tensor, "__rdiv__"):
+        table[torch.Tensor.__rdiv__] = ("truediv", True)
+    return table
+
+
+_TORCH_OPERATORS = _torch_operators()
 
 
 class LazyTensor:
@@ -284,6 +312,24 @@ class LazyTensor:
         if reflected:
             return self._lift(other)._nary(op, node, self)
         return self._nary(op, node, other)
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        """A torch operator with a LazyTensor operand: ``tensor * lazy`` in eager (Tensor.__mul__ asks here),
+        and under torch.compile also ``lazy @ tensor`` (Dynamo hands an operator with a tensor operand to
+        torch, as Tensor.matmul(lazy, tensor)). Only the arithmetic operators; torch functions such as
+        torch.exp(lazy) do not take LazyTensors."""
+        op = _TORCH_OPERATORS.get(func)
+        if op is None or kwargs or len(args) != 2:
+            return NotImplemented
+        name, reflected = op
+        x, y = (args[1], args[0]) if reflected else (args[0], args[1])  # the operation is x <name> y
+        if name == "matmul" and not isinstance(x, LazyTensor) and torch.compiler.is_compiling():
+            x, y = y, x  # Dynamo swaps the operands of `lazy @ tensor` (matmul has no reflected torch function)
+        if isinstance(x, LazyTensor):
+            return getattr(x, f"__{name}__")(y)
+        method = getattr(y, f"__r{name}__", None)
+        return NotImplemented if method is None else method(x)
 
     def __add__(self, o):
         return self._binary(F.Add, o, "+")
@@ -487,7 +533,7 @@ class LazyTensor:
             if indices:
                 raise ValueError(f"{what} over the vector dimension is not available")
             return self._unary(F.VecMax) if largest else -(-self)._unary(F.VecMax)
-        vals, idx = self._reduce(semiring_reduction("max" if largest else "min", indices), over, what, True)
+        vals, idx = self._reduce(semiring_reduction("max" if largest else "min"), over, what, True)
         if values and indices:
             return vals, idx
         return vals if values else idx
@@ -516,7 +562,7 @@ class LazyTensor:
         if isinstance(K, bool) or not isinstance(K, int):
             raise TypeError(f"{what}: K must be an int, got {type(K).__name__}")
         over = self._axis(dim, axis, what)
-        return self._reduce(kbest(K, largest, True), over, what)
+        return self._reduce(kbest(K, largest), over, what)
 
     def Kmin(self, K: int, dim=None, axis=None):
         return self._kbest(K, dim, axis, False, "Kmin")[0]

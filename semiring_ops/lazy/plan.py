@@ -10,11 +10,12 @@ accumulation type), with a batch stride that is 0 when the argument is broadcast
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
-from .formula import Formula
+from .formula import Formula, FormulaError, variables
+from .formula_key import parse_formula
 from .reductions import Reduction
 
 __all__ = ["CallArgs", "Plan", "new_outputs", "prepare_call", "set_poison_outputs"]
@@ -39,6 +40,13 @@ class Plan:
     reduction: Reduction
     outer: str  # "i" or "j"
     with_arg: bool  # whether the kernel tracks the selected indices (max / min)
+    # the compile key, made once (a cached_property would take a lock, which torch.compile cannot trace)
+    key: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        r = self.reduction
+        key = f"{self.formula.key}|{r.kind}:{r.semiring}:{r.k}|{self.outer}|{int(self.with_arg)}"
+        object.__setattr__(self, "key", key)
 
     @property
     def inner(self) -> str:
@@ -60,10 +68,33 @@ class Plan:
             return self.value_dim
         return self.formula.dim if self.with_arg else 0
 
-    @functools.cached_property
-    def key(self) -> str:
-        r = self.reduction
-        return f"{self.formula.key}|{r.kind}:{r.semiring}:{r.k}|{self.outer}|{int(self.with_arg)}"
+    @staticmethod
+    def from_key(key: str) -> Plan:
+        """The plan whose key is ``key`` (``Plan.from_key(p.key).key == p.key``); cached."""
+        return _plan_from_key(key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan_from_key(key: str) -> Plan:
+    try:
+        formula_key, reduction, outer, with_arg = key.rsplit("|", 3)
+        kind, semiring, k = reduction.split(":")
+        formula = parse_formula(formula_key)
+        by_slot = {v.slot: v for v in variables(formula)}
+        args = [by_slot[s] for s in range(len(by_slot))]
+        plan = Plan(
+            formula,
+            tuple(v.cat for v in args),
+            tuple(v.dim for v in args),
+            Reduction(kind, semiring, int(k)),
+            outer,
+            bool(int(with_arg)),
+        )
+    except (ValueError, KeyError) as e:
+        raise FormulaError(f"not a plan key: {key[:200]!r} ({e})") from e
+    if plan.key != key or outer not in ("i", "j"):
+        raise FormulaError(f"not a plan key: {key[:200]!r}")
+    return plan
 
 
 @dataclass

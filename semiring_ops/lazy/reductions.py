@@ -22,7 +22,6 @@ selected pairs (the subgradient at the argmax), see autograd.py.
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
@@ -39,13 +38,12 @@ class Reduction:
     """A reduction over the inner index j of a formula F_ij of dimension D.
 
     kind: "semiring" (one accumulator of ``semiring`` per component), "weighted_lse" (F = (f, w...)) or
-    "kbest" (the ``k`` best of each component; ``semiring`` is "max" or "min"); ``indices`` whether the
-    result includes the index of the selected terms.
+    "kbest" (the ``k`` best of each component; ``semiring`` is "max" or "min"). Whether a kernel tracks the
+    selected indices is the plan's ``with_arg``.
     """
 
     kind: str
     semiring: str
-    indices: bool = False
     k: int = 1
 
     @property
@@ -147,15 +145,18 @@ def _weighted_lse(f: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.log(s) + m.squeeze(-2)
 
 
-@functools.cache
-def semiring_reduction(semiring: str, indices: bool = False) -> Reduction:
-    return Reduction("semiring", semiring, indices)
+def semiring_reduction(semiring: str) -> Reduction:
+    return _SEMIRING_REDUCTIONS.get(semiring) or Reduction("semiring", semiring)
 
 
-@functools.cache
 def weighted_logsumexp() -> Reduction:
-    return Reduction("weighted_lse", "log")
+    return _WEIGHTED_LSE
 
 
-def kbest(k: int, largest: bool, indices: bool) -> Reduction:
-    return Reduction("kbest", "max" if largest else "min", indices, int(k))
+# made once (not through functools.cache, which torch.compile does not trace)
+_SEMIRING_REDUCTIONS = {name: Reduction("semiring", name) for name in SEMIRINGS}
+_WEIGHTED_LSE = Reduction("weighted_lse", "log")
+
+
+def kbest(k: int, largest: bool) -> Reduction:
+    return Reduction("kbest", "max" if largest else "min", int(k))

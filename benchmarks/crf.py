@@ -11,12 +11,14 @@ Definitions (the same as the anchor figures in ANCHORS.md, so the numbers compar
                           (log-partition only, no gold-path score; lengths= when ragged)
              torch loop   alpha_t = logsumexp(alpha_{t-1}[:, :, None] + trans, 1) + em[:, t], then
                           logsumexp(alpha_T).sum().backward()   (what a user writes by hand)
+             ours no-check the same step with crf.validate = False: no validation round trip, so no
+                          synchronisation (a bad sequence would get NaN instead of an error; GPU only)
              ours graphed the same step captured once in a CUDA graph (benchmarks/timing.py graphed) and
                           replayed: no Python or launch overhead, nothing else changed (GPU only; possible
                           because nothing in our step synchronises with the host under capture)
     decode = best tag sequences under no_grad:
              ours         crf.viterbi(em, mask) -> tag tensor (B, T);  row "ours .decode": crf.decode -> lists;
-                          row "ours graphed": crf.viterbi captured in a CUDA graph and replayed
+                          rows "ours no-check" and "ours graphed" as for train
              pytorch-crf  crf.decode(em, mask) -> lists
              torch-struct LinearChainCRF(...).argmax -> one-hot edge tensor (B, T-1, C, C)
     Gradients accumulate across repetitions in every system (nothing is zeroed), as in the anchors' script.
@@ -185,6 +187,10 @@ def run_shape(B: int, T: int, C: int, device: str, ragged: bool, gpu: bool) -> t
     rows.append(row("ours", ours_train, time_or_failure(decode, device, reps["ours"])))
     rows[-1]["peak_mib"] = peak_mib(train, device)
     rows.append(row("ours .decode", None, time_or_failure(decode_lists, device, reps["ours"])))
+    if gpu:  # without the validation's synchronisation (what the next row's capture leaves out too)
+        crf.validate = False
+        rows.append(row("ours no-check", *(time_or_failure(fn, device, reps["ours"]) for fn in (train, decode))))
+        crf.validate = True
     if gpu:  # the same train step and decode captured in CUDA graphs (no Python or launch overhead)
         rows.append(row("ours graphed", *(_time_graphed(fn, device, reps["ours"]) for fn in (train, decode))))
 

@@ -42,7 +42,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 
   m.def("sequence_lengths", &semiring_ops::sequence_lengths,
         "Lengths (B,) int64 of right-padded sequences from a prefix mask or lengths, validated with the tags",
-        py::arg("mask"), py::arg("lengths"), py::arg("tags"), py::arg("batch"), py::arg("steps"), py::arg("num_tags"));
+        py::arg("mask"), py::arg("lengths"), py::arg("tags"), py::arg("batch"), py::arg("steps"), py::arg("num_tags"),
+        py::arg("raise_errors"));
 
 #ifdef SEMIRING_OPS_WITH_CUDA  // defined for the CUDA extension only (semiring_ops/build/jit.py, CUDA_EXTENSION)
   m.def("log_bmm_fast", &semiring_ops::log_bmm_fast,

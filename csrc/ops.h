@@ -10,7 +10,8 @@
 
 namespace semiring_ops {
 
-// The length sequence_lengths gives a bad sequence under CUDA graph capture (see there and chain_scan).
+// The length sequence_lengths gives a bad sequence it does not raise for: without raise_errors, or under
+// CUDA graph capture (see there and chain_scan).
 constexpr int64_t kInvalidLength = -1;
 
 // Semiring batched matmul, forward.
@@ -46,8 +47,8 @@ at::Tensor log_contract(const at::Tensor& l0, const std::optional<at::Tensor>& l
 //   scores[b, t, i]   = (+)_j trans[i, j] (x) em[b, t+1, j] (x) scores[b, t+1, j]          t = L-2 .. 0
 //   total[b]          = (+)_i start[i] (x) em[b, 0, i] (x) scores[b, 0, i]
 // with L = lengths[b]; scores past L are the semiring's zero, and total is its one when L = 0.
-// lengths[b] = kInvalidLength (-1) marks a sequence that sequence_lengths found bad while a CUDA graph was
-// being captured: its total is NaN (and every other output of the ops below: llh NaN, tags -1, g_em NaN).
+// lengths[b] = kInvalidLength (-1) marks a sequence that sequence_lengths found bad without raising (or any
+// length outside 0..T): its total is NaN (and every other output of the ops below: llh NaN, tags -1, g_em NaN).
 // Returns {total (B,), scores (B, T, C) contiguous, or an empty tensor unless save_scores}.
 std::vector<at::Tensor> chain_scan(const at::Tensor& emissions, const at::Tensor& transitions,
                                    const at::Tensor& start, const at::Tensor& end, const at::Tensor& lengths,
@@ -90,12 +91,15 @@ std::vector<at::Tensor> crf_log_likelihood(const at::Tensor& emissions, const at
 // The lengths of a batch of right-padded sequences, validated in one device round trip:
 //   mask (B, T) bool or uint8, a prefix mask, or lengths (B,) of an integer dtype (at most one; neither: all
 //   T); tags (B, T) of an integer dtype, optional, each in 0..num_tags-1 below its sequence's length.
-// Returns lengths (B,) int64 on the inputs' device. Throws ValueError saying which argument is bad when the
-// mask has holes (a 1 after a 0), a length lies outside 0..T, or a tag is out of range. While the current
-// CUDA stream is capturing a graph (no synchronisation allowed) it throws nothing: each bad sequence's
-// length comes back as kInvalidLength instead, and the chain ops give that sequence NaN.
+// Returns lengths (B,) int64 on the inputs' device (never the caller's lengths tensor when it writes them).
+// With raise_errors it throws ValueError saying which argument is bad when the mask has holes (a 1 after a
+// 0), a length lies outside 0..T, or a tag is out of range; on a GPU that costs one synchronisation. Without
+// raise_errors, and always while the current CUDA stream is capturing a graph (no synchronisation allowed),
+// it throws nothing: each bad sequence's length comes back as kInvalidLength, and the chain ops give that
+// sequence NaN. The shape and dtype checks throw either way.
 at::Tensor sequence_lengths(const std::optional<at::Tensor>& mask, const std::optional<at::Tensor>& lengths,
-                            const std::optional<at::Tensor>& tags, int64_t batch, int64_t steps, int64_t num_tags);
+                            const std::optional<at::Tensor>& tags, int64_t batch, int64_t steps, int64_t num_tags,
+                            bool raise_errors);
 
 // The log-semiring batched matmul's fast mode (CUDA only, compute capability 8.0+; not in the CPU build):
 //   out[p,i,j] = logsumexp_k a[p,i,k] + b[p,k,j]  on tensor cores (TF32 products of per-k-tile scaled

@@ -232,3 +232,118 @@ def test_crf_loss_under_torch_compile_fullgraph():
     (g,) = torch.autograd.grad(out, em)
     (want,) = torch.autograd.grad(crf(em, tags, mask), em)
     torch.testing.assert_close(g, want)
+
+
+# ---------------------------------------------------------------- validate=False: marking, not raising
+
+
+def _expected_marks(mask, lengths, tags, T, C):
+    """The lengths sequence_lengths(raise_errors=False) gives, written out row by row in Python."""
+    out = []
+    for b in range(tags.shape[0]):
+        if mask is not None:
+            row = [bool(v) for v in mask[b].tolist()]
+            bad = any(on and not prev for prev, on in zip([True, *row], row, strict=False))
+            n = sum(row)
+        else:
+            n = int(lengths[b])
+            bad = not 0 <= n <= T
+        bad = bad or any(not 0 <= v < C for v in tags[b, : max(n, 0)].tolist())
+        out.append(-1 if bad else n)
+    return torch.tensor(out, dtype=torch.long)
+
+
+@given(B=st.integers(0, 6), T=st.integers(0, 40), C=st.integers(1, 5), seed=st.integers(0, 2**31 - 1))
+def test_sequence_lengths_without_raise_errors_mark_each_bad_sequence(device, B, T, C, seed):
+    """Holes in some masks, lengths out of range, tags out of range below or past the length: each bad
+    sequence's length -1, every other length as counted; the kernel and the twin agree, the caller's lengths
+    tensor is never written."""
+    g = torch.Generator().manual_seed(seed)
+    L = torch.randint(0, T + 1, (B,), generator=g)
+    mask = torch.arange(T)[None, :] < L[:, None]
+    holes = (torch.rand(B, T, generator=g) < 0.05) & mask
+    mask = mask & ~holes
+    lengths = torch.where(torch.rand(B, generator=g) < 0.3, torch.randint(-2, T + 3, (B,), generator=g), L)
+    tags = torch.where(torch.rand(B, T, generator=g) < 0.05, C, torch.randint(0, C, (B, T), generator=g))
+    for m, n in ((mask, None), (None, lengths)):
+        want = _expected_marks(m, n, tags, T, C)
+        args = [None if x is None else x.to(device) for x in (m, n, tags)]
+        given_lengths = None if n is None else args[1].clone()
+        for fn in (sequence_lengths_eager, reference.sequence_lengths):
+            got = fn(*args, B, T, C, False)
+            assert got.dtype == torch.int64 and torch.equal(got.cpu(), want), fn
+            if n is not None:
+                assert torch.equal(args[1], given_lengths)
+
+
+@pytest.mark.parametrize("problem", ["mask hole", "tag out of range", "length out of range"])
+def test_crf_with_validate_false_gives_nan_for_a_bad_sequence_only(impl, device, problem):
+    """validate=False: no exception; the bad sequence's log-likelihood, log Z, Viterbi score and marginals
+    are NaN (tags -1), the others and the transitions' gradients those of the batch without it; the
+    methods that cannot mark (score, top-k, decode) still raise."""
+    B, T, C = 4, 6, 5
+    em, trans, start, end, _, tags = _problem(B, T, C, device, seed=41)
+    tags = tags.clamp(0, C - 1)
+    lengths = torch.tensor([6, 4, 5, 2], device=device)
+    mask = torch.arange(T, device=device)[None, :] < lengths[:, None]
+    if problem == "mask hole":
+        mask[1, 1] = False
+    elif problem == "tag out of range":
+        tags[1, 2] = C
+    else:
+        lengths[1] = T + 1
+    keep = [0, 2, 3]
+    given, kept = (
+        (dict(lengths=lengths), dict(lengths=lengths[keep]))
+        if problem.startswith("length")
+        else (
+            dict(mask=mask),
+            dict(mask=mask[keep]),
+        )
+    )
+    crf = LinearChainCRF(C, batch_first=True, validate=False).to(device=device, dtype=torch.float64)
+    with torch.no_grad():
+        for p, v in zip(
+            (crf.transitions, crf.start_transitions, crf.end_transitions), (trans, start, end), strict=True
+        ):
+            p.copy_(v)
+    strict = LinearChainCRF(C, batch_first=True).to(device=device, dtype=torch.float64)
+    strict.load_state_dict(crf.state_dict())
+    with pytest.raises(ValueError):
+        strict(em, tags, **given)
+
+    em_all, em_kept = em.clone().requires_grad_(), em[keep].clone().requires_grad_()
+    llh = crf(em_all, tags, reduction="none", **given)
+    want = strict(em_kept, tags[keep], reduction="none", **kept)
+    assert llh[1].isnan()
+    torch.testing.assert_close(llh[keep], want)
+    params = [crf.transitions, crf.start_transitions, crf.end_transitions]
+    strict_params = [strict.transitions, strict.start_transitions, strict.end_transitions]
+    grads = torch.autograd.grad(crf.nll(em_all, tags, **given), [em_all, *params])
+    want_grads = torch.autograd.grad(strict.nll(em_kept, tags[keep], **kept), [em_kept, *strict_params])
+    assert grads[0][1].isnan().all()
+    torch.testing.assert_close(grads[0][keep], want_grads[0])
+    for g, w in zip(grads[1:], want_grads[1:], strict=True):
+        torch.testing.assert_close(g, w)
+
+    if problem == "tag out of range":  # a bad tag spoils the loss only: decoding and log Z do not read tags
+        for got, want in zip(crf.viterbi(em, **given), strict.viterbi(em, **given), strict=True):
+            torch.testing.assert_close(got, want)
+        torch.testing.assert_close(crf.log_partition(em, **given), strict.log_partition(em, **given))
+    else:
+        path, score = crf.viterbi(em, **given)
+        want_path, want_score = strict.viterbi(em[keep], **kept)
+        assert score[1].isnan() and (path[1] == -1).all()
+        torch.testing.assert_close(score[keep], want_score)
+        assert torch.equal(path[keep], want_path)
+        log_z = crf.log_partition(em, **given)
+        assert log_z[1].isnan()
+        torch.testing.assert_close(log_z[keep], strict.log_partition(em[keep], **kept))
+        assert crf.marginals(em, **given)[1].isnan().all()
+        with pytest.raises(ValueError):
+            crf.viterbi(em, top_k=2, **given)
+        if "mask" in given:
+            with pytest.raises(ValueError):
+                crf.decode(em, given["mask"])
+    with pytest.raises(ValueError):
+        crf.score(em, tags, **given)

@@ -98,3 +98,27 @@ def test_decode_replays_match_eager(crf_inputs):
     mask[0, 3] = False  # a hole: that sequence's score is NaN and its tags -1
     graph.replay()
     assert score[0].isnan() and (path[0] == -1).all() and torch.equal(path[1:], want_path[1:])
+
+
+@pytest.mark.parametrize("validate", [True, False])
+def test_validate_false_drops_the_only_synchronisation_of_an_eager_step(crf_inputs, validate):
+    """Under torch.cuda.set_sync_debug_mode("error") a synchronising call raises: the default train step
+    and decode synchronise once each (validation), with validate=False they do not at all."""
+    crf, em, tags, mask = crf_inputs
+    crf.validate = validate
+
+    def step():
+        crf.nll(em, tags, mask).backward()
+        return crf.viterbi(em, mask)
+
+    step()  # kernels built and loaded before the check
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        if validate:
+            with pytest.raises(RuntimeError, match="synchroniz"):
+                step()
+        else:
+            step()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)

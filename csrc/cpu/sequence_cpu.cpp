@@ -1,5 +1,6 @@
 // semiring_ops::sequence_lengths for CPU tensors (contract in ops.h): one pass over each row of the mask and
-// of the tags, problems or-ed into bits that sequence_host.h turns into errors.
+// of the tags; each sequence's problems are or-ed into bits that sequence_host.h turns into errors, or, without
+// raise_errors, mark that sequence's length kInvalidLength.
 #include <ATen/ATen.h>
 
 #include <optional>
@@ -10,42 +11,45 @@
 namespace semiring_ops {
 
 at::Tensor sequence_lengths(const std::optional<at::Tensor>& mask, const std::optional<at::Tensor>& lengths,
-                            const std::optional<at::Tensor>& tags, int64_t batch, int64_t steps, int64_t num_tags) {
+                            const std::optional<at::Tensor>& tags, int64_t batch, int64_t steps, int64_t num_tags,
+                            bool raise_errors) {
   check_sequence_args(mask, lengths, tags, batch, steps, num_tags);
   const at::Tensor* any = mask ? &*mask : lengths ? &*lengths : tags ? &*tags : nullptr;
   TORCH_CHECK(!any || any->device().is_cpu(), "sequence_lengths (CPU): got ", describe(*any));
-  at::Tensor out = lengths ? lengths->to(at::kLong).contiguous() : at::full({batch}, steps, at::kLong);
+  // marking writes the lengths: a copy then, never the caller's tensor
+  at::Tensor out = !lengths       ? at::full({batch}, steps, at::kLong)
+                   : raise_errors ? lengths->to(at::kLong).contiguous()
+                                  : lengths->to(at::kLong).clone();
   int64_t* L = out.data_ptr<int64_t>();
+  const at::Tensor m = mask ? mask->to(at::kByte) : at::Tensor();
+  const at::Tensor y = tags ? tags->to(at::kLong) : at::Tensor();
   int32_t bits = 0;
-  if (mask) {
-    const at::Tensor m = mask->to(at::kByte);
-    const uint8_t* p = m.data_ptr<uint8_t>();
-    const int64_t s0 = m.stride(0), s1 = m.stride(1);
-    for (int64_t b = 0; b < batch; ++b) {
+  for (int64_t b = 0; b < batch; ++b) {
+    int32_t problems = 0;
+    if (mask) {
+      const uint8_t* row = m.data_ptr<uint8_t>() + b * m.stride(0);
       int64_t count = 0;
       bool prev = true;
       for (int64_t t = 0; t < steps; ++t) {
-        const bool on = p[b * s0 + t * s1] != 0;
-        if (on && !prev) bits |= kMaskHoles;
+        const bool on = row[t * m.stride(1)] != 0;
+        if (on && !prev) problems |= kMaskHoles;
         count += on;
         prev = on;
       }
       L[b] = count;
     }
-  }
-  for (int64_t b = 0; b < batch; ++b)
-    if (L[b] < 0 || L[b] > steps) bits |= kLengthOutOfRange;
-  if (tags && !bits) {
-    const at::Tensor y = tags->to(at::kLong);
-    const int64_t* p = y.data_ptr<int64_t>();
-    const int64_t s0 = y.stride(0), s1 = y.stride(1);
-    for (int64_t b = 0; b < batch; ++b)
+    if (L[b] < 0 || L[b] > steps) problems |= kLengthOutOfRange;
+    if (tags && !problems) {
+      const int64_t* row = y.data_ptr<int64_t>() + b * y.stride(0);
       for (int64_t t = 0; t < L[b]; ++t) {
-        const int64_t v = p[b * s0 + t * s1];
-        if (v < 0 || v >= num_tags) bits |= kTagOutOfRange;
+        const int64_t v = row[t * y.stride(1)];
+        if (v < 0 || v >= num_tags) problems |= kTagOutOfRange;
       }
+    }
+    bits |= problems;
+    if (problems && !raise_errors) L[b] = kInvalidLength;
   }
-  raise_sequence_problems(bits, lengths, steps, num_tags);
+  if (raise_errors) raise_sequence_problems(bits, lengths, steps, num_tags);
   return out;
 }
 

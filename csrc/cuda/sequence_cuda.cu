@@ -1,8 +1,9 @@
 // semiring_ops::sequence_lengths for CUDA tensors (contract in ops.h): one block per sequence counts its
-// mask, looks for holes and checks its tags below the length; the problem bits come back to the host in one
-// small copy (the only synchronisation), and sequence_host.h turns them into errors. While the stream is
-// being captured into a CUDA graph no copy to the host can run: the kernel then marks each bad sequence's
-// length -1 instead (kInvalidLength), which the chain kernels turn into NaN scores (ops.h).
+// mask, looks for holes and checks its tags below the length; with raise_errors the problem bits come back
+// to the host in one small copy (the only synchronisation), and sequence_host.h turns them into errors.
+// Without raise_errors, and while the stream is being captured into a CUDA graph (no copy to the host can
+// run), the kernel marks each bad sequence's length -1 instead (kInvalidLength), which the chain kernels
+// turn into NaN scores (ops.h): no synchronisation at all.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -69,21 +70,23 @@ __global__ void __launch_bounds__(kThreads) sequence_kernel(SequenceParams p) {
 }  // namespace cuda
 
 at::Tensor sequence_lengths(const std::optional<at::Tensor>& mask, const std::optional<at::Tensor>& lengths,
-                            const std::optional<at::Tensor>& tags, int64_t batch, int64_t steps, int64_t num_tags) {
+                            const std::optional<at::Tensor>& tags, int64_t batch, int64_t steps, int64_t num_tags,
+                            bool raise_errors) {
   check_sequence_args(mask, lengths, tags, batch, steps, num_tags);
   const at::Tensor& any = mask ? *mask : lengths ? *lengths : *tags;
   TORCH_CHECK(mask || lengths || tags, "sequence_lengths (CUDA): needs a mask, lengths or tags to find the device");
   TORCH_CHECK(any.is_cuda(), "sequence_lengths (CUDA): got ", describe(any));
   const c10::cuda::CUDAGuard guard(any.device());
   const auto long_opts = any.options().dtype(at::kLong);
-  // under capture the problems stay on the device, marked in the lengths (a copy, never the caller's tensor)
+  // marking: the problems stay on the device, in the lengths (a copy, never the caller's tensor)
   const bool capturing = c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
-  // the kernel writes the lengths when it counts them from the mask, or marks them under capture
-  at::Tensor out = lengths ? (capturing ? lengths->to(at::kLong).clone() : lengths->to(at::kLong).contiguous())
+  const bool mark = capturing || !raise_errors;
+  // the kernel writes the lengths when it counts them from the mask, or marks them
+  at::Tensor out = lengths ? (mark ? lengths->to(at::kLong).clone() : lengths->to(at::kLong).contiguous())
                    : mask  ? at::empty({batch}, long_opts)
                            : at::full({batch}, steps, long_opts);
   if (batch == 0) return out;
-  at::Tensor bits = capturing ? at::Tensor() : at::zeros({1}, any.options().dtype(at::kInt));
+  at::Tensor bits = mark ? at::Tensor() : at::zeros({1}, any.options().dtype(at::kInt));
   at::Tensor m = mask ? mask->view(at::kByte) : at::Tensor();
   at::Tensor y = tags ? tags->to(at::kLong) : at::Tensor();
   cuda::SequenceParams p{};
@@ -99,13 +102,13 @@ at::Tensor sequence_lengths(const std::optional<at::Tensor>& mask, const std::op
     p.ts1 = y.stride(1);
   }
   p.lengths = out.data_ptr<int64_t>();
-  p.bits = capturing ? nullptr : bits.data_ptr<int32_t>();
+  p.bits = mark ? nullptr : bits.data_ptr<int32_t>();
   p.steps = steps;
   p.num_tags = num_tags;
   TORCH_CHECK(batch <= 0x7fffffff, "sequence_lengths (CUDA): at most 2^31 - 1 sequences, got ", batch);
   cuda::sequence_kernel<<<static_cast<unsigned>(batch), cuda::kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  if (!capturing) raise_sequence_problems(bits.item<int32_t>(), lengths, steps, num_tags);
+  if (!mark) raise_sequence_problems(bits.item<int32_t>(), lengths, steps, num_tags);
   return out;
 }
 

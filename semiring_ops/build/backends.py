@@ -50,8 +50,8 @@ class Backend:
     def crf_log_likelihood(self, em, trans, start, end, lengths, tags):
         return self.module.crf_log_likelihood(em, trans, start, end, lengths, tags)
 
-    def sequence_lengths(self, mask, lengths, tags, batch: int, steps: int, num_tags: int):
-        return self.module.sequence_lengths(mask, lengths, tags, batch, steps, num_tags)
+    def sequence_lengths(self, mask, lengths, tags, batch: int, steps: int, num_tags: int, raise_errors: bool):
+        return self.module.sequence_lengths(mask, lengths, tags, batch, steps, num_tags, raise_errors)
 
     def log_bmm_fast(self, a, b, passes: int):  # the CUDA build only (hasattr(module, "log_bmm_fast"))
         return self.module.log_bmm_fast(a, b, passes)

@@ -12,8 +12,9 @@
     semiring_ops::crf_log_likelihood(em, trans, start, end, lengths, tags) -> (llh (B,), alpha, log_z)
         a CRF's log-likelihood of the tag paths (B, T) in one forward-scan launch; differentiable through
         llh, by chain_log_backward with the tags
-    semiring_ops::sequence_lengths(mask, lengths, tags, batch, steps, num_tags) -> lengths (B,) int64
-        a prefix mask or lengths turned into lengths and validated with the tags in one device round trip
+    semiring_ops::sequence_lengths(mask, lengths, tags, batch, steps, num_tags, raise_errors) -> lengths (B,)
+        a prefix mask or lengths turned into int64 lengths and validated with the tags: in one device round
+        trip (raise_errors), or with none, each bad sequence's length -1 (its chain results NaN)
     semiring_ops::chain_viterbi(em, trans, start, end, lengths, semiring_id) -> (score (B,), tags (B, T))
         the best path under max (or min), backtracked on the device; not differentiable.
 
@@ -197,28 +198,41 @@ def chain_viterbi_eager(
 
 @torch.library.custom_op("semiring_ops::sequence_lengths", mutates_args=())
 def sequence_lengths(
-    mask: Tensor | None, lengths: Tensor | None, tags: Tensor | None, batch: int, steps: int, num_tags: int
+    mask: Tensor | None,
+    lengths: Tensor | None,
+    tags: Tensor | None,
+    batch: int,
+    steps: int,
+    num_tags: int,
+    raise_errors: bool = True,
 ) -> Tensor:
     """Lengths (B,) int64 from a prefix mask (B, T) or lengths (B,), validated with the tags (B, T) (each in
-    0..num_tags-1 below its length) in one device round trip; ValueError names what is wrong."""
+    0..num_tags-1 below its length): with raise_errors in one device round trip, ValueError naming what is
+    wrong; without, no round trip, each bad sequence's length -1 (its chain results are then NaN)."""
     device = next(t.device for t in (mask, lengths, tags) if t is not None)
-    return backend_for(device).sequence_lengths(mask, lengths, tags, batch, steps, num_tags)
+    return backend_for(device).sequence_lengths(mask, lengths, tags, batch, steps, num_tags, raise_errors)
 
 
 @sequence_lengths.register_fake
-def _(mask, lengths, tags, batch, steps, num_tags):
+def _(mask, lengths, tags, batch, steps, num_tags, raise_errors=True):
     like = next(t for t in (mask, lengths, tags) if t is not None)
     return like.new_empty((batch,), dtype=torch.long)
 
 
 def sequence_lengths_eager(
-    mask: Tensor | None, lengths: Tensor | None, tags: Tensor | None, batch: int, steps: int, num_tags: int
+    mask: Tensor | None,
+    lengths: Tensor | None,
+    tags: Tensor | None,
+    batch: int,
+    steps: int,
+    num_tags: int,
+    raise_errors: bool = True,
 ) -> Tensor:
     """sequence_lengths without the op's dispatch outside torch.compile and dispatch modes."""
     if not plain_eager(mask, lengths, tags):
-        return sequence_lengths(mask, lengths, tags, batch, steps, num_tags)
+        return sequence_lengths(mask, lengths, tags, batch, steps, num_tags, raise_errors)
     device = next(t.device for t in (mask, lengths, tags) if t is not None)
-    return backend_for(device).sequence_lengths(mask, lengths, tags, batch, steps, num_tags)
+    return backend_for(device).sequence_lengths(mask, lengths, tags, batch, steps, num_tags, raise_errors)
 
 
 @torch.library.custom_op("semiring_ops::chain_viterbi", mutates_args=())

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import Tensor
@@ -142,8 +142,11 @@ def generic_bmm(a: Tensor, b: Tensor, semiring: type[Semiring]) -> Tensor:
 # ---------------------------------------------------------------- chains (contracts in csrc/ops.h)
 
 
+INVALID_LENGTH = -1  # csrc/ops.h kInvalidLength: how sequence_lengths marks a bad sequence it does not raise for
+
+
 def _usable_lengths(lengths: Tensor, T: int) -> tuple[Tensor, Tensor]:
-    """(L, bad): a length outside 0..T (kInvalidLength: a bad sequence found under CUDA graph capture) is 0
+    """(L, bad): a length outside 0..T (INVALID_LENGTH: a bad sequence sequence_lengths did not raise for) is 0
     in L and flagged in bad, and that chain's results are NaN, as in the kernels (csrc/ops.h)."""
     bad = (lengths < 0) | (lengths > T)
     return lengths.masked_fill(bad, 0), bad
@@ -276,19 +279,23 @@ def chain_log_backward(em, trans, start, end, lengths, alpha, log_z, grad, tags=
     return g_em_out, g_trans, g_start, g_end
 
 
-def sequence_lengths(mask, lengths, tags, batch: int, steps: int, num_tags: int) -> Tensor:
-    """The PyTorch twin of the sequence_lengths kernel (csrc/ops.h); raises ValueError as it does."""
+def sequence_lengths(mask, lengths, tags, batch: int, steps: int, num_tags: int, raise_errors: bool = True) -> Tensor:
+    """The PyTorch twin of the sequence_lengths kernel (csrc/ops.h): raises ValueError as it does, or without
+    raise_errors marks each bad sequence's length INVALID_LENGTH."""
     if mask is not None and lengths is not None:
         raise ValueError("give mask or lengths, not both")
     device = next((t.device for t in (mask, lengths, tags) if t is not None), None)
+    problems: list[tuple[Tensor, Callable[[], str]]] = []  # (bad (B,) bool, its error), in the kernels' order
     if mask is not None:
         if mask.shape != (batch, steps):
             raise ValueError(
                 f"mask has shape {tuple(mask.shape)}; expected {(batch, steps)} (batch-major) to match the inputs"
             )
         m = mask.bool()
-        if bool((m[:, 1:] & ~m[:, :-1]).any()):
-            raise ValueError("mask has holes (a 1 after a 0): only prefix masks (right padding) are supported")
+        holes = (m[:, 1:] & ~m[:, :-1]).any(1)
+        problems.append(
+            (holes, lambda: "mask has holes (a 1 after a 0): only prefix masks (right padding) are supported")
+        )
         L = m.sum(1)
     elif lengths is not None:
         if lengths.shape != (batch,) or lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
@@ -296,8 +303,8 @@ def sequence_lengths(mask, lengths, tags, batch: int, steps: int, num_tags: int)
                 f"lengths must be an integer tensor of shape ({batch},), got {tuple(lengths.shape)} {lengths.dtype}"
             )
         L = lengths.long()
-        if bool(((L < 0) | (L > steps)).any()):  # noqa: SIM300
-            raise ValueError(f"lengths must lie in 0..{steps}, got {L.tolist()}")
+        out_of_range = (L < 0) | (L > steps)  # noqa: SIM300
+        problems.append((out_of_range, lambda: f"lengths must lie in 0..{steps}, got {L.tolist()}"))
     else:
         L = torch.full((batch,), steps, dtype=torch.long, device=device)
     if tags is not None:
@@ -307,6 +314,14 @@ def sequence_lengths(mask, lengths, tags, batch: int, steps: int, num_tags: int)
                 f"expected an integer ({batch}, {steps}) tensor (batch-major)"
             )
         live = torch.arange(steps, device=tags.device)[None, :] < L[:, None]
-        if bool((((tags < 0) | (tags >= num_tags)) & live).any()):
-            raise ValueError(f"tags must lie in [0, {num_tags}) at unmasked positions")
+        bad_tags = (((tags < 0) | (tags >= num_tags)) & live).any(1)
+        problems.append((bad_tags, lambda: f"tags must lie in [0, {num_tags}) at unmasked positions"))
+    if not raise_errors:
+        bad = torch.zeros(batch, dtype=torch.bool, device=L.device)
+        for flags, _ in problems:
+            bad = bad | flags
+        return L.masked_fill(bad, INVALID_LENGTH)
+    for flags, message in problems:
+        if bool(flags.any()):
+            raise ValueError(message())
     return L

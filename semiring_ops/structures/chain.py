@@ -56,13 +56,23 @@ def pad_edges_past_length(edges: Tensor, lengths: Tensor | None, semiring: type[
 
 
 def resolve_lengths(
-    B: int, T: int, mask=None, lengths=None, device=None, check_range: bool = True, tags=None, num_tags: int = 1
+    B: int,
+    T: int,
+    mask=None,
+    lengths=None,
+    device=None,
+    check_range: bool = True,
+    tags=None,
+    num_tags: int = 1,
+    raise_errors: bool = True,
 ) -> Tensor:
     """Each padded sequence's length (B,) int64 from a prefix mask (B, T) (bool or uint8) or lengths (B,)
     in 0..T (neither: all T), validated together with tags (B, T) if given (each in 0..num_tags-1 below its
     length), in one device round trip (the sequence_lengths kernel): a mask with holes, a shape that is not
     (B, T) / (B,), a length out of range or a bad tag raises ValueError saying which. check_range=False
-    skips the data checks of lengths (the synchronisation) for callers that have made them already."""
+    skips the data checks of lengths (the synchronisation) for callers that have made them already;
+    raise_errors=False makes them without a round trip, each bad sequence's length -1 (for the fused chain
+    kernels, which give it NaN results; shapes and dtypes still raise)."""
     if mask is not None:
         mask = torch.as_tensor(mask, device=device)
         if mask.dtype not in (torch.bool, torch.uint8):
@@ -77,7 +87,7 @@ def resolve_lengths(
             return lengths.long()
     if mask is None and lengths is None and tags is None:
         return torch.full((B,), T, dtype=torch.long, device=device)
-    return sequence_lengths_eager(mask, lengths, tags, B, T, num_tags)
+    return sequence_lengths_eager(mask, lengths, tags, B, T, num_tags, raise_errors)
 
 
 def mask_past_length(tags: Tensor, lengths: Tensor) -> Tensor:

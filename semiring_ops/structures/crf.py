@@ -34,14 +34,24 @@ class LinearChainCRF(nn.Module):
         batch_first: emissions are (B, T, C) rather than (T, B, C).
         constraints: legal starts / transitions / ends (see ``allowed_transitions``); illegal ones get
             score -inf in training and decoding alike, so no illegal path is ever produced.
+        validate: check the mask (no holes), the lengths (0..T) and the tags (0..C-1 below each length) and
+            raise ValueError naming the problem; on a GPU that costs one synchronisation per call. False
+            (also settable later, ``crf.validate = False``) checks without synchronising: a bad sequence
+            gets NaN as its log-likelihood, log Z and Viterbi score, tags -1 and NaN gradients in its own
+            emissions, and adds nothing to the transitions' gradients; the rest of the batch is unaffected.
+            This applies to forward / nll, log_partition, marginals and viterbi without top_k; score,
+            top-k decoding, entropy, sample and decode always raise. Shapes and dtypes always raise.
     """
 
-    def __init__(self, num_tags: int, batch_first: bool = False, constraints: Constraints | None = None) -> None:
+    def __init__(
+        self, num_tags: int, batch_first: bool = False, constraints: Constraints | None = None, validate: bool = True
+    ) -> None:
         if num_tags <= 0:
             raise ValueError(f"num_tags must be positive, got {num_tags}")
         super().__init__()
         self.num_tags = num_tags
         self.batch_first = batch_first
+        self.validate = validate
         self.start_transitions = nn.Parameter(torch.empty(num_tags))
         self.end_transitions = nn.Parameter(torch.empty(num_tags))
         self.transitions = nn.Parameter(torch.empty(num_tags, num_tags))
@@ -61,7 +71,9 @@ class LinearChainCRF(nn.Module):
             nn.init.uniform_(p, -0.1, 0.1)
 
     def extra_repr(self) -> str:
-        return f"num_tags={self.num_tags}, batch_first={self.batch_first}"
+        return f"num_tags={self.num_tags}, batch_first={self.batch_first}" + (
+            "" if self.validate else ", validate=False"
+        )
 
     # ------------------------------------------------------------ inputs
 
@@ -69,10 +81,16 @@ class LinearChainCRF(nn.Module):
         return x if (x is None or self.batch_first) else x.transpose(0, 1)
 
     def _lengths(
-        self, emissions: Tensor, mask: Tensor | None, lengths: Tensor | None, tags: Tensor | None = None
+        self,
+        emissions: Tensor,
+        mask: Tensor | None,
+        lengths: Tensor | None,
+        tags: Tensor | None = None,
+        raise_errors: bool = True,
     ) -> Tensor:
         """emissions (B, T, C) batch-major -> lengths (B,) int64, validating mask / lengths and the batch-major
-        tags (B, T) if given, in one device round trip."""
+        tags (B, T) if given: in one device round trip, or without raise_errors in none, a bad sequence's
+        length -1 (for the fused kernels only: see ``validate``)."""
         B, T, C = emissions.shape
         if self.num_tags != C:
             raise ValueError(
@@ -81,7 +99,9 @@ class LinearChainCRF(nn.Module):
             )
         if tags is not None and tags.shape != (B, T):
             raise ValueError(f"tags has shape {tuple(tags.shape)}; expected {(B, T)} (batch-major)")
-        return resolve_lengths(B, T, self._batch_major(mask), lengths, emissions.device, tags=tags, num_tags=C)
+        return resolve_lengths(
+            B, T, self._batch_major(mask), lengths, emissions.device, tags=tags, num_tags=C, raise_errors=raise_errors
+        )
 
     def _transition_scores(self) -> tuple[Tensor, Tensor, Tensor]:
         """start (C,), transitions (C, C), end (C,), with -inf where the constraints forbid."""
@@ -102,7 +122,7 @@ class LinearChainCRF(nn.Module):
     def log_partition(self, emissions: Tensor, mask: Tensor | None = None, lengths: Tensor | None = None) -> Tensor:
         """log Z of each sequence -> (B,); 0 for a sequence of length 0."""
         em = self._batch_major(emissions)
-        return self._log_partition(em, self._lengths(em, mask, lengths))
+        return self._log_partition(em, self._lengths(em, mask, lengths, raise_errors=self.validate))
 
     def _log_partition(self, em: Tensor, L: Tensor) -> Tensor:
         start, trans, end = self._transition_scores()
@@ -127,13 +147,14 @@ class LinearChainCRF(nn.Module):
     ) -> Tensor:
         """Log-likelihood of `tags` (as pytorch-crf): reduction none (B,) | sum | mean | token_mean.
 
-        One validation round trip (mask, lengths, tags) and one fused kernel each way: the forward scan
-        gives log Z and the gold path's score, the reverse scan the whole gradient (ops/chain_ops.py).
+        One validation round trip (mask, lengths, tags; none with validate=False) and one fused kernel each
+        way: the forward scan gives log Z and the gold path's score, the reverse scan the whole gradient
+        (ops/chain_ops.py).
         """
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
         em, tags = self._batch_major(emissions), self._batch_major(tags)
-        L = self._lengths(em, mask, lengths, tags)
+        L = self._lengths(em, mask, lengths, tags, raise_errors=self.validate)
         start, trans, end = self._transition_scores()
         llh = chain_log_likelihood_factored(em, trans, start, end, L, tags)
         if reduction == "none":
@@ -161,7 +182,7 @@ class LinearChainCRF(nn.Module):
         The gradient of log Z with respect to the emissions (forward-backward by autograd).
         """
         em = self._batch_major(emissions).detach().requires_grad_()
-        L = self._lengths(em, mask, lengths)
+        L = self._lengths(em, mask, lengths, raise_errors=self.validate)
         if em.shape[1] == 0:
             return torch.zeros_like(em)
         with torch.enable_grad():
@@ -180,8 +201,13 @@ class LinearChainCRF(nn.Module):
         """Best tag sequences as tensors, for export: (tags (B, T), scores (B,)), tags padded with -1;
         with top_k=k the k best: (tags (B, k, T), scores (B, k)), best first, -inf / -1 where a
         sequence has fewer than k paths."""
+        return self._viterbi(emissions, mask, lengths, top_k, self.validate)
+
+    def _viterbi(
+        self, emissions: Tensor, mask: Tensor | None, lengths: Tensor | None, top_k: int | None, validate: bool
+    ) -> tuple[Tensor, Tensor]:
         em = self._batch_major(emissions)
-        L = self._lengths(em, mask, lengths)
+        L = self._lengths(em, mask, lengths, raise_errors=validate or top_k is not None)
         B, T, _ = em.shape
         if top_k is not None:
             if T == 0:
@@ -222,5 +248,6 @@ class LinearChainCRF(nn.Module):
 
     def decode(self, emissions: Tensor, mask: Tensor | None = None) -> list[list[int]]:
         """Best tag sequences as lists (as pytorch-crf's decode)."""
-        tags = self.viterbi(emissions, mask)[0].cpu()  # one device-to-host copy for the batch, not one per row
+        # validated whatever self.validate says: decode synchronises anyway, and a list cannot hold a NaN score
+        tags = self._viterbi(emissions, mask, None, None, True)[0].cpu()  # one copy to the host for the batch
         return [row[:n] for row, n in zip(tags.tolist(), (tags >= 0).sum(1).tolist(), strict=True)]

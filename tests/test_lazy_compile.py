@@ -192,3 +192,25 @@ def test_torch_operators_with_a_lazy_operand():
         torch.exp(Vi(x))
     with pytest.raises(TypeError):
         torch.randn(2, 4) @ Vi(x)  # K @ v only: a tensor on the left has no meaning here
+
+
+@pytest.mark.cuda
+def test_torch_compile_reduce_overhead_replays_the_reductions_in_a_cuda_graph(compiled):
+    """mode="reduce-overhead": inductor captures the graph, our kernels included (they launch on torch's
+    current stream and allocate through torch), and replays it; each replay with new data matches eager."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    torch._dynamo.reset()
+
+    def f(x, y, b):
+        d = ((Vi(x) - Vj(y)) ** 2).sum(-1)
+        return (-d).exp() @ b, d.argKmin(3, 1)
+
+    run = torch.compile(f, fullgraph=True, mode="reduce-overhead")
+    g = torch.Generator().manual_seed(7)
+    for _ in range(5):  # warm-up calls, the capture, then replays
+        x, y, b = (torch.randn(n, d, generator=g).cuda() for n, d in ((300, 3), (700, 3), (700, 2)))
+        out, idx = run(x, y, b)
+        want, want_idx = f(x, y, b)
+        torch.testing.assert_close(out, want)
+        assert torch.equal(idx, want_idx)

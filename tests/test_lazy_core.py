@@ -264,6 +264,22 @@ def test_small_cpu_calls_run_on_one_thread(monkeypatch, compiled):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(("m", "n"), [(1, 1), (1, 5), (4, 1)])
+def test_matmul_takes_the_remembered_plan_when_an_axis_has_one_point(device, backend, m, n):
+    """K @ v with M = 1 or N = 1 (a variable of one row, or none on an axis) is the remembered-plan path too,
+    and equals the dense product; K with no j-variable at all broadcasts v's rows (the general path)."""
+    device = _device(device)
+    g = torch.Generator().manual_seed(m * 10 + n)
+    x, y = torch.randn(m, 2, generator=g, dtype=torch.float64), torch.randn(n, 2, generator=g, dtype=torch.float64)
+    x, y, v = x.to(device), y.to(device), torch.randn(n, 3, generator=g, dtype=torch.float64).to(device)
+    K = (-((Vi(x) - Vj(y)) ** 2).sum(-1)).exp()
+    dense = torch.exp(-((x[:, None, :] - y[None, :, :]) ** 2).sum(-1))
+    torch.testing.assert_close(K @ v, dense @ v, rtol=1e-12, atol=1e-12)
+    assert ("@", 3) in K.formula._plans  # the remembered plan, not (K * v_j).sum
+    Kx = (-(Vi(x) ** 2).sum(-1)).exp()  # no j-variable: every row of v is a j
+    torch.testing.assert_close(Kx @ v, torch.exp(-(x**2).sum(-1, keepdim=True)) * v.sum(0), rtol=1e-12, atol=1e-12)
+
+
 def test_repeated_reductions_and_matmul_reuse_plans_but_read_fresh_data(device, backend):
     """K @ v and K.sum reuse the plan remembered on K's formula: each call still reads the current tensors
     (a new v, x changed in place), matches the general path ((K * v_j).sum), and v may also appear in K."""

@@ -590,16 +590,16 @@ class LazyTensor:
             raise ValueError(f"@ needs a scalar formula (vector dimension 1), got {self.describe()}")
         if v.dim() < 2:
             raise ValueError(f"@: the right operand must have shape (..., N, E), got {tuple(v.shape)}")
+        extent = self._extent()  # an axis without variables counts 1, as v_j's would then broadcast against
         if (
             v.dim() == 2
             and not self.batch
-            and self.n_i is not None
-            and self.n_j == v.shape[0]
+            and extent.n_j == v.shape[0]
             and not self.deferred
             and v.dtype == self.dtype
             and v.device == self.device
         ):  # the common case, without building K * v_j each call
-            return matmul_formula(self.formula, v, self._extent())
+            return matmul_formula(self.formula, v, extent)
         return (self * Vj(v)).sum(dim=-2)
 
     # ------------------------------------------------------------ dense

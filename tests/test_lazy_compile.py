@@ -214,3 +214,24 @@ def test_torch_compile_reduce_overhead_replays_the_reductions_in_a_cuda_graph(co
         want, want_idx = f(x, y, b)
         torch.testing.assert_close(out, want)
         assert torch.equal(idx, want_idx)
+
+
+def test_variables_are_the_same_when_their_tensor_is_the_same_object():
+    """Variable identity (formula._VarIndex, which canonicalize and vjp use) is the tensor object, compared
+    with `is` (torch.compile cannot take the id() of a tensor made inside the compiled function): Vi(x)
+    twice is one kernel argument, a clone of x another, the same tensor as i and as j two."""
+    x = torch.randn(4, 2)
+    _, tvars = canonicalize((Vi(x) * Vi(x) + Vi(x.clone())).formula)
+    assert len(tvars) == 2
+    _, tvars = canonicalize((Vi(x) - Vj(x)).formula)
+    assert [v.cat for v in tvars] == ["i", "j"]
+    xg = x.clone().requires_grad_()
+    (g,) = torch.autograd.grad((Vi(xg) * Vi(xg)).sum(-1).sum(1).sum(), xg)  # both uses reach x's gradient
+    torch.testing.assert_close(g, 2 * xg.detach())
+
+    def fn(x):
+        y = x * 2  # a tensor made inside the compiled function
+        return ((Vi(y) - Vj(y)) ** 2).sum(-1).sum(1) + (Vi(y) * Vi(y)).sum(-1).sum(1)
+
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(fn, fullgraph=True, backend="eager")(x), fn(x))

@@ -147,7 +147,9 @@ class Var(Formula):
         self.slot = slot
 
     def params(self) -> str:
-        ident = self.slot if self.tensor is None else f"#{id(self.tensor):x}"
+        # a tensor variable's key only describes it (repr, errors): which variables are the same one is
+        # decided by _VarIndex, on the tensor objects themselves
+        ident = self.slot if self.tensor is None else f"#{id(self):x}"
         return f"{self.cat}{ident}:{self.dim}"
 
     @classmethod
@@ -868,15 +870,42 @@ def _postorder(root: Formula, done: set[int] | None = None) -> list[Formula]:
     return order
 
 
+class _VarIndex:
+    """The distinct variables met so far, numbered in order: two Var nodes are one variable when they have the
+    same category and dimension and either the same slot (canonical formulas) or the same tensor object
+    (``Vi(x)`` twice). Compared with ``is``, not by id(): torch.compile (2.11) cannot take the id() of a tensor
+    made inside the compiled function. A linear scan: formulas have a handful of variables."""
+
+    __slots__ = ("vars",)
+
+    def __init__(self) -> None:
+        self.vars: list[Var] = []
+
+    def find(self, v: Var) -> int | None:
+        for k, u in enumerate(self.vars):
+            if u is v:
+                return k
+            same = (u.tensor is v.tensor) if v.tensor is not None else (u.tensor is None and u.slot == v.slot)
+            if same and u.cat == v.cat and u.dim == v.dim:
+                return k
+        return None
+
+    def add(self, v: Var) -> int:
+        """v's number, numbering it if it is new."""
+        k = self.find(v)
+        if k is None:
+            k = len(self.vars)
+            self.vars.append(v)
+        return k
+
+
 def variables(root: Formula) -> list[Var]:
     """The distinct variables of a formula in order of first appearance (depth first, left to right)."""
-    out: list[Var] = []
-    seen: set[str] = set()
+    index = _VarIndex()
     for node in _postorder(root):
-        if isinstance(node, Var) and node.key not in seen:
-            seen.add(node.key)
-            out.append(node)
-    return out
+        if isinstance(node, Var):
+            index.add(node)
+    return index.vars
 
 
 def substitute(root: Formula, mapping: Callable[[Var], Formula]) -> Formula:
@@ -909,25 +938,19 @@ def canonicalize(root: Formula, reuse_first: bool = True) -> tuple[Formula, list
     if root._canonical is not None:
         return root._canonical[0], list(root._canonical[1])
     keys: dict[int, str] = {}
-    slots: dict[str, int] = {}
-    tensor_vars: list[Var] = []
+    slots = _VarIndex()  # the tensor variables, numbered by slot
     done: set[int] = set()
     first = root.children[0] if root.children else None
     canon_first = None
     if reuse_first and first is not None and first.children:
         canon_first, first_vars = canonicalize(first, reuse_first=False)  # one level: no deep recursion
-        for v in first_vars:
-            slots[v.key] = len(tensor_vars)
-            tensor_vars.append(v)
+        slots.vars.extend(first_vars)  # distinct already
         keys[id(first)] = canon_first.key
         done.add(id(first))
     order = _postorder(root, done)
     for node in order:
         if isinstance(node, Var):
-            slot = slots.get(node.key)
-            if slot is None:
-                slot = slots[node.key] = len(tensor_vars)
-                tensor_vars.append(node)
+            slot = slots.add(node)
             keys[id(node)] = f"V{node.cat}{slot}:{node.dim}()"  # = Var(cat, dim, slot=slot).key
         elif not node.children:
             keys[id(node)] = node.key
@@ -940,12 +963,12 @@ def canonicalize(root: Formula, reuse_first: bool = True) -> tuple[Formula, list
         if len(_CANONICAL) >= MAX_CANONICAL:
             _CANONICAL.clear()
         _CANONICAL[key] = canon
-    root._canonical = (canon, tensor_vars)
-    return canon, list(tensor_vars)
+    root._canonical = (canon, slots.vars)
+    return canon, list(slots.vars)
 
 
 def _build_canonical(
-    order: list[Formula], slots: dict[str, int], first: Formula | None, canon_first: Formula | None
+    order: list[Formula], slots: _VarIndex, first: Formula | None, canon_first: Formula | None
 ) -> Formula:
     """The canonical formula of the nodes ``order`` (post-order, the root last): variables become slot
     variables, the subtree ``first`` (left out of ``order``) is ``canon_first``."""
@@ -955,7 +978,7 @@ def _build_canonical(
     made: dict[int, Var] = {}
     for node in order:
         if isinstance(node, Var):
-            slot = slots[node.key]
+            slot = slots.find(node)
             if slot not in made:
                 made[slot] = Var(node.cat, node.dim, slot=slot)
             memo[id(node)] = made[slot]
@@ -1087,20 +1110,25 @@ def evaluate(root: Formula, read: Callable[[Var], torch.Tensor], like: torch.Ten
 
 
 def vjp(root: Formula, wrt: Sequence[Var], g: Formula) -> list[Formula | None]:
-    """Symbolic vector-Jacobian products: for each variable v of ``wrt`` (matched by key), the formula
-    sum_d g_d * d root_d / d v (dimension v.dim), or None when root does not depend on v."""
+    """Symbolic vector-Jacobian products: for each variable v of ``wrt`` (the same variable as one of root's,
+    see _VarIndex), the formula sum_d g_d * d root_d / d v (dimension v.dim), or None when root does not
+    depend on v."""
     if g.dim != root.dim:
         raise FormulaError(f"vjp: cotangent of dimension {g.dim} for a formula of dimension {root.dim}")
     order = _postorder(root)
     cot: dict[int, Formula] = {id(root): g}
-    by_key: dict[str, Formula] = {}
+    seen = _VarIndex()
+    by_var: list[Formula] = []  # the cotangent of each of seen's variables
     for node in reversed(order):
         gn = cot.get(id(node))
         if gn is None:
             continue
         if isinstance(node, Var):
-            prev = by_key.get(node.key)
-            by_key[node.key] = gn if prev is None else Add(prev, gn)
+            k = seen.add(node)
+            if k == len(by_var):
+                by_var.append(gn)
+            else:
+                by_var[k] = Add(by_var[k], gn)
             continue
         for child, gc in zip(node.children, node.vjp(gn), strict=True):
             if gc is None:
@@ -1109,7 +1137,8 @@ def vjp(root: Formula, wrt: Sequence[Var], g: Formula) -> list[Formula | None]:
                 gc = reduce_to_dim(gc, child.dim)
             prev = cot.get(id(child))
             cot[id(child)] = gc if prev is None else Add(prev, gc)
-    return [by_key.get(v.key) for v in wrt]
+    found = [seen.find(v) for v in wrt]
+    return [None if k is None else by_var[k] for k in found]
 
 
 def to_formula(x: Any) -> Formula:

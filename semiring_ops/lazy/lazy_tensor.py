@@ -624,19 +624,26 @@ def _as_tensor(x: Any, what: str) -> torch.Tensor:
 
 
 def Vi(x: torch.Tensor) -> LazyTensor:
-    """An i-variable from x of shape (..., M, D)."""
-    x = _as_tensor(x, "Vi(x)")
-    if x.dim() < 2:
-        raise ValueError(f"Vi(x): x must have shape (..., M, D), got {tuple(x.shape)}")
-    return LazyTensor(x.unsqueeze(-2))
+    """An i-variable from x of shape (..., M, D) (M = 1: a parameter, as LazyTensor(x[..., None, :]) is)."""
+    return _indexed(x, "i")
 
 
 def Vj(x: torch.Tensor) -> LazyTensor:
-    """A j-variable from x of shape (..., N, D)."""
-    x = _as_tensor(x, "Vj(x)")
+    """A j-variable from x of shape (..., N, D) (N = 1: a parameter, as LazyTensor(x[..., None, :, :]) is)."""
+    return _indexed(x, "j")
+
+
+def _indexed(x: torch.Tensor, cat: str) -> LazyTensor:
+    """Vi / Vj: x itself is the variable's tensor (no view of it), so Vi(x) twice is one kernel argument."""
+    what = f"V{cat}(x)"
+    x = _as_tensor(x, what)
     if x.dim() < 2:
-        raise ValueError(f"Vj(x): x must have shape (..., N, D), got {tuple(x.shape)}")
-    return LazyTensor(x.unsqueeze(-3))
+        raise ValueError(f"{what}: x must have shape (..., {'M' if cat == 'i' else 'N'}, D), got {tuple(x.shape)}")
+    if x.shape[-2] == 1:
+        return LazyTensor(x.unsqueeze(-2 if cat == "i" else -3))
+    out = LazyTensor.__new__(LazyTensor)
+    out._variable(x, cat)
+    return out
 
 
 def Pm(x: Any) -> LazyTensor:

@@ -13,12 +13,14 @@ Definitions (the same as the anchor figures in ANCHORS.md, so the numbers compar
                           logsumexp(alpha_T).sum().backward()   (what a user writes by hand)
              ours no-check the same step with crf.validate = False: no validation round trip, so no
                           synchronisation (a bad sequence would get NaN instead of an error; GPU only)
+             ours compiled the same step with crf.nll (and crf.viterbi) under torch.compile(mode=
+                          "reduce-overhead"): inductor's CUDA graphs, no manual capture (GPU only)
              ours graphed the same step captured once in a CUDA graph (benchmarks/timing.py graphed) and
                           replayed: no Python or launch overhead, nothing else changed (GPU only; possible
                           because nothing in our step synchronises with the host under capture)
     decode = best tag sequences under no_grad:
              ours         crf.viterbi(em, mask) -> tag tensor (B, T);  row "ours .decode": crf.decode -> lists;
-                          rows "ours no-check" and "ours graphed" as for train
+                          rows "ours no-check", "ours compiled" and "ours graphed" as for train
              pytorch-crf  crf.decode(em, mask) -> lists
              torch-struct LinearChainCRF(...).argmax -> one-hot edge tensor (B, T-1, C, C)
     Gradients accumulate across repetitions in every system (nothing is zeroed), as in the anchors' script.
@@ -191,6 +193,10 @@ def run_shape(B: int, T: int, C: int, device: str, ragged: bool, gpu: bool) -> t
         crf.validate = False
         rows.append(row("ours no-check", *(time_or_failure(fn, device, reps["ours"]) for fn in (train, decode))))
         crf.validate = True
+    if gpu:  # torch.compile's own CUDA graphs (reduce-overhead), the one-line way to what the next row does
+        rows.append(
+            row("ours compiled", *(time_or_failure(fn, device, reps["ours"]) for fn in _compiled(crf, em, tags, mask)))
+        )
     if gpu:  # the same train step and decode captured in CUDA graphs (no Python or launch overhead)
         rows.append(row("ours graphed", *(_time_graphed(fn, device, reps["ours"]) for fn in (train, decode))))
 
@@ -228,6 +234,23 @@ def run_shape(B: int, T: int, C: int, device: str, ragged: bool, gpu: bool) -> t
     del em, tags, mask
     release(device)
     return rows, check
+
+
+def _compiled(crf: LinearChainCRF, em, tags, mask) -> tuple[Callable[[], object], Callable[[], object]]:
+    """(train, decode) with the CRF's calls under torch.compile(mode="reduce-overhead"); the first calls
+    (inside time_or_failure's warm-up) compile and capture."""
+    torch._dynamo.reset()
+    loss_fn = torch.compile(lambda e: crf.nll(e, tags, mask), mode="reduce-overhead", fullgraph=True)
+    viterbi = torch.compile(lambda e: crf.viterbi(e, mask), mode="reduce-overhead", fullgraph=True)
+
+    def train():
+        loss_fn(em).backward()
+
+    def decode():
+        with torch.no_grad():
+            return viterbi(em)
+
+    return train, decode
 
 
 def _time_graphed(fn: Callable[[], object], device: str, reps: int) -> float | str:

@@ -22,7 +22,7 @@ for b in ${BENCH-bmm memory crf lazy lazy_example}; do
   case $b in
     bmm) timeout 300 python3 benchmarks/bmm.py --json "$OUT/bmm.json" 2>&1 | tee "$OUT/bmm.log" ;;
     memory) timeout 120 python3 benchmarks/memory.py 2>&1 | tee "$OUT/memory.log" ;;
-    crf) timeout 240 python3 benchmarks/crf.py --json "$OUT/crf.json" 2>&1 | tee "$OUT/crf.log" ;;
+    crf) timeout 360 python3 benchmarks/crf.py --json "$OUT/crf.json" 2>&1 | tee "$OUT/crf.log" ;;
     lazy) timeout 300 python3 benchmarks/lazy.py --out "$OUT/lazy.json" --out "$OUT/lazy.md" 2>&1 | tee "$OUT/lazy.log" ;;
     lazy_example) timeout 120 python3 examples/lazy_kernels.py 2>&1 | tee "$OUT/lazy_example.log" ;;
   esac

@@ -10,6 +10,8 @@ import torch
 from . import __version__
 from .build import jit
 from .build.backends import backend_for
+from .lazy.dispatch import lazy_backend
+from .lazy.kernel_cache import lazy_cache_dir
 from .semirings import SEMIRINGS
 
 __all__ = ["backend_info", "format_info"]
@@ -42,6 +44,8 @@ def backend_info(load: bool = True) -> dict[str, Any]:
             ops[f"{name} matmul"] = {dt: b["kind"] for dt, b in backends.items()}
     # the fused chains (CRF / HMM): chain_scan (every semiring), chain_viterbi, chain_log_backward
     ops["chain scan, viterbi, log backward"] = {dt: b["kind"] for dt, b in backends.items()}
+    # lazy reductions: generated kernels (g++ / NVRTC) or the PyTorch fallback, decided per device type
+    ops["lazy reductions"] = {dt: _lazy_backend(dt) if load else "not probed" for dt in device_types}
     return {
         "semiring_ops": __version__,
         "torch": torch.__version__,
@@ -49,9 +53,15 @@ def backend_info(load: bool = True) -> dict[str, Any]:
         "python": platform.python_version(),
         "cuda_devices": devices,
         "cache": str(jit.cache_root()),
+        "lazy_cache": str(lazy_cache_dir()),
         "backends": backends,
         "ops": ops,
     }
+
+
+def _lazy_backend(device_type: str) -> str:
+    kind, why = lazy_backend(device_type)
+    return f"{kind} ({why})"
 
 
 def format_info(info: dict[str, Any]) -> str:
@@ -59,6 +69,7 @@ def format_info(info: dict[str, Any]) -> str:
         f"semiring_ops {info['semiring_ops']}  (torch {info['torch']}, CUDA {info['torch_cuda']}, "
         f"Python {info['python']})",
         f"build cache: {info['cache']}",
+        f"lazy kernel cache: {info['lazy_cache']}",
         "CUDA devices: "
         + (", ".join(f"cuda:{d['index']} {d['name']} (sm {d['capability']})" for d in info["cuda_devices"]) or "none"),
         "backends:",

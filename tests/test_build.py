@@ -71,3 +71,5 @@ def test_info_command_reports_backends_and_cache():
     assert "build cache:" in res.stdout
     assert "cpu" in res.stdout and "log matmul" in res.stdout
     assert "std matmul   torch.matmul" in res.stdout
+    assert "lazy kernel cache:" in res.stdout
+    assert "lazy reductions cpu: compiled (g++)" in res.stdout  # CI and this machine have g++

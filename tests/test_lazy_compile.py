@@ -6,10 +6,13 @@ with a LazyTensor operand (``tensor * lazy``)."""
 from __future__ import annotations
 
 import dataclasses
+import operator
 
 import pytest
 import torch
 from conftest import CUDA
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_lazy_grad import CASES, _args
 from test_lazy_ops import FORMULAS as OP_FORMULAS
 from test_lazy_ops import lazy_vars, make_inputs
@@ -235,3 +238,63 @@ def test_variables_are_the_same_when_their_tensor_is_the_same_object():
 
     torch._dynamo.reset()
     torch.testing.assert_close(torch.compile(fn, fullgraph=True, backend="eager")(x), fn(x))
+
+
+_UNARY = ["exp", "log", "sqrt", "rsqrt", "abs", "sign", "relu", "step", "sin", "cos", "square", "sqnorm2"]
+_BINARY = {
+    "add": operator.add,
+    "sub": operator.sub,
+    "mul": operator.mul,
+    "div": operator.truediv,
+    "rsub": lambda a, b: b - a,
+    "pow": operator.pow,
+}
+_VECTOR = {
+    "sum": lambda f: f.sum(-1),
+    "elem": lambda f: f.elem(1),
+    "concat": lambda f: f.concat(f),
+    "extract": lambda f: f.extract(1, 2),
+    "normalize": lambda f: f.normalize(),
+    "neg": operator.neg,
+    "clamp": lambda f: f.clamp(-1.0, 2.0),
+}
+
+
+def _random_formula(data, depth: int):
+    """A random valid LazyTensor formula over i / j variables, parameters and numbers (hypothesis data)."""
+    x, y = Vi(torch.rand(3, 3) + 0.5), Vj(torch.randn(4, 3))
+    t, s = Vi(torch.rand(3, 1) + 0.5), Vj(torch.randn(4, 1))
+    leaves = [x, y, t, s, Pm(torch.randn(3)), Pm(torch.rand(1) + 0.5), Pm(0.25)]
+    f = data.draw(st.sampled_from(leaves))
+    for _ in range(depth):
+        kind = data.draw(st.sampled_from(["unary", "binary", "number", "vector"]))
+        if kind == "unary":
+            f = getattr(f, data.draw(st.sampled_from(_UNARY)))()
+        elif kind == "binary":
+            g = data.draw(st.sampled_from([o for o in leaves if o.formula.dim in (1, f.formula.dim)]))
+            f = _BINARY[data.draw(st.sampled_from(["add", "sub", "mul", "div", "rsub"]))](f, g)
+        elif kind == "number":
+            c = data.draw(st.sampled_from([2, 3, -1, 0.5, -1.75, 1e-3]))
+            f = _BINARY[data.draw(st.sampled_from(list(_BINARY)))](f, c)
+        else:
+            names = list(_VECTOR) if f.formula.dim > 2 else ["neg", "clamp"]
+            f = _VECTOR[data.draw(st.sampled_from(names))](f)
+    return f
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), depth=st.integers(1, 7))
+def test_random_formulas_and_their_derivatives_parse_back(data, depth):
+    """Keys of random formulas (and of their symbolic derivatives, which bring the gradient-only nodes)
+    parse back to formulas with the same key, and their plans too."""
+    f = _random_formula(data, depth).formula
+    canon, tvars = canonicalize(f)
+    assert parse_formula(canon.key).key == canon.key
+    wrt = [Var(v.cat, v.dim, tensor=v.tensor) for v in tvars]
+    g = Var("i", f.dim, tensor=torch.ones(3, f.dim))
+    for d in vjp(f, wrt, g):
+        if d is not None:
+            dc, dv = canonicalize(d)
+            assert parse_formula(dc.key).key == dc.key
+            plan = Plan(dc, tuple(v.cat for v in dv), tuple(v.dim for v in dv), semiring_reduction("std"), "j", False)
+            assert Plan.from_key(plan.key).key == plan.key

@@ -939,6 +939,7 @@ def canonicalize(root: Formula, reuse_first: bool = True) -> tuple[Formula, list
         return root._canonical[0], list(root._canonical[1])
     keys: dict[int, str] = {}
     slots = _VarIndex()  # the tensor variables, numbered by slot
+    slot_of: dict[int, int] = {}  # id(Var node) -> its slot
     done: set[int] = set()
     first = root.children[0] if root.children else None
     canon_first = None
@@ -950,7 +951,7 @@ def canonicalize(root: Formula, reuse_first: bool = True) -> tuple[Formula, list
     order = _postorder(root, done)
     for node in order:
         if isinstance(node, Var):
-            slot = slots.add(node)
+            slot = slot_of[id(node)] = slots.add(node)
             keys[id(node)] = f"V{node.cat}{slot}:{node.dim}()"  # = Var(cat, dim, slot=slot).key
         elif not node.children:
             keys[id(node)] = node.key
@@ -959,7 +960,7 @@ def canonicalize(root: Formula, reuse_first: bool = True) -> tuple[Formula, list
     key = keys[id(root)]
     canon = _CANONICAL.get(key)
     if canon is None:
-        canon = _build_canonical(order, slots, first if canon_first is not None else None, canon_first)
+        canon = _build_canonical(order, slot_of, first if canon_first is not None else None, canon_first)
         if len(_CANONICAL) >= MAX_CANONICAL:
             _CANONICAL.clear()
         _CANONICAL[key] = canon
@@ -968,17 +969,17 @@ def canonicalize(root: Formula, reuse_first: bool = True) -> tuple[Formula, list
 
 
 def _build_canonical(
-    order: list[Formula], slots: _VarIndex, first: Formula | None, canon_first: Formula | None
+    order: list[Formula], slot_of: dict[int, int], first: Formula | None, canon_first: Formula | None
 ) -> Formula:
     """The canonical formula of the nodes ``order`` (post-order, the root last): variables become slot
-    variables, the subtree ``first`` (left out of ``order``) is ``canon_first``."""
+    variables (slot_of: id(Var node) -> slot), the subtree ``first`` (left out of ``order``) is ``canon_first``."""
     memo: dict[int, Formula] = {}
     if first is not None:
         memo[id(first)] = canon_first
     made: dict[int, Var] = {}
     for node in order:
         if isinstance(node, Var):
-            slot = slots.find(node)
+            slot = slot_of[id(node)]
             if slot not in made:
                 made[slot] = Var(node.cat, node.dim, slot=slot)
             memo[id(node)] = made[slot]

@@ -209,8 +209,7 @@ def sequence_lengths(
     """Lengths (B,) int64 from a prefix mask (B, T) or lengths (B,), validated with the tags (B, T) (each in
     0..num_tags-1 below its length): with raise_errors in one device round trip, ValueError naming what is
     wrong; without, no round trip, each bad sequence's length -1 (its chain results are then NaN)."""
-    device = next(t.device for t in (mask, lengths, tags) if t is not None)
-    return backend_for(device).sequence_lengths(mask, lengths, tags, batch, steps, num_tags, raise_errors)
+    return _sequence_lengths(mask, lengths, tags, batch, steps, num_tags, raise_errors)
 
 
 @sequence_lengths.register_fake
@@ -219,20 +218,18 @@ def _(mask, lengths, tags, batch, steps, num_tags, raise_errors=True):
     return like.new_empty((batch,), dtype=torch.long)
 
 
-def sequence_lengths_eager(
-    mask: Tensor | None,
-    lengths: Tensor | None,
-    tags: Tensor | None,
-    batch: int,
-    steps: int,
-    num_tags: int,
-    raise_errors: bool = True,
-) -> Tensor:
-    """sequence_lengths without the op's dispatch outside torch.compile and dispatch modes."""
-    if not plain_eager(mask, lengths, tags):
-        return sequence_lengths(mask, lengths, tags, batch, steps, num_tags, raise_errors)
+def _sequence_lengths(mask, lengths, tags, *sizes_and_flag) -> Tensor:
+    """The backend's sequence_lengths, on the device of the first tensor given (the op's body)."""
     device = next(t.device for t in (mask, lengths, tags) if t is not None)
-    return backend_for(device).sequence_lengths(mask, lengths, tags, batch, steps, num_tags, raise_errors)
+    return backend_for(device).sequence_lengths(mask, lengths, tags, *sizes_and_flag)
+
+
+def sequence_lengths_eager(mask, lengths, tags, batch: int, steps: int, num_tags: int, raise_errors: bool = True):
+    """sequence_lengths without the op's dispatch outside torch.compile and dispatch modes."""
+    args = (mask, lengths, tags, batch, steps, num_tags, raise_errors)
+    if not plain_eager(mask, lengths, tags):
+        return sequence_lengths(*args)
+    return _sequence_lengths(*args)
 
 
 @torch.library.custom_op("semiring_ops::chain_viterbi", mutates_args=())

@@ -189,15 +189,15 @@ def run_shape(B: int, T: int, C: int, device: str, ragged: bool, gpu: bool) -> t
     rows.append(row("ours", ours_train, time_or_failure(decode, device, reps["ours"])))
     rows[-1]["peak_mib"] = peak_mib(train, device)
     rows.append(row("ours .decode", None, time_or_failure(decode_lists, device, reps["ours"])))
-    if gpu:  # without the validation's synchronisation (what the next row's capture leaves out too)
+    if gpu:
+        # without the validation's synchronisation (what the captures below leave out too)
         crf.validate = False
         rows.append(row("ours no-check", *(time_or_failure(fn, device, reps["ours"]) for fn in (train, decode))))
         crf.validate = True
-    if gpu:  # torch.compile's own CUDA graphs (reduce-overhead), the one-line way to what the next row does
-        rows.append(
-            row("ours compiled", *(time_or_failure(fn, device, reps["ours"]) for fn in _compiled(crf, em, tags, mask)))
-        )
-    if gpu:  # the same train step and decode captured in CUDA graphs (no Python or launch overhead)
+        # torch.compile's own CUDA graphs (reduce-overhead): the one-line way to the manual capture below
+        compiled = _compiled(crf, em, tags, mask)
+        rows.append(row("ours compiled", *(time_or_failure(fn, device, reps["ours"]) for fn in compiled)))
+        # the same train step and decode captured in CUDA graphs (no Python or launch overhead)
         rows.append(row("ours graphed", *(_time_graphed(fn, device, reps["ours"]) for fn in (train, decode))))
 
     check = ""

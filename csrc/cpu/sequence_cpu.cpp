@@ -16,10 +16,10 @@ at::Tensor sequence_lengths(const std::optional<at::Tensor>& mask, const std::op
   check_sequence_args(mask, lengths, tags, batch, steps, num_tags);
   const at::Tensor* any = mask ? &*mask : lengths ? &*lengths : tags ? &*tags : nullptr;
   TORCH_CHECK(!any || any->device().is_cpu(), "sequence_lengths (CPU): got ", describe(*any));
-  // marking writes the lengths: a copy then, never the caller's tensor
-  at::Tensor out = !lengths       ? at::full({batch}, steps, at::kLong)
-                   : raise_errors ? lengths->to(at::kLong).contiguous()
-                                  : lengths->to(at::kLong).clone();
+  // given lengths are copied (int64, contiguous): marking writes them, and an operator's output may not alias
+  // its input, so never the caller's tensor
+  at::Tensor out =
+      lengths ? at::empty({batch}, at::kLong).copy_(*lengths) : at::full({batch}, steps, at::kLong);
   int64_t* L = out.data_ptr<int64_t>();
   const at::Tensor m = mask ? mask->to(at::kByte) : at::Tensor();
   const at::Tensor y = tags ? tags->to(at::kLong) : at::Tensor();

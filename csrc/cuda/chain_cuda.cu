@@ -815,11 +815,11 @@ std::vector<at::Tensor> chain_log_backward(const at::Tensor& emissions, const at
   const auto opts = emissions.options();
   at::Tensor total = at::empty({B}, opts);
   at::Tensor g_em = new_output({B, T_len, C}, opts);
-  // the atomically accumulated sums share one zeroed buffer: one memset
-  at::Tensor sums = at::empty({C * C + 2 * C}, opts);
-  C10_CUDA_CHECK(cudaMemsetAsync(sums.data_ptr(), 0, sums.nbytes(), at::cuda::getCurrentCUDAStream()));
-  at::Tensor g_trans = sums.narrow(0, 0, C * C).view({C, C}), g_start = sums.narrow(0, C * C, C),
-             g_end = sums.narrow(0, C * C + C, C);
+  // the atomically accumulated sums start at zero; three allocations, not views of one buffer: a registered
+  // operator's outputs may not share storage (torch.compile rejects it), so one memset each
+  at::Tensor g_trans = at::empty({C, C}, opts), g_start = at::empty({C}, opts), g_end = at::empty({C}, opts);
+  for (at::Tensor* sum : {&g_trans, &g_start, &g_end})
+    C10_CUDA_CHECK(cudaMemsetAsync(sum->data_ptr(), 0, sum->nbytes(), at::cuda::getCurrentCUDAStream()));
   at::Tensor beta = at::empty({B, T_len, C}, opts);
   // grad may be a broadcast scalar (stride 0: the backward of a sum): read in place
   const at::Tensor alpha_c = alpha.contiguous(), log_z_c = log_z.contiguous();

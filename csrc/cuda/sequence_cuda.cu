@@ -81,8 +81,9 @@ at::Tensor sequence_lengths(const std::optional<at::Tensor>& mask, const std::op
   // marking: the problems stay on the device, in the lengths (a copy, never the caller's tensor)
   const bool capturing = c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
   const bool mark = capturing || !raise_errors;
-  // the kernel writes the lengths when it counts them from the mask, or marks them
-  at::Tensor out = lengths ? (mark ? lengths->to(at::kLong).clone() : lengths->to(at::kLong).contiguous())
+  // the kernel writes the lengths when it counts them from the mask, or marks them; given lengths are copied
+  // (int64, contiguous) even when nothing is marked: an operator's output may not alias its input
+  at::Tensor out = lengths ? at::empty({batch}, long_opts).copy_(*lengths)
                    : mask  ? at::empty({batch}, long_opts)
                            : at::full({batch}, steps, long_opts);
   if (batch == 0) return out;

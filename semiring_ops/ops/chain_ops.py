@@ -71,12 +71,11 @@ def _scan_setup_context(ctx, inputs, output):
     total, scores = output
     ctx.semiring_id, ctx.reverse = semiring_id, reverse
     ctx.set_materialize_grads(False)
+    ctx.mark_non_differentiable(scores)  # gradients flow through `total` only
     ctx.save_for_backward(em, trans, start, end, lengths, total, scores if save_scores else None)
 
 
-def _scan_backward(ctx, grad_total, grad_scores):
-    if grad_scores is not None:
-        raise NotImplementedError("chain_scan: gradients flow through `total` only, not through `scores`")
+def _scan_backward(ctx, grad_total, _grad_scores):
     if grad_total is None:
         return (None,) * 8
     em, trans, start, end, lengths, total, alpha = ctx.saved_tensors
@@ -134,12 +133,11 @@ def _(em, trans, start, end, lengths, tags):
 
 def _crf_setup_context(ctx, inputs, output):
     ctx.set_materialize_grads(False)
+    ctx.mark_non_differentiable(output[1], output[2])  # gradients flow through llh only
     ctx.save_for_backward(*inputs, output[1], output[2])
 
 
-def _crf_backward(ctx, grad_llh, grad_alpha=None, grad_log_z=None):
-    if grad_alpha is not None or grad_log_z is not None:
-        raise NotImplementedError("crf_log_likelihood: gradients flow through llh only")
+def _crf_backward(ctx, grad_llh, _grad_alpha=None, _grad_log_z=None):
     if grad_llh is None:
         return (None,) * 6
     em, trans, start, end, lengths, tags, alpha, log_z = ctx.saved_tensors
@@ -157,7 +155,6 @@ class _CrfLogLikelihood(torch.autograd.Function):
     @staticmethod
     def forward(ctx, em, trans, start, end, lengths, tags):
         out = tuple(backend_for(em.device).crf_log_likelihood(em, trans, start, end, lengths, tags))
-        ctx.mark_non_differentiable(out[1], out[2])
         _crf_setup_context(ctx, (em, trans, start, end, lengths, tags), out)
         return out
 

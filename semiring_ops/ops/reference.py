@@ -302,7 +302,7 @@ def sequence_lengths(mask, lengths, tags, batch: int, steps: int, num_tags: int,
             raise ValueError(
                 f"lengths must be an integer tensor of shape ({batch},), got {tuple(lengths.shape)} {lengths.dtype}"
             )
-        L = lengths.long()
+        L = lengths.to(torch.long, copy=True)  # never the caller's tensor: an op's output may not alias its input
         out_of_range = (L < 0) | (L > steps)  # noqa: SIM300
         problems.append((out_of_range, lambda: f"lengths must lie in 0..{steps}, got {L.tolist()}"))
     else:

@@ -30,6 +30,7 @@ __all__ = ["bmm_forward", "bmm_forward_eager", "log_bmm_backward", "log_contract
 _SELECTS = {s.kernel_id: s.selects for s in SEMIRINGS.values()}
 _ZERO = {s.kernel_id: s.zero for s in SEMIRINGS.values()}
 _LOG = SEMIRINGS["log"].kernel_id
+_STD = SEMIRINGS["std"].kernel_id
 
 
 # ---------------------------------------------------------------- log_contract
@@ -83,6 +84,10 @@ def _bmm_backward(ctx, grad_out, _grad_arg):
         ga, gb = log_bmm_backward_eager(a, b, out, grad_out, need_a, need_b)
     elif _SELECTS[ctx.semiring_id]:
         ga, gb = _selection_backward(a, b, out, arg, grad_out, ctx.semiring_id)
+    elif ctx.semiring_id == _STD:  # (+, x): torch.bmm's gradients
+        g = grad_out.to(out.dtype)
+        ga = torch.bmm(g, b.to(out.dtype).transpose(1, 2)) if need_a else None
+        gb = torch.bmm(a.to(out.dtype).transpose(1, 2), g) if need_b else None
     else:
         raise NotImplementedError(f"no gradient for semiring id {ctx.semiring_id}")
     return (ga.to(a.dtype) if need_a else None, gb.to(b.dtype) if need_b else None, None, None)
@@ -160,12 +165,12 @@ def _log_bmm_grads(a: Tensor, b: Tensor, c: Tensor, g: Tensor, need_a: bool, nee
     acc = c.dtype
     a, b, g = a.to(acc), b.to(acc), g.to(acc)
     negc = _neg_log_norm(c)
-    empty = c.new_empty((0,))
     contract = backend_for(c.device).log_contract
+    # an unneeded gradient is its own empty tensor: an operator's outputs may not share storage
     # grad_a[i,k] = sum_j g_ij exp(a_ik + b_kj - c_ij): rows i, reduction j, columns k
-    ga = contract(negc, g, b.transpose(1, 2), None, a) if need_a else empty
+    ga = contract(negc, g, b.transpose(1, 2), None, a) if need_a else c.new_empty((0,))
     # grad_b[k,j] = sum_i g_ij exp(a_ik + b_kj - c_ij): rows k, reduction i, columns j
-    gb = contract(a.transpose(1, 2), None, negc, g, b) if need_b else empty
+    gb = contract(a.transpose(1, 2), None, negc, g, b) if need_b else c.new_empty((0,))
     return ga, gb
 
 
@@ -189,9 +194,8 @@ def log_bmm_backward_eager(a, b, c, g, need_a: bool, need_b: bool) -> tuple[Tens
 
 @log_bmm_backward.register_fake
 def _(a, b, c, g, need_a, need_b):
-    empty = c.new_empty((0,))
-    ga = c.new_empty(a.shape) if need_a else empty
-    gb = c.new_empty(b.shape) if need_b else empty
+    ga = c.new_empty(a.shape if need_a else (0,))
+    gb = c.new_empty(b.shape if need_b else (0,))
     return ga, gb
 
 

@@ -17,7 +17,9 @@ import contextlib
 import fcntl
 import hashlib
 import importlib.util
+import logging
 import os
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,43 +164,102 @@ def load(spec: ExtensionSpec) -> ModuleType:
 
 
 def _load_or_build(spec: ExtensionSpec, folder: Path) -> ModuleType:
-    marker = folder / "build.ok"
+    marker, library = folder / "build.ok", _library_path(folder, spec.name)
     if marker.is_file():
-        return _import_from(_library_path(folder, spec.name), spec.name)
+        with contextlib.suppress(ImportError, OSError):  # a damaged cached library is rebuilt below
+            return _import_intact(library, marker, spec.name)
 
     with _exclusive(folder.with_suffix(".lock")):
-        if marker.is_file():  # another process finished the build while we waited
-            return _import_from(_library_path(folder, spec.name), spec.name)
-        folder.mkdir(parents=True, exist_ok=True)
-        # torch's own baton file inside the folder can only be stale here (we hold the lock)
-        (folder / "lock").unlink(missing_ok=True)
-        what = "CUDA" if spec.is_cuda else "CPU"
-        print(
-            f"semiring_ops: compiling the {what} kernels (first use; about a minute) into {folder}",
-            file=sys.stderr,
-            flush=True,
-        )
+        if marker.is_file():  # built by another process while we waited, or cached but damaged
+            try:
+                return _import_intact(library, marker, spec.name)
+            except (ImportError, OSError) as exc:
+                print(f"semiring_ops: {_first_line(exc)}; rebuilding it", file=sys.stderr, flush=True)
+                marker.unlink()
+                library.unlink(missing_ok=True)
+                try:  # usually only the library is damaged: ninja relinks it from the cached objects
+                    return _build(spec, folder, marker)
+                except Exception:  # damaged objects too: everything from scratch, once
+                    shutil.rmtree(folder, ignore_errors=True)
+        return _build(spec, folder, marker)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else repr(exc)
+
+
+def _library_stamp(library: Path) -> str:
+    """Size and BLAKE2 digest of a built library: the marker records them, and a cached library is imported
+    only when they still match (a truncated shared library can kill the process in dlopen with SIGBUS,
+    before any ImportError)."""
+    data = library.read_bytes()
+    return f"{len(data)} {hashlib.blake2b(data, digest_size=16).hexdigest()}"
+
+
+def _import_intact(library: Path, marker: Path, name: str) -> ModuleType:
+    """Imports a cached library whose size and digest match its marker's; ImportError if they do not."""
+    recorded = marker.read_text().splitlines()[1:2]
+    if not recorded:
+        raise ImportError(f"the cached library {library} has no recorded digest (an older semiring_ops built it)")
+    if not library.is_file() or recorded != [_library_stamp(library)]:
+        raise ImportError(f"the cached library {library} is damaged or incomplete (size or digest changed)")
+    return _import_from(library, name)
+
+
+def _build(spec: ExtensionSpec, folder: Path, marker: Path) -> ModuleType:
+    """Compiles `spec` into `folder` (the caller holds the folder's lock), imports it, then writes the marker."""
+    folder.mkdir(parents=True, exist_ok=True)
+    # torch's own baton file inside the folder can only be stale here (we hold the lock)
+    (folder / "lock").unlink(missing_ok=True)
+    what = "CUDA" if spec.is_cuda else "CPU"
+    print(
+        f"semiring_ops: compiling the {what} kernels (first use; about a minute) into {folder}",
+        file=sys.stderr,
+        flush=True,
+    )
+    with _quiet_cuda_home_guess(spec):
         from torch.utils.cpp_extension import load as torch_load
 
-        root = source_root()
-        env_arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    root = source_root()
+    env_arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if spec.is_cuda and not env_arch:
+        os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(cuda_arch_list())
+    try:
+        module = torch_load(
+            name=spec.name,
+            sources=[str(root / s) for s in spec.sources],
+            extra_include_paths=[str(root)],
+            extra_cflags=list(spec.cflags),
+            extra_cuda_cflags=list(spec.cuda_cflags),
+            extra_ldflags=list(spec.ldflags),
+            build_directory=str(folder),
+            verbose=os.environ.get("SEMIRING_OPS_VERBOSE_BUILD") == "1",
+        )
+    finally:
         if spec.is_cuda and not env_arch:
-            os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(cuda_arch_list())
-        try:
-            module = torch_load(
-                name=spec.name,
-                sources=[str(root / s) for s in spec.sources],
-                extra_include_paths=[str(root)],
-                extra_cflags=list(spec.cflags),
-                extra_cuda_cflags=list(spec.cuda_cflags),
-                extra_ldflags=list(spec.ldflags),
-                build_directory=str(folder),
-                verbose=os.environ.get("SEMIRING_OPS_VERBOSE_BUILD") == "1",
-            )
-        finally:
-            if spec.is_cuda and not env_arch:
-                os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
-        tmp = marker.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(f"{torch.__version__}\n")
-        os.replace(tmp, marker)
-        return module
+            os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
+    tmp = marker.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(f"{torch.__version__}\n{_library_stamp(_library_path(folder, spec.name))}\n")
+    os.replace(tmp, marker)
+    return module
+
+
+class _DropCudaHomeGuess(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("No CUDA runtime is found")
+
+
+@contextlib.contextmanager
+def _quiet_cuda_home_guess(spec: ExtensionSpec):
+    """Importing torch.utils.cpp_extension on a machine without a GPU logs "No CUDA runtime is found, using
+    CUDA_HOME=..." (torch guesses the CUDA toolkit at import): noise for a CPU build, so dropped then."""
+    logger = logging.getLogger("torch.utils.cpp_extension")
+    quiet = None if spec.is_cuda else _DropCudaHomeGuess()
+    if quiet is not None:
+        logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        if quiet is not None:
+            logger.removeFilter(quiet)

@@ -11,6 +11,7 @@ uint8; a sequence may have length 0. ``lengths=`` (B,) may be given instead of a
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 from torch import Tensor, nn
@@ -24,6 +25,18 @@ from .factored import chain_log_likelihood_factored, chain_sum_factored, chain_v
 __all__ = ["LinearChainCRF"]
 
 REDUCTIONS = ("none", "sum", "mean", "token_mean")
+
+
+def _is_integer(x: Tensor) -> bool:
+    return not (x.is_floating_point() or x.is_complex() or x.dtype == torch.bool)
+
+
+def _check_count(name: str, value: object, minimum: int) -> None:
+    """An int argument (top_k, n) at least `minimum`: TypeError / ValueError naming it."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
 
 
 class LinearChainCRF(nn.Module):
@@ -41,13 +54,20 @@ class LinearChainCRF(nn.Module):
             emissions, and adds nothing to the transitions' gradients; the rest of the batch is unaffected.
             This applies to forward / nll, log_partition, marginals and viterbi without top_k; score,
             top-k decoding, entropy, sample and decode always raise. Shapes and dtypes always raise.
+
+    Every method checks its arguments' shapes and dtypes first, in the caller's layout, and names the argument,
+    its shape and the shape expected: ValueError for a shape ("emissions must be 3-D (seq_length, batch_size,
+    num_tags) with batch_first=False, got shape (5, 3)"), TypeError for a dtype.
     """
 
     def __init__(
         self, num_tags: int, batch_first: bool = False, constraints: Constraints | None = None, validate: bool = True
     ) -> None:
-        if num_tags <= 0:
-            raise ValueError(f"num_tags must be positive, got {num_tags}")
+        if isinstance(num_tags, bool) or not isinstance(num_tags, numbers.Integral):
+            raise TypeError(f"num_tags must be an int, got {num_tags!r}")
+        if num_tags <= 0:  # pytorch-crf's wording
+            raise ValueError(f"invalid number of tags: {num_tags} (num_tags must be positive)")
+        num_tags = int(num_tags)
         super().__init__()
         self.num_tags = num_tags
         self.batch_first = batch_first
@@ -56,9 +76,13 @@ class LinearChainCRF(nn.Module):
         self.end_transitions = nn.Parameter(torch.empty(num_tags))
         self.transitions = nn.Parameter(torch.empty(num_tags, num_tags))
         if constraints is not None:
-            shapes = (constraints.start.shape, constraints.transitions.shape, constraints.end.shape)
-            if shapes != ((num_tags,), (num_tags, num_tags), (num_tags,)):
-                raise ValueError(f"constraints are for {constraints.start.shape[0]} tags, this CRF has {num_tags}")
+            shapes = tuple(tuple(m.shape) for m in (constraints.start, constraints.transitions, constraints.end))
+            want = ((num_tags,), (num_tags, num_tags), (num_tags,))
+            if shapes != want:
+                raise ValueError(
+                    f"constraints must have start, transitions, end of shapes {want} for num_tags={num_tags}, "
+                    f"got {shapes}"
+                )
             self.register_buffer("allowed_start", constraints.start.bool(), persistent=False)
             self.register_buffer("allowed_transitions", constraints.transitions.bool(), persistent=False)
             self.register_buffer("allowed_end", constraints.end.bool(), persistent=False)
@@ -80,28 +104,65 @@ class LinearChainCRF(nn.Module):
     def _batch_major(self, x: Tensor | None) -> Tensor | None:
         return x if (x is None or self.batch_first) else x.transpose(0, 1)
 
-    def _lengths(
+    def _check_inputs(
+        self, emissions: Tensor, tags: Tensor | None, mask: Tensor | None, lengths: Tensor | None
+    ) -> None:
+        """Shapes and dtypes of a call's inputs, in the caller's layout: ValueError (shape) or TypeError (dtype)
+        naming the argument, its shape and the shape expected. Every public method runs it (through
+        ``_inputs``) before it reads anything."""
+        steps = ("batch_size", "seq_length") if self.batch_first else ("seq_length", "batch_size")
+        em_layout, seq_layout = f"({steps[0]}, {steps[1]}, num_tags)", f"({steps[0]}, {steps[1]})"
+        layout = f"with batch_first={self.batch_first}"
+        if not isinstance(emissions, Tensor):
+            raise TypeError(f"emissions must be a Tensor {em_layout}, got {type(emissions).__name__}")
+        shape = tuple(emissions.shape)
+        if emissions.dim() != 3:
+            raise ValueError(f"emissions must be 3-D {em_layout} {layout}, got shape {shape}")
+        if shape[2] != self.num_tags:
+            raise ValueError(
+                f"emissions must have shape {em_layout} = {(*shape[:2], self.num_tags)} {layout} "
+                f"(this CRF has num_tags={self.num_tags}), got shape {shape}"
+            )
+        if not emissions.is_floating_point():
+            raise TypeError(f"emissions must be floating point, got {emissions.dtype}")
+        for name, x in (("tags", tags), ("mask", mask)):
+            if x is not None and tuple(x.shape) != shape[:2]:
+                raise ValueError(
+                    f"{name} must have shape {seq_layout} = {shape[:2]} {layout}, the first two dimensions of "
+                    f"emissions (shape {shape}), got shape {tuple(x.shape)}"
+                )
+        if tags is not None and not _is_integer(tags):
+            raise TypeError(f"tags must be an integer tensor, got {tags.dtype}")
+        if mask is not None and lengths is not None:
+            raise ValueError("give mask or lengths, not both")
+        if lengths is not None:
+            batch = (shape[0 if self.batch_first else 1],)
+            if tuple(lengths.shape) != batch:
+                raise ValueError(f"lengths must have shape (batch_size,) = {batch}, got shape {tuple(lengths.shape)}")
+            if not _is_integer(lengths):
+                raise TypeError(f"lengths must be an integer tensor, got {lengths.dtype}")
+
+    def _inputs(
         self,
         emissions: Tensor,
         mask: Tensor | None,
         lengths: Tensor | None,
         tags: Tensor | None = None,
         raise_errors: bool = True,
-    ) -> Tensor:
-        """emissions (B, T, C) batch-major -> lengths (B,) int64, validating mask / lengths and the batch-major
-        tags (B, T) if given: in one device round trip, or without raise_errors in none, a bad sequence's
-        length -1 (for the fused kernels only: see ``validate``)."""
-        B, T, C = emissions.shape
-        if self.num_tags != C:
-            raise ValueError(
-                f"emissions has {C} tags in its last dimension (shape {tuple(emissions.shape)}); "
-                f"this CRF has num_tags={self.num_tags}"
-            )
-        if tags is not None and tags.shape != (B, T):
-            raise ValueError(f"tags has shape {tuple(tags.shape)}; expected {(B, T)} (batch-major)")
-        return resolve_lengths(
-            B, T, self._batch_major(mask), lengths, emissions.device, tags=tags, num_tags=C, raise_errors=raise_errors
+    ) -> tuple[Tensor, Tensor | None, Tensor]:
+        """A call's inputs checked (``_check_inputs``), then batch-major: emissions (B, T, C), tags (B, T) or None
+        and lengths (B,) int64 from the mask or lengths, validated with the tags (mask holes, lengths in 0..T,
+        tags in 0..C-1 below each length): in one device round trip, or without raise_errors in none, a bad
+        sequence's length -1 (for the fused kernels only: see ``validate``)."""
+        if isinstance(emissions, Tensor):  # lists are accepted for the others, as before
+            mask, lengths, tags = (None if x is None else torch.as_tensor(x) for x in (mask, lengths, tags))
+        self._check_inputs(emissions, tags, mask, lengths)
+        em, tags = self._batch_major(emissions), self._batch_major(tags)
+        B, T, C = em.shape
+        L = resolve_lengths(
+            B, T, self._batch_major(mask), lengths, em.device, tags=tags, num_tags=C, raise_errors=raise_errors
         )
+        return em, tags, L
 
     def _transition_scores(self) -> tuple[Tensor, Tensor, Tensor]:
         """start (C,), transitions (C, C), end (C,), with -inf where the constraints forbid."""
@@ -121,8 +182,8 @@ class LinearChainCRF(nn.Module):
 
     def log_partition(self, emissions: Tensor, mask: Tensor | None = None, lengths: Tensor | None = None) -> Tensor:
         """log Z of each sequence -> (B,); 0 for a sequence of length 0."""
-        em = self._batch_major(emissions)
-        return self._log_partition(em, self._lengths(em, mask, lengths, raise_errors=self.validate))
+        em, _, L = self._inputs(emissions, mask, lengths, raise_errors=self.validate)
+        return self._log_partition(em, L)
 
     def _log_partition(self, em: Tensor, L: Tensor) -> Tensor:
         start, trans, end = self._transition_scores()
@@ -132,8 +193,7 @@ class LinearChainCRF(nn.Module):
         self, emissions: Tensor, tags: Tensor, mask: Tensor | None = None, lengths: Tensor | None = None
     ) -> Tensor:
         """Unnormalised log-score of the given tag sequences -> (B,)."""
-        em, tags = self._batch_major(emissions), self._batch_major(tags)
-        L = self._lengths(em, mask, lengths, tags)
+        em, tags, L = self._inputs(emissions, mask, lengths, tags)
         start, trans, end = self._transition_scores()
         return gold_path_score(em, trans, start, end, L, tags)
 
@@ -151,10 +211,9 @@ class LinearChainCRF(nn.Module):
         way: the forward scan gives log Z and the gold path's score, the reverse scan the whole gradient
         (ops/chain_ops.py).
         """
-        if reduction not in REDUCTIONS:
-            raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-        em, tags = self._batch_major(emissions), self._batch_major(tags)
-        L = self._lengths(em, mask, lengths, tags, raise_errors=self.validate)
+        if reduction not in REDUCTIONS:  # pytorch-crf's wording first
+            raise ValueError(f"invalid reduction: {reduction} (must be one of {', '.join(REDUCTIONS)})")
+        em, tags, L = self._inputs(emissions, mask, lengths, tags, raise_errors=self.validate)
         start, trans, end = self._transition_scores()
         llh = chain_log_likelihood_factored(em, trans, start, end, L, tags)
         if reduction == "none":
@@ -181,8 +240,8 @@ class LinearChainCRF(nn.Module):
 
         The gradient of log Z with respect to the emissions (forward-backward by autograd).
         """
-        em = self._batch_major(emissions).detach().requires_grad_()
-        L = self._lengths(em, mask, lengths, raise_errors=self.validate)
+        em, _, L = self._inputs(emissions, mask, lengths, raise_errors=self.validate)
+        em = em.detach().requires_grad_()
         if em.shape[1] == 0:
             return torch.zeros_like(em)
         with torch.enable_grad():
@@ -206,8 +265,9 @@ class LinearChainCRF(nn.Module):
     def _viterbi(
         self, emissions: Tensor, mask: Tensor | None, lengths: Tensor | None, top_k: int | None, validate: bool
     ) -> tuple[Tensor, Tensor]:
-        em = self._batch_major(emissions)
-        L = self._lengths(em, mask, lengths, raise_errors=validate or top_k is not None)
+        if top_k is not None:
+            _check_count("top_k", top_k, 1)
+        em, _, L = self._inputs(emissions, mask, lengths, raise_errors=validate or top_k is not None)
         B, T, _ = em.shape
         if top_k is not None:
             if T == 0:
@@ -224,8 +284,7 @@ class LinearChainCRF(nn.Module):
 
     def entropy(self, emissions: Tensor, mask: Tensor | None = None, lengths: Tensor | None = None) -> Tensor:
         """Entropy of the CRF's distribution over each sequence's tag paths -> (B,), differentiable."""
-        em = self._batch_major(emissions)
-        L = self._lengths(em, mask, lengths)
+        em, _, L = self._inputs(emissions, mask, lengths)
         if em.shape[1] == 0:
             return em.new_zeros(em.shape[0])
         return chain_entropy(*self._chain(em), L)
@@ -239,8 +298,9 @@ class LinearChainCRF(nn.Module):
         generator: torch.Generator | None = None,
     ) -> Tensor:
         """n tag sequences per input drawn from the CRF -> (n, B, T) batch-major, -1 past the length."""
-        em = self._batch_major(emissions).detach()
-        L = self._lengths(em, mask, lengths)
+        _check_count("n", n, 0)
+        em, _, L = self._inputs(emissions, mask, lengths)
+        em = em.detach()
         if em.shape[1] == 0:
             return em.new_empty((n, em.shape[0], 0), dtype=torch.long)
         with torch.no_grad():

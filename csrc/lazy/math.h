@@ -30,6 +30,18 @@ SR_HD float cos(float x) { return LZ_LIBF(cosf, cos)(x); }
 SR_HD double cos(double x) { return LZ_LIB(cosf, cos)(x); }
 SR_HD float pow(float x, float p) { return LZ_LIBF(powf, pow)(x, p); }
 SR_HD double pow(double x, double p) { return LZ_LIB(powf, pow)(x, p); }
+SR_HD float asin(float x) { return LZ_LIBF(asinf, asin)(x); }
+SR_HD double asin(double x) { return LZ_LIB(asinf, asin)(x); }
+SR_HD float acos(float x) { return LZ_LIBF(acosf, acos)(x); }
+SR_HD double acos(double x) { return LZ_LIB(acosf, acos)(x); }
+SR_HD float atan(float x) { return LZ_LIBF(atanf, atan)(x); }
+SR_HD double atan(double x) { return LZ_LIB(atanf, atan)(x); }
+SR_HD float atan2(float y, float x) { return LZ_LIBF(atan2f, atan2)(y, x); }
+SR_HD double atan2(double y, double x) { return LZ_LIB(atan2f, atan2)(y, x); }
+SR_HD float floor(float x) { return LZ_LIBF(floorf, floor)(x); }
+SR_HD double floor(double x) { return LZ_LIB(floorf, floor)(x); }
+SR_HD float round(float x) { return LZ_LIBF(roundf, round)(x); }
+SR_HD double round(double x) { return LZ_LIB(roundf, round)(x); }
 }  // namespace detail
 #undef LZ_LIB
 #undef LZ_LIBF
@@ -61,6 +73,38 @@ SR_HD double lz_rsqrt(double x) {
 #endif
 }
 template <class T> SR_HD T lz_pow(T x, T p) { return detail::pow(x, p); }
+template <class T> SR_HD T lz_asin(T x) { return detail::asin(x); }
+template <class T> SR_HD T lz_acos(T x) { return detail::acos(x); }
+template <class T> SR_HD T lz_atan(T x) { return detail::atan(x); }
+template <class T> SR_HD T lz_atan2(T y, T x) { return detail::atan2(y, x); }
+template <class T> SR_HD T lz_floor(T x) { return detail::floor(x); }
+// rounding half away from zero (C's round, KeOps' Round)
+template <class T> SR_HD T lz_round(T x) { return detail::round(x); }
+// x log x, 0 at x = 0 (KeOps' XLogX)
+template <class T> SR_HD T lz_xlogx(T x) { return x == T(0) ? T(0) : x * detail::log(x); }
+// The n-th derivative of sin(x) / x (n = 0: the function itself, 1 at x = 0), in double: a series near 0, where
+// the recurrence x f^(n) + n f^(n-1) = sin^(n)(x) would cancel, and that recurrence elsewhere.
+template <class T> SR_HD T lz_sinxdivx(T xt, int n) {
+  const double x = double(xt);
+  if (is_nan(x)) return xt;
+  if (x > -0.5 && x < 0.5) {  // sum over 2k >= n of (-1)^k x^(2k - n) / ((2k + 1) (2k - n)!)
+    double s = 0.0;
+    const int k0 = (n + 1) / 2;
+    for (int k = k0; k < k0 + 10; ++k) {
+      double term = (k % 2 ? -1.0 : 1.0) / double(2 * k + 1);
+      for (int q = 1; q <= 2 * k - n; ++q) term *= x / double(q);
+      s += term;
+    }
+    return T(s);
+  }
+  const double sn = detail::sin(x), cs = detail::cos(x);
+  double f = sn / x;
+  for (int m = 1; m <= n; ++m) {
+    const double dm = (m % 4 == 0) ? sn : (m % 4 == 1) ? cs : (m % 4 == 2) ? -sn : -cs;  // sin^(m)(x)
+    f = (dm - double(m) * f) / x;
+  }
+  return T(f);
+}
 template <class T> SR_HD T lz_abs(T x) { return x < T(0) ? -x : (x == T(0) ? T(0) : x); }
 // sign: -1, 0 or 1 (NaN gives NaN), as torch.sign
 template <class T> SR_HD T lz_sign(T x) { return x > T(0) ? T(1) : (x < T(0) ? T(-1) : x * T(0)); }

@@ -12,19 +12,22 @@ Only keys of canonical formulas parse: their variables are slots (``Vi0:3``), no
 from __future__ import annotations
 
 from . import formula as F
+from . import formula_math
 from .formula import Formula, FormulaError
 
 __all__ = ["parse_formula"]
 
 
 def _node_classes() -> dict[str, type[Formula]]:
-    """op -> class, for every formula node class of formula.py (``_Dim``, a checking stand-in, excluded)."""
+    """op -> class, for every formula node class of formula.py and formula_math.py (``_Dim``, a checking
+    stand-in, excluded)."""
+    modules = (F.__name__, formula_math.__name__)
     found: dict[str, type[Formula]] = {}
     todo = [Formula]
     while todo:
         cls = todo.pop()
         todo.extend(cls.__subclasses__())
-        if cls.__module__ == F.__name__ and cls.op and not cls.op.startswith("_"):
+        if cls.__module__ in modules and cls.op and not cls.op.startswith("_"):
             if found.get(cls.op, cls) is not cls:
                 raise AssertionError(f"two formula classes share the op {cls.op!r}")
             found[cls.op] = cls

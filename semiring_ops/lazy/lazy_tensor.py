@@ -14,14 +14,20 @@ without batch) or j (axis -2, or 1) compile it to a kernel (C++ on the CPU, CUDA
 from __future__ import annotations
 
 import functools
+import math
+import operator
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
 
 from . import formula as F
+from . import formula_math as FM
 from .autograd import Extent, evaluate_dense, matmul_formula, reduce_formula
 from .formula import Formula, FormulaError, Var, substitute, variables
+from .options import DEFAULT as _DEFAULT_OPTIONS
+from .options import ReduceOptions, parse_options
 from .reductions import Reduction, kbest, semiring_reduction, weighted_logsumexp
 
 __all__ = ["LazyTensor", "Pm", "Vi", "Vj"]
@@ -458,6 +464,287 @@ class LazyTensor:
         formula = substitute(self.formula, lambda v: v if v.cat == "p" else Var(swap[v.cat], v.dim, tensor=v.tensor))
         return self._make(formula, self.batch, self.n_j, self.n_i, self.device, self.dtype, self.deferred)
 
+    # ------------------------------------------------------------ more of KeOps' API
+
+    def power(self, p: Any) -> LazyTensor:
+        """``self ** p``."""
+        return self**p
+
+    def floor(self) -> LazyTensor:
+        return self._unary(FM.Floor)
+
+    def round(self, d: int = 0) -> LazyTensor:
+        """Rounded to ``d`` decimals, half away from zero (C's round, as KeOps; torch.round rounds half to even).
+        No gradient."""
+        if isinstance(d, bool) or not isinstance(d, int):
+            raise TypeError(f"round(d): d must be an int, got {d!r}")
+        return self._unary(FM.Round, d)
+
+    __round__ = round
+
+    def mod(self, modulus: Any, offset: Any = 0) -> LazyTensor:
+        """``self - modulus * floor((self - offset) / modulus)``, in [offset, offset + modulus) (KeOps' Mod);
+        its gradient is that of this formula."""
+        return self - modulus * ((self - offset) / modulus).floor()
+
+    def xlogx(self) -> LazyTensor:
+        """x log x, 0 at x = 0."""
+        return self._unary(FM.XLogX)
+
+    def sinxdivx(self) -> LazyTensor:
+        """sin(x) / x, 1 at x = 0; its derivatives are exact at 0 too."""
+        return self._unary(FM.SinXDivX)
+
+    def sinc(self) -> LazyTensor:
+        """sin(pi x) / (pi x), 1 at x = 0 (torch.sinc)."""
+        return (math.pi * self).sinxdivx()
+
+    def asin(self) -> LazyTensor:
+        return self._unary(FM.Asin)
+
+    def acos(self) -> LazyTensor:
+        return self._unary(FM.Acos)
+
+    def atan(self) -> LazyTensor:
+        return self._unary(FM.Atan)
+
+    def atan2(self, x: Any) -> LazyTensor:
+        """atan2(self, x): the angle of the point (x, self), as torch.atan2(self, x)."""
+        return self._nary("atan2", FM.Atan2, x)
+
+    # comparisons: 1.0 where true, else 0.0 (no gradient); a LazyTensor stays hashable by identity
+    def _compare(self, other: Any, rel: str, op: str, swap: bool = False) -> LazyTensor:
+        if swap:
+            return self._lift(other)._nary(op, lambda a, b: FM.Compare(a, b, rel), self)
+        return self._nary(op, lambda a, b: FM.Compare(a, b, rel), other)
+
+    def __eq__(self, other):  # type: ignore[override]
+        return self._compare(other, "eq", "==")
+
+    def __ne__(self, other):  # type: ignore[override]
+        return self._compare(other, "ne", "!=")
+
+    def __lt__(self, other):
+        return self._compare(other, "lt", "<")
+
+    def __le__(self, other):
+        return self._compare(other, "le", "<=")
+
+    def __gt__(self, other):
+        return self._compare(other, "lt", ">", swap=True)
+
+    def __ge__(self, other):
+        return self._compare(other, "le", ">=", swap=True)
+
+    __hash__ = object.__hash__
+
+    def norm(self, dim: int) -> LazyTensor:
+        """The Euclidean norm over the vector dimension (``dim`` = -1, the only one), as norm2()."""
+        if dim not in (-1, self.ndim - 1):
+            raise ValueError(f"norm(dim={dim}): only the vector dimension (-1) of a {self.describe()}")
+        return self.norm2()
+
+    def weightedsqnorm(self, s: Any) -> LazyTensor:
+        """sum_d s x_d^2 (s of dimension 1), sum_d s_d x_d^2 (dimension D) or sum_de s_de x_d x_e (D^2, s a
+        row-major matrix), x = self of dimension D."""
+        s = self._lift(s)
+        d = self.formula.dim
+        if s.formula.dim == 1:
+            return s * self.sqnorm2()
+        if s.formula.dim == d:
+            return (s * self.square()).sum(-1)
+        if s.formula.dim == d * d:
+            return (s * self.tensorprod(self)).sum(-1)
+        raise ValueError(
+            f"weightedsqnorm: weights of dimension 1, {d} or {d * d} for a {self.describe()}, got {s.describe()}"
+        )
+
+    def weightedsqdist(self, y: Any, s: Any) -> LazyTensor:
+        """``(self - y).weightedsqnorm(s)``."""
+        return (self - y).weightedsqnorm(s)
+
+    def one_hot(self, D: int) -> LazyTensor:
+        """The one-hot vector of dimension D of a scalar formula: 1 at floor(x + 1/2), all 0 outside [0, D)."""
+        if isinstance(D, bool) or not isinstance(D, int):
+            raise TypeError(f"one_hot(D): D must be an int, got {D!r}")
+        try:
+            return self._unary(FM.OneHot, D)
+        except FormulaError as exc:
+            raise ValueError(f"one_hot({D}) of {self.describe()}: {exc}") from None
+
+    def bspline(self, x: Any, k: int = 0) -> LazyTensor:
+        """The B-splines of order k on the knots ``self`` (dimension K) at the scalar x: dimension K - k - 1
+        (KeOps' BSpline). Differentiable with respect to x, not to the knots."""
+        if isinstance(k, bool) or not isinstance(k, int):
+            raise TypeError(f"bspline: the order k must be an int, got {k!r}")
+        return self._nary("bspline", lambda t, xx: FM.BSpline(t, xx, k), x)
+
+    def softdtw_sqdist(self, y: Any, gamma: Any) -> LazyTensor:
+        """The soft-DTW discrepancy between the vectors self (dimension n) and y (dimension m), on the squared
+        differences of their components, with smoothing gamma (a scalar): KeOps' SoftDTW_SqDist. Built from
+        the n m cells of the recursion (a formula unrolled into the kernel, so n m is limited to
+        SOFTDTW_MAX_CELLS); differentiable with respect to all three, twice."""
+        return self._nary("softdtw_sqdist", _softdtw_formula, y, gamma)
+
+    @staticmethod
+    def concatenate(lazies: Sequence[LazyTensor], axis: int = -1) -> LazyTensor:
+        """The LazyTensors joined along the vector dimension (the only axis: -1)."""
+        if not isinstance(lazies, (tuple, list)) or not lazies:
+            raise ValueError("concatenate: give a non-empty tuple of LazyTensors")
+        if axis not in (-1, lazies[0].ndim - 1):
+            raise ValueError(f"concatenate: LazyTensors join along their vector dimension (-1) only, got {axis}")
+        return functools.reduce(LazyTensor.concat, lazies)
+
+    @staticmethod
+    def cat(lazies: Sequence[LazyTensor], dim: int) -> LazyTensor:
+        return LazyTensor.concatenate(lazies, dim)
+
+    def __getitem__(self, key: Any) -> LazyTensor:
+        """Components of the vector dimension: ``x[k]`` (elem), ``x[a:b]`` (extract), also written
+        ``x[..., :, :, k]`` with all other axes whole."""
+        if isinstance(key, tuple):
+            whole = (slice(None),) * (self.ndim - 1)
+            if key[:1] == (Ellipsis,):
+                key = (*whole[: self.ndim - len(key) + 1], *key[1:])
+            if len(key) != self.ndim or key[:-1] != whole:
+                raise ValueError(f"a LazyTensor is indexed along its vector dimension only, got {key!r}")
+            key = key[-1]
+        if isinstance(key, slice):
+            if key.step not in (None, 1):
+                raise ValueError(f"a LazyTensor's components are sliced with step 1, got {key!r}")
+            start, stop, _ = key.indices(self.formula.dim)
+            return self.extract(start, stop - start)
+        if isinstance(key, int) and not isinstance(key, bool):
+            return self.elem(key)
+        raise TypeError(f"a LazyTensor is indexed by an int or a slice of its vector dimension, got {key!r}")
+
+    def _contract(self, other: Any, op: str, spec_of) -> LazyTensor:
+        def build(a: Formula, b: Formula) -> Formula:
+            spec, sizes = spec_of(a.dim, b.dim)
+            return FM.Contract(a, b, spec, sizes)
+
+        return self._nary(op, build, other)
+
+    def matvecmult(self, v: Any) -> LazyTensor:
+        """A @ v for A = self of dimension n p (a row-major n x p matrix) and v of dimension p: dimension n."""
+        return self._contract(v, "matvecmult", lambda da, db: ("ij,j->i", [_quotient(da, db, "matvecmult"), db]))
+
+    def vecmatmult(self, A: Any) -> LazyTensor:
+        """v @ A for v = self of dimension n and A of dimension n p (row-major n x p): dimension p."""
+        return self._contract(A, "vecmatmult", lambda da, db: ("i,ij->j", [da, _quotient(db, da, "vecmatmult")]))
+
+    def tensorprod(self, other: Any) -> LazyTensor:
+        """The outer product of the vectors, row-major: dimension D1 D2."""
+        return self._contract(other, "tensorprod", lambda da, db: ("i,j->ij", [da, db]))
+
+    def keops_tensordot(self, other: Any, dimfa, dimfb, contfa, contfb, *args) -> LazyTensor:
+        """torch.tensordot of self and other read as row-major tensors of shapes dimfa and dimfb, contracting
+        the axes contfa of the first with contfb of the second; the optional permutation sends the result's
+        axis p (the first's free axes, then the second's) to position perm[p]. Flattened row-major."""
+        spec, sizes = _tensordot_spec(dimfa, dimfb, contfa, contfb, args[0] if args else None)
+        return self._nary("keops_tensordot", lambda a, b: FM.Contract(a, b, spec, sizes), other)
+
+    def keops_kron(self, other: Any, dimfself, dimfother) -> LazyTensor:
+        """The Kronecker product (np.kron) of self and other read as row-major tensors of shapes dimfself and
+        dimfother (of equal length), flattened."""
+        da, db = _int_tuple(dimfself, "keops_kron"), _int_tuple(dimfother, "keops_kron")
+        if len(da) != len(db):
+            raise ValueError(f"keops_kron: shapes {da} and {db} must have as many axes")
+        n = len(da)
+        return self.keops_tensordot(other, da, db, (), (), [*range(0, 2 * n, 2), *range(1, 2 * n, 2)])
+
+    def factorize(self, other: Any = None) -> LazyTensor:
+        """self: KeOps' hint to compute a shared sub-formula once, which the kernels here always do."""
+        return self
+
+    def auto_factorize(self) -> LazyTensor:
+        return self
+
+    # symbolic differentiation: formulas of the formula's derivatives (formula.vjp), reduced like any other
+
+    def _variable_node(self, v: Any, what: str) -> Var:
+        if not isinstance(v, LazyTensor) or type(v.formula) is not Var:
+            raise TypeError(
+                f"{what}: the variable must be a LazyTensor of one tensor (LazyTensor(x), Vi(x), Vj(x), Pm(x)), "
+                f"got {v.describe() if isinstance(v, LazyTensor) else type(v).__name__}"
+            )
+        return v.formula
+
+    def grad(self, v: Any, gradin: Any) -> LazyTensor:
+        """The gradient of self with respect to the variable v, applied to gradin (of self's dimension):
+        sum_d gradin_d d self_d / d v, of v's dimension."""
+        var = self._variable_node(v, "grad")
+
+        def build(f: Formula, g: Formula) -> Formula:
+            if g.dim != f.dim:
+                raise FormulaError(f"gradin has dimension {g.dim}, the formula {f.dim}")
+            return _vjp_or_zero(f, var, g)
+
+        return self._nary("grad", build, gradin)
+
+    def diff(self, v: Any, diffin: Any) -> LazyTensor:
+        """The differential of self with respect to the variable v applied to diffin (of v's dimension):
+        sum_e d self / d v_e diffin_e, of self's dimension (forward differentiation)."""
+        var = self._variable_node(v, "diff")
+
+        def build(f: Formula, u: Formula) -> Formula:
+            if u.dim != var.dim:
+                raise FormulaError(f"diffin has dimension {u.dim}, the variable {var.dim}")
+            stand_in = Var("p", f.dim, tensor=torch.empty(0))  # a cotangent never read: the vjp is linear in it
+            h = F.vjp(f, [var], stand_in)[0]
+            if h is None:
+                return _zero(f.dim)
+            out = _vjp_or_zero(h, stand_in, u)
+            if any(w.tensor is stand_in.tensor for w in variables(out)):
+                raise FormulaError("diff: the derivative is not linear in its cotangent")  # a bug if ever seen
+            return out
+
+        return self._nary("diff", build, diffin)
+
+    def grad_matrix(self, v: Any) -> LazyTensor:
+        """The gradient matrix (the transposed Jacobian) of self with respect to v, flattened: the gradients of
+        self's components one after the other, dimension D_self D_v."""
+        var = self._variable_node(v, "grad_matrix")
+        f = self.formula
+        return self._unary(lambda _: _concat_all([_vjp_or_zero(f, var, _unit(k, f.dim)) for k in range(f.dim)]))
+
+    def divergence(self, v: Any) -> LazyTensor:
+        """sum_k d self_k / d v_k (self and v of one dimension)."""
+        var = self._variable_node(v, "divergence")
+        if self.formula.dim != var.dim:
+            raise ValueError(f"divergence: the formula has dimension {self.formula.dim}, the variable {var.dim}")
+        return self._unary(lambda f: _divergence(f, var))
+
+    def laplacian(self, v: Any) -> LazyTensor:
+        """sum_k d^2 self / d v_k^2 of a scalar formula."""
+        var = self._variable_node(v, "laplacian")
+        if self.formula.dim != 1:
+            raise ValueError(f"laplacian needs a scalar formula, got {self.describe()}")
+        return self._unary(lambda f: _divergence(_vjp_or_zero(f, var, F.Const(1.0)), var))
+
+    def trace_operator(self, v: Any) -> LazyTensor:
+        """The trace of self as a linear function of v (of v's dimension: the trace of its matrix; scalar: the
+        sum of its row), i.e. the divergence, or the sum of the gradient."""
+        var = self._variable_node(v, "trace_operator")
+        d = self.formula.dim
+        if d == var.dim:
+            return self.divergence(v)
+        if d != 1:
+            raise ValueError(f"trace_operator: the formula must have dimension 1 or {var.dim}, got {d}")
+        return self._unary(lambda f: F.VecSum(_vjp_or_zero(f, var, F.Const(1.0))))
+
+    def t(self) -> LazyTensor:
+        """The transpose (``.T``)."""
+        return self.T
+
+    def dim(self) -> int:
+        """The number of axes, (*batch, M, N, D): KeOps' and torch's dim()."""
+        return self.ndim
+
+    @property
+    def nbatchdims(self) -> int:
+        return len(self.batch)
+
     # ------------------------------------------------------------ reductions
 
     def _axis(self, dim: int | None, axis: int | None, what: str) -> str:
@@ -479,11 +766,23 @@ class LazyTensor:
             f"{nb + 1} or -2 (over j), {nb + 2} or -1 (the vector dimension)"
         )
 
-    def _reduce(self, reduction: Reduction, over: str, what: str, with_arg: bool = False):
+    def _reduce(
+        self,
+        reduction: Reduction,
+        over: str,
+        what: str,
+        with_arg: bool = False,
+        opts: ReduceOptions = _DEFAULT_OPTIONS,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(values, indices or None) of a reduction over i or j, with KeOps' options ``opts`` applied: values
+        (*batch, rows, D) (k-best: (*batch, rows, K[, D])), keepdim inserting the reduced axis."""
         if over == "vector":
             raise ValueError(f"{what} over the vector dimension is not available; reduce over i or j")
         if self.device is None:
             raise ValueError(f"{what}: a formula of constants only has nothing to reduce over")
+        opts.check_sum_type(not reduction.selects, what)
+        if opts.keepdim and reduction.kind == "kbest":
+            raise ValueError(f"{what}: keepdim is for reductions to one value per row, not for the K best")
         outer = "j" if over == "i" else "i"
         extent = self._extent()
         n_inner = extent.rows(over)
@@ -494,113 +793,211 @@ class LazyTensor:
             raise ValueError(
                 f"{what}: K={reduction.k} must be between 1 and the reduced size {n_inner} (over {over}){empty}"
             )
-        vals, idx = reduce_formula(self.formula, reduction, outer, extent, with_arg)
+        formula = self.formula
+        device, dtype = opts.compute_device(self.device, what), opts.compute_dtype(self.dtype, what)
+        if device != self.device or dtype != self.dtype:
+            formula = _retargeted(formula, device, dtype)
+        if opts.ranges is not None:
+            vals, idx = self._reduce_ranges(formula, reduction, outer, with_arg, opts.ranges, what)
+        else:
+            vals, idx = reduce_formula(formula, reduction, outer, extent, with_arg)
+        if vals.device != self.device or vals.dtype != self.dtype:
+            vals = vals.to(device=self.device, dtype=self.dtype)
+            idx = None if idx is None else idx.to(self.device)
         if reduction.kind == "kbest":
             d = self.formula.dim
             shape = (*vals.shape[:-1], reduction.k) + ((d,) if d > 1 else ())
             vals, idx = vals.reshape(shape), idx.reshape(shape)
+        if opts.keepdim:
+            at = -2 if over == "j" else -3
+            vals, idx = vals.unsqueeze(at), (None if idx is None else idx.unsqueeze(at))
         return vals, idx
 
-    def sum(self, dim: int | None = None, axis: int | None = None) -> Any:
-        """Sum over i or j: (*batch, rows, D); over the vector dimension (-1): a LazyTensor."""
+    def _reduce_ranges(self, formula, reduction, outer, with_arg, ranges, what):
+        raise NotImplementedError(f"{what}: block-sparse reductions (ranges=) are not supported")
+
+    @staticmethod
+    def _output(result: Any, opts: ReduceOptions, what: str) -> Any:
+        """The result of a reduction, or ``out`` holding it (KeOps' in-place form)."""
+        out = opts.out
+        if out is None:
+            return result
+        if isinstance(result, tuple):
+            raise TypeError(f"{what}: out= takes one tensor, and {what} returns two")
+        view = out if isinstance(out, torch.Tensor) else torch.from_numpy(out)  # a NumPy array, written in place
+        if view.shape != result.shape or view.dtype != result.dtype or view.device != result.device:
+            raise ValueError(
+                f"{what}: out has shape {tuple(view.shape)}, {view.dtype} on {view.device}; the result has shape "
+                f"{tuple(result.shape)}, {result.dtype} on {result.device}"
+            )
+        if torch.is_grad_enabled() and (result.requires_grad or view.requires_grad):
+            raise RuntimeError(
+                f"{what}: out= does not support automatic differentiation (torch's rule for out= arguments); "
+                f"leave it out, or reduce under torch.no_grad()"
+            )
+        view.copy_(result)
+        return out
+
+    def _vector(self, node, opts: ReduceOptions, what: str) -> LazyTensor:
+        """A reduction over the vector dimension: a LazyTensor of dimension 1 (keepdim is implied, as in KeOps,
+        which ignores its options there; out= and ranges= are refused)."""
+        if opts.out is not None or opts.ranges is not None:
+            raise ValueError(f"{what} over the vector dimension is a LazyTensor: out= and ranges= do not apply")
+        return self._unary(node)
+
+    def sum(self, dim: int | None = None, axis: int | None = None, **kwargs: Any) -> Any:
+        """Sum over i or j: (*batch, rows, D); over the vector dimension (-1): a LazyTensor. ``kwargs``: KeOps'
+        reduction options (options.py), e.g. ``keepdim=True``, ``dtype_acc="float64"``, ``out=``."""
         over = self._axis(dim, axis, "sum")
+        opts = parse_options("sum", kwargs)
         if over == "vector":
-            return self._unary(F.VecSum)
-        return self._reduce(semiring_reduction("std"), over, "sum")[0]
+            return self._vector(F.VecSum, opts, "sum")
+        return self._output(self._reduce(semiring_reduction("std"), over, "sum", opts=opts)[0], opts, "sum")
 
     sum_reduction = sum
 
-    def logsumexp(self, dim: int | None = None, axis: int | None = None, weight: Any = None) -> Any:
+    def logsumexp(self, dim: int | None = None, axis: int | None = None, weight: Any = None, **kwargs: Any) -> Any:
         """log sum exp over i or j, per component; with ``weight`` (a LazyTensor w of dimension E, the formula
         scalar): log sum_j exp(F_ij) w_ij, of dimension E. Over the vector dimension: a LazyTensor."""
         over = self._axis(dim, axis, "logsumexp")
+        opts = parse_options("logsumexp", kwargs)
         if over == "vector":
             if weight is not None:
                 raise ValueError("logsumexp over the vector dimension takes no weight; reduce over i or j")
-            return self._unary(F.VecLogSumExp)
+            return self._vector(F.VecLogSumExp, opts, "logsumexp")
         if weight is None:
-            return self._reduce(semiring_reduction("log"), over, "logsumexp")[0]
+            vals = self._reduce(semiring_reduction("log"), over, "logsumexp", opts=opts)[0]
+            return self._output(vals, opts, "logsumexp")
         if self.formula.dim != 1:
             raise ValueError(f"logsumexp with a weight needs a scalar formula, got {self.describe()}")
         joined = self._nary("logsumexp(weight=)", F.Concat, weight)
-        return joined._reduce(weighted_logsumexp(), over, "logsumexp")[0]
+        return self._output(joined._reduce(weighted_logsumexp(), over, "logsumexp", opts=opts)[0], opts, "logsumexp")
 
     logsumexp_reduction = logsumexp
 
-    def _extremum(self, dim, axis, largest: bool, values: bool, indices: bool, what: str):
+    def sumsoftmaxweight(self, weight: Any, dim: int | None = None, axis: int | None = None, **kwargs: Any):
+        """sum_j softmax_j(F_ij) w_ij for a scalar formula F and weights w (a LazyTensor or tensor of dimension E):
+        (*batch, rows, E). Two reductions: s = logsumexp of F, then the sum of exp(F_ij - s_i) w_ij (exactly 0
+        for F = -inf; a row of -inf only gives 0); differentiable, twice, through both."""
+        over = self._axis(dim, axis, "sumsoftmaxweight")
+        opts = parse_options("sumsoftmaxweight", kwargs)
+        if over == "vector":
+            raise ValueError("sumsoftmaxweight over the vector dimension is not available; reduce over i or j")
+        if self.formula.dim != 1:
+            raise ValueError(f"sumsoftmaxweight needs a scalar formula, got {self.describe()}")
+        inner = replace(opts, out=None, keepdim=False)
+        s = self._reduce(semiring_reduction("log"), over, "sumsoftmaxweight", opts=inner)[0]
+        s_lazy = LazyTensor(s.unsqueeze(-2) if over == "j" else s.unsqueeze(-3))  # the rows' own variable
+        terms = self._nary("sumsoftmaxweight", F.SoftmaxWeight, s_lazy)._nary("sumsoftmaxweight", F.Mul, weight)
+        vals = terms._reduce(semiring_reduction("std"), over, "sumsoftmaxweight", opts=replace(opts, out=None))[0]
+        return self._output(vals, opts, "sumsoftmaxweight")
+
+    sumsoftmaxweight_reduction = sumsoftmaxweight
+
+    def _extremum(self, dim, axis, largest: bool, values: bool, indices: bool, what: str, kwargs: dict[str, Any]):
         over = self._axis(dim, axis, what)
+        opts = parse_options(what, kwargs)
         if over == "vector":
             if indices:
                 raise ValueError(f"{what} over the vector dimension is not available")
-            return self._unary(F.VecMax) if largest else -(-self)._unary(F.VecMax)
-        vals, idx = self._reduce(semiring_reduction("max" if largest else "min"), over, what, True)
+            return self._vector(F.VecMax, opts, what) if largest else -(-self)._vector(F.VecMax, opts, what)
+        vals, idx = self._reduce(semiring_reduction("max" if largest else "min"), over, what, True, opts)
         if values and indices:
-            return vals, idx
-        return vals if values else idx
+            return self._output((vals, idx), opts, what)
+        return self._output(vals if values else idx, opts, what)
 
-    def max(self, dim=None, axis=None):
+    def max(self, dim=None, axis=None, **kwargs):
         """The largest term per component over i or j (min, argmax, ... alike). Over an empty axis the
         values are the semiring zero (-inf for max, +inf for min) and the indices 0, on every backend."""
-        return self._extremum(dim, axis, True, True, False, "max")
+        return self._extremum(dim, axis, True, True, False, "max", kwargs)
 
-    def min(self, dim=None, axis=None):
-        return self._extremum(dim, axis, False, True, False, "min")
+    def min(self, dim=None, axis=None, **kwargs):
+        return self._extremum(dim, axis, False, True, False, "min", kwargs)
 
-    def argmax(self, dim=None, axis=None):
-        return self._extremum(dim, axis, True, False, True, "argmax")
+    def argmax(self, dim=None, axis=None, **kwargs):
+        return self._extremum(dim, axis, True, False, True, "argmax", kwargs)
 
-    def argmin(self, dim=None, axis=None):
-        return self._extremum(dim, axis, False, False, True, "argmin")
+    def argmin(self, dim=None, axis=None, **kwargs):
+        return self._extremum(dim, axis, False, False, True, "argmin", kwargs)
 
-    def max_argmax(self, dim=None, axis=None):
-        return self._extremum(dim, axis, True, True, True, "max_argmax")
+    def max_argmax(self, dim=None, axis=None, **kwargs):
+        return self._extremum(dim, axis, True, True, True, "max_argmax", kwargs)
 
-    def min_argmin(self, dim=None, axis=None):
-        return self._extremum(dim, axis, False, True, True, "min_argmin")
+    def min_argmin(self, dim=None, axis=None, **kwargs):
+        return self._extremum(dim, axis, False, True, True, "min_argmin", kwargs)
 
-    def _kbest(self, K: int, dim, axis, largest: bool, what: str):
+    max_reduction = __max__ = max
+    min_reduction = __min__ = min
+    argmax_reduction = argmax
+    argmin_reduction = argmin
+    max_argmax_reduction = max_argmax
+    min_argmin_reduction = min_argmin
+
+    def _kbest(self, K: int, dim, axis, largest: bool, what: str, kwargs: dict[str, Any], pick: slice):
         if isinstance(K, bool) or not isinstance(K, int):
             raise TypeError(f"{what}: K must be an int, got {type(K).__name__}")
         over = self._axis(dim, axis, what)
-        return self._reduce(kbest(K, largest), over, what)
+        opts = parse_options(what, kwargs)
+        vals, idx = self._reduce(kbest(K, largest), over, what, opts=opts)
+        result = (vals, idx)[pick]
+        return self._output(result[0] if len(result) == 1 else result, opts, what)
 
-    def Kmin(self, K: int, dim=None, axis=None):
-        return self._kbest(K, dim, axis, False, "Kmin")[0]
+    def Kmin(self, K: int, dim=None, axis=None, **kwargs):
+        return self._kbest(K, dim, axis, False, "Kmin", kwargs, slice(0, 1))
 
-    def argKmin(self, K: int, dim=None, axis=None):
-        return self._kbest(K, dim, axis, False, "argKmin")[1]
+    def argKmin(self, K: int, dim=None, axis=None, **kwargs):
+        return self._kbest(K, dim, axis, False, "argKmin", kwargs, slice(1, 2))
 
-    def Kmin_argKmin(self, K: int, dim=None, axis=None):
-        return self._kbest(K, dim, axis, False, "Kmin_argKmin")
+    def Kmin_argKmin(self, K: int, dim=None, axis=None, **kwargs):
+        return self._kbest(K, dim, axis, False, "Kmin_argKmin", kwargs, slice(0, 2))
 
-    def Kmax(self, K: int, dim=None, axis=None):
-        return self._kbest(K, dim, axis, True, "Kmax")[0]
+    def Kmax(self, K: int, dim=None, axis=None, **kwargs):
+        return self._kbest(K, dim, axis, True, "Kmax", kwargs, slice(0, 1))
 
-    def argKmax(self, K: int, dim=None, axis=None):
-        return self._kbest(K, dim, axis, True, "argKmax")[1]
+    def argKmax(self, K: int, dim=None, axis=None, **kwargs):
+        return self._kbest(K, dim, axis, True, "argKmax", kwargs, slice(1, 2))
 
-    def Kmax_argKmax(self, K: int, dim=None, axis=None):
-        return self._kbest(K, dim, axis, True, "Kmax_argKmax")
+    def Kmax_argKmax(self, K: int, dim=None, axis=None, **kwargs):
+        return self._kbest(K, dim, axis, True, "Kmax_argKmax", kwargs, slice(0, 2))
 
-    def __matmul__(self, v: torch.Tensor) -> torch.Tensor:
-        """sum_j K_ij v_j for a scalar formula K and v of shape (..., N, E): (..., M, E)."""
+    Kmin_reduction, argKmin_reduction, Kmin_argKmin_reduction = Kmin, argKmin, Kmin_argKmin
+    Kmax_reduction, argKmax_reduction, Kmax_argKmax_reduction = Kmax, argKmax, Kmax_argKmax
+
+    def __matmul__(self, v: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        """sum_j K_ij v_j for a scalar formula K and v of shape (..., N, E): (..., M, E); v of shape (N,) gives
+        (..., M). ``kwargs``: KeOps' reduction options, as for sum (``K.__matmul__(v, backend="CPU")``)."""
+        opts = parse_options("@", kwargs)
         if not isinstance(v, torch.Tensor):
-            raise TypeError(f"@: the right operand must be a tensor (..., N, E), got {type(v).__name__}")
+            raise TypeError(f"@: the right operand must be a tensor (..., N, E) or (N,), got {type(v).__name__}")
         if self.formula.dim != 1:
             raise ValueError(f"@ needs a scalar formula (vector dimension 1), got {self.describe()}")
-        if v.dim() < 2:
-            raise ValueError(f"@: the right operand must have shape (..., N, E), got {tuple(v.shape)}")
+        if v.dim() == 0:
+            raise ValueError(f"@: the right operand must have shape (..., N, E) or (N,), got {tuple(v.shape)}")
+        column = v.dim() == 1
+        if column:
+            v = v.unsqueeze(-1)
         extent = self._extent()  # an axis without variables counts 1, as v_j's would then broadcast against
         if (
             v.dim() == 2
+            and opts.is_plain
             and not self.batch
             and extent.n_j == v.shape[0]
             and not self.deferred
             and v.dtype == self.dtype
             and v.device == self.device
         ):  # the common case, without building K * v_j each call
-            return matmul_formula(self.formula, v, extent)
-        return (self * Vj(v)).sum(dim=-2)
+            result = matmul_formula(self.formula, v, extent)
+        else:
+            result = (self * Vj(v))._reduce(semiring_reduction("std"), "j", "@", opts=replace(opts, out=None))[0]
+        return self._output(result.squeeze(-1) if column else result, opts, "@")
+
+    def matvec(self, v: torch.Tensor) -> torch.Tensor:
+        """``self @ v`` (scipy.sparse.linalg's LinearOperator protocol, as KeOps)."""
+        return self @ v
+
+    def rmatvec(self, v: torch.Tensor) -> torch.Tensor:
+        """``self.T @ v``."""
+        return self.T @ v
 
     # ------------------------------------------------------------ dense
 
@@ -655,3 +1052,131 @@ def Pm(x: Any) -> LazyTensor:
     if x.dim() > 1:
         raise ValueError(f"Pm(x): x must be a number or have shape (D,), got {tuple(x.shape)}")
     return LazyTensor(x)
+
+
+# ---------------------------------------------------------------- helpers of KeOps' API
+
+
+def _retargeted(formula: Formula, device: torch.device, dtype: torch.dtype) -> Formula:
+    """The formula with its tensors on ``device`` in ``dtype`` (copies, differentiable), each tensor copied once so
+    that a variable used twice stays one kernel argument (identity by ``is``, as formula._VarIndex)."""
+    done: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def move(v: Var) -> Formula:
+        for old, new in done:
+            if old is v.tensor:
+                return Var(v.cat, v.dim, tensor=new)
+        new = v.tensor.to(device=device, dtype=dtype)
+        done.append((v.tensor, new))
+        return Var(v.cat, v.dim, tensor=new)
+
+    return substitute(formula, move)
+
+
+def _zero(dim: int) -> Formula:
+    return F.Const(0.0) if dim == 1 else F.Repeat(F.Const(0.0), dim)
+
+
+def _unit(k: int, dim: int) -> Formula:
+    """The k-th basis vector of dimension dim, as constants."""
+    return F.Const(1.0) if dim == 1 else F.Embed(F.Const(1.0), k, dim)
+
+
+def _vjp_or_zero(f: Formula, var: Var, g: Formula) -> Formula:
+    """sum_d g_d d f_d / d var (var's dimension); zeros when f does not depend on var."""
+    out = F.vjp(f, [var], g)[0]
+    return _zero(var.dim) if out is None else out
+
+
+def _concat_all(parts: Sequence[Formula]) -> Formula:
+    return functools.reduce(F.Concat, parts)
+
+
+def _divergence(f: Formula, var: Var) -> Formula:
+    """sum_k d f_k / d var_k."""
+    terms = [F.Extract(_vjp_or_zero(f, var, _unit(k, f.dim)), k, 1) for k in range(f.dim)]
+    return functools.reduce(F.Add, terms)
+
+
+def _quotient(total: int, part: int, what: str) -> int:
+    if part < 1 or total % part:
+        raise FormulaError(f"{what}: a dimension of {total} is not a multiple of {part}")
+    return total // part
+
+
+def _int_tuple(values: Any, what: str) -> tuple[int, ...]:
+    """A shape or axis list (ints, numpy ints, a torch.Size, or one int) as a tuple of ints."""
+    if isinstance(values, torch.Tensor):
+        values = values.tolist()
+    try:
+        return (operator.index(values),)
+    except TypeError:
+        pass
+    try:
+        return tuple(operator.index(v) for v in values)
+    except TypeError:
+        raise TypeError(f"{what}: expected ints, got {values!r}") from None
+
+
+def _tensordot_spec(dimfa, dimfb, contfa, contfb, perm) -> tuple[str, list[int]]:
+    """The einsum spec (formula_math.Contract) and label sizes of keops_tensordot's arguments."""
+    what = "keops_tensordot"
+    da, db = _int_tuple(dimfa, what), _int_tuple(dimfb, what)
+    ca, cb = _int_tuple(contfa, what), _int_tuple(contfb, what)
+    if len(ca) != len(cb):
+        raise ValueError(f"{what}: contfa {ca} and contfb {cb} must have as many axes")
+    for shape, axes, name in ((da, ca, "contfa"), (db, cb, "contfb")):
+        if len(set(axes)) != len(axes) or any(not 0 <= a < len(shape) for a in axes):
+            raise ValueError(f"{what}: {name} {axes} must be distinct axes of the shape {shape}")
+    if any(da[a] != db[b] for a, b in zip(ca, cb, strict=True)):
+        raise ValueError(f"{what}: contracted axes of sizes {[da[a] for a in ca]} and {[db[b] for b in cb]} differ")
+    labels = iter(FM._LABELS)
+    la = [next(labels) for _ in da]
+    lb = [""] * len(db)
+    for a, b in zip(ca, cb, strict=True):
+        lb[b] = la[a]
+    lb = [c or next(labels) for c in lb]
+    free = [la[k] for k in range(len(da)) if k not in ca] + [lb[k] for k in range(len(db)) if k not in cb]
+    order = list(range(len(free))) if perm is None else list(_int_tuple(perm, what))
+    if sorted(order) != list(range(len(free))):
+        raise ValueError(f"{what}: the permutation {tuple(order)} is not one of the {len(free)} free axes")
+    out = [""] * len(free)
+    for p, position in enumerate(order):
+        out[position] = free[p]
+    spec = f"{''.join(la)},{''.join(lb)}->{''.join(out)}"
+    size = dict(zip(la, da, strict=True)) | dict(zip(lb, db, strict=True))
+    return spec, [size[c] for c in dict.fromkeys(la + lb + out)]
+
+
+SOFTDTW_MAX_CELLS = 4096  # n m cells of softdtw_sqdist, each a handful of statements unrolled into the kernel
+
+
+def _softdtw_formula(x: Formula, y: Formula, gamma: Formula) -> Formula:
+    """Soft-DTW of the components of x (n) and y (m) with the squared difference as the cost: r_(i,j) =
+    (x_i - y_j)^2 + softmin_gamma(r_(i-1,j-1), r_(i-1,j), r_(i,j-1)), softmin_g(a, b, c) = -g log(e^(-a/g) +
+    e^(-b/g) + e^(-c/g)); the first row and column sum the costs. The value is r_(n-1,m-1)."""
+    n, m = x.dim, y.dim
+    if gamma.dim != 1:
+        raise FormulaError(f"softdtw_sqdist: gamma must be a scalar, got dimension {gamma.dim}")
+    if n * m > SOFTDTW_MAX_CELLS:
+        raise FormulaError(f"softdtw_sqdist: {n} x {m} cells, more than SOFTDTW_MAX_CELLS = {SOFTDTW_MAX_CELLS}")
+    xs = [F.Extract(x, i, 1) for i in range(n)] if n > 1 else [x]
+    ys = [F.Extract(y, j, 1) for j in range(m)] if m > 1 else [y]
+
+    def softmin(*terms: Formula) -> Formula:
+        scaled = _concat_all([F.Neg(F.Div(t, gamma)) for t in terms])
+        return F.Neg(F.Mul(gamma, F.VecLogSumExp(scaled)))
+
+    r: dict[tuple[int, int], Formula] = {}
+    for j in range(m):
+        for i in range(n):
+            cost = F.Square(F.Sub(xs[i], ys[j]))
+            if i == 0 and j == 0:
+                r[i, j] = cost
+            elif j == 0:
+                r[i, j] = F.Add(cost, r[i - 1, 0])
+            elif i == 0:
+                r[i, j] = F.Add(cost, r[0, j - 1])
+            else:
+                r[i, j] = F.Add(cost, softmin(r[i - 1, j - 1], r[i - 1, j], r[i, j - 1]))
+    return r[n - 1, m - 1]

@@ -326,7 +326,7 @@ def test_bad_parameters_and_inputs_are_refused():
         model.transmat_ = np.full((3, 3), 0.5)
     with pytest.raises(ValueError, match="startprob_ must hold finite non-negative"):
         model.startprob_ = np.array([1.5, -0.5, 0.0])
-    with pytest.raises(ValueError, match="covars_ must be finite and positive"):
+    with pytest.raises(ValueError, match=r"covars_ \(shape \(3, 2\)\) must be positive"):
         gauss.covars_ = np.zeros((3, 2))
     with pytest.raises(ValueError, match=r"X has symbols in \[0, 4\] \(shape \(3,\)\); n_symbols=4"):
         model.score(np.array([0, 4, 1]))
@@ -353,7 +353,7 @@ def test_bad_parameters_and_inputs_are_refused():
     with pytest.raises(ValueError, match="n_symbols"):
         HMM(3)
     with pytest.raises(ValueError, match="covariance_type"):
-        HMM(3, "gaussian", n_features=2, covariance_type="full")
+        HMM(3, "gaussian", n_features=2, covariance_type="block")
     impossible = HMM(2, n_symbols=2)
     impossible.emissionprob_ = np.array([[1.0, 0.0], [1.0, 0.0]])
     with pytest.raises(ValueError, match="zero probability"):
@@ -427,7 +427,7 @@ def test_scaling_and_log_implementations_agree(device, C, lengths, spread, seed)
         m = _categorical(C, 2, device, seed=seed % 97, zeros=False)  # zeros would route both to the log chain
         m.implementation = impl
         models[impl] = m
-    assert models["scaling"]._scaling() and not models["log"]._scaling()
+    assert models["scaling"]._scaling(B) and not models["log"]._scaling(B)
     for dtype, tol in ((torch.float64, 1e-9), (torch.float32, 1e-3)):
         le = log_em.to(device=device, dtype=dtype)
         res = {}
@@ -472,3 +472,43 @@ def test_scaling_score_and_fit_refuse_impossible_sequences(device):
     assert model.score(X, [2, 2]).item() == -math.inf
     with pytest.raises(ValueError, match="zero probability"):
         model.fit(X, [2, 2], n_iter=1)
+
+
+# ---------------------------------------------------------------------------------------------- fit settings
+
+
+def test_fit_refuses_zero_samples():
+    model = HMM(2, n_symbols=3)
+    with pytest.raises(ValueError, match=r"X has shape \(0,\): fit needs at least one sample"):
+        model.fit(np.zeros(0, dtype=int))
+    with pytest.raises(ValueError, match=r"X has shape \(0, 1\): fit needs at least one sample"):
+        model.fit(np.zeros((0, 1), dtype=int), lengths=[0, 0])
+    with pytest.raises(ValueError, match=r"log_emissions has shape \(0, 2\): fit needs at least one sample"):
+        HMM(2, "custom").fit(log_emissions=torch.zeros(0, 2))
+
+
+def test_fit_params_priors_and_monitor(device):
+    model = _categorical(3, 4, device, seed=5, zeros=False)
+    X, _ = model.sample(200, random_state=0)
+    start, emis = model.startprob_.clone(), model.emissionprob_.clone()
+    model.fit(X, n_iter=2, tol=-math.inf, params="t")
+    assert torch.equal(model.startprob_, start) and torch.equal(model.emissionprob_, emis)
+    model.startprob_prior = 1e9  # a Dirichlet prior this strong pins the start vector to uniform
+    monitor = ConvergenceMonitor(tol=-math.inf, n_iter=100)
+    model.fit(X, n_iter=1, params="s", monitor=monitor)
+    assert model.monitor_ is monitor and monitor.iter == 1
+    torch.testing.assert_close(model.startprob_, torch.full_like(start, 1 / 3), atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match=r"startprob_prior has shape \(2,\); expected a scalar or an array"):
+        model.startprob_prior = np.ones(2)
+        model.fit(X, n_iter=1)
+
+
+def test_auto_takes_the_log_chain_for_narrow_batches():
+    """On the CPU "auto" scales probabilities only when a time step has enough cells (B C^2) to outweigh
+    its per-step overhead; "scaling" and "log" are what they say."""
+    model = HMM(4, n_symbols=2)
+    assert not model._scaling(1) and model._scaling(256)
+    model.implementation = "scaling"
+    assert model._scaling(1)
+    model.implementation = "log"
+    assert not model._scaling(256)

@@ -32,7 +32,6 @@ import logging
 import math
 import sys
 import time
-from collections.abc import Sequence
 from typing import NamedTuple, TextIO
 
 import numpy as np
@@ -42,40 +41,38 @@ from torch import Tensor, nn
 from ..semirings import LogSemiring
 from .chain import chain_sample, resolve_lengths
 from .factored import chain_sum_factored, chain_viterbi_factored, factored_to_edges
+from .hmm_emissions import ArrayLike, CategoricalEmission, Emission, _log_distribution, _shape, dirichlet_map
+from .hmm_emissions_gaussian import (
+    COVARIANCE_TYPES,
+    GaussianDiagEmission,
+    GaussianEmission,
+    GaussianFullEmission,
+    GaussianSphericalEmission,
+    GaussianTiedEmission,
+    gaussian_emission,
+)
 from .hmm_scaling import scaled_forward, scaled_forward_backward
 
-__all__ = ["HMM", "CategoricalEmission", "ConvergenceMonitor", "Emission", "GaussianDiagEmission"]
+__all__ = [
+    "HMM",
+    "CategoricalEmission",
+    "ConvergenceMonitor",
+    "Emission",
+    "GaussianDiagEmission",
+    "GaussianEmission",
+    "GaussianFullEmission",
+    "GaussianSphericalEmission",
+    "GaussianTiedEmission",
+]
 
 _log = logging.getLogger(__name__)
 
-ArrayLike = Tensor | np.ndarray | Sequence
+# below this many cells per time step (batch x C x C) the scaled recursions' per-step Python overhead
+# outweighs the log chain's one exp per cell, so "auto" takes the log chain (2-core CPU, float64)
+_SCALING_MIN_CELLS = 4096
 
 
 # ---------------------------------------------------------------------------------------------- inputs
-
-
-def _shape(x: ArrayLike) -> tuple[int, ...]:
-    return tuple(x.shape) if hasattr(x, "shape") else tuple(np.shape(x))
-
-
-def _log_distribution(value: ArrayLike, shape: tuple[int, ...], name: str, like: Tensor) -> Tensor:
-    """Validated probabilities (rows over the last dimension sum to 1) -> their logs, as `like`."""
-    p = torch.as_tensor(np.asarray(value) if not isinstance(value, Tensor) else value).detach()
-    p = p.to(device=like.device, dtype=torch.float64)
-    if tuple(p.shape) != shape:
-        raise ValueError(f"{name} has shape {tuple(p.shape)}; expected {shape}")
-    if not bool(torch.isfinite(p).all()) or bool((p < 0).any()):
-        raise ValueError(f"{name} must hold finite non-negative probabilities")
-    sums = p.sum(-1)
-    if not torch.allclose(sums, torch.ones_like(sums), rtol=1e-5, atol=1e-8):
-        raise ValueError(f"{name} must sum to 1 along its last dimension, got sums {sums.tolist()}")
-    return p.log().to(like.dtype)
-
-
-def _normalised_log(counts: Tensor, previous: Tensor) -> Tensor:
-    """log(counts / row sums) over the last dimension; rows with no counts keep `previous` (log)."""
-    total = counts.sum(-1, keepdim=True)
-    return torch.where(total > 0, counts.log() - total.log(), previous)
 
 
 def _as_generator(seed: int | torch.Generator | None, device: torch.device) -> torch.Generator | None:
@@ -133,236 +130,6 @@ def _valid(lengths: Tensor, T: int) -> Tensor:
     return torch.arange(T, device=lengths.device)[None, :] < lengths[:, None]
 
 
-# ---------------------------------------------------------------------------------------------- emissions
-
-
-class Emission(nn.Module):
-    """An HMM's emission model over C states: the interface HMM is written against.
-
-    Observations have shape ``(*batch, *event_shape)``; subclasses implement
-
-        check(x, batch_ndim, valid)  coerce and validate observations, clean padded positions,
-        log_prob(x)                  (*batch, *event_shape) -> (*batch, C) log p(x | state),
-        m_step(x, weights)           EM update from x (N, *event_shape) and posteriors (N, C),
-        sample(states, generator)    (*batch,) int64 states -> (*batch, *event_shape),
-        reset_parameters(generator)  random parameters (drawn on the CPU),
-    and may override ``init_from_data(x, generator)`` (defaults to reset_parameters).
-    """
-
-    n_states: int
-    event_shape: tuple[int, ...]
-
-    def check(self, x: ArrayLike, batch_ndim: int, valid: Tensor | None = None) -> Tensor:
-        raise NotImplementedError
-
-    def log_prob(self, x: Tensor) -> Tensor:
-        raise NotImplementedError
-
-    def m_step(self, x: Tensor, weights: Tensor) -> None:
-        raise NotImplementedError
-
-    def sample(self, states: Tensor, generator: torch.Generator | None = None) -> Tensor:
-        raise NotImplementedError
-
-    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
-        raise NotImplementedError
-
-    def init_from_data(self, x: Tensor, generator: torch.Generator | None = None) -> None:
-        """Data-driven initialisation from observations x (N, *event_shape); default: random."""
-        self.reset_parameters(generator)
-
-    def _check_shape(self, x: Tensor, batch_ndim: int, what: str) -> None:
-        if x.ndim != batch_ndim + len(self.event_shape) or tuple(x.shape[batch_ndim:]) != self.event_shape:
-            batch = "(n_samples" if batch_ndim == 1 else "(B, T"
-            expected = batch + "".join(f", {d}" for d in self.event_shape) + ")"
-            raise ValueError(f"X has shape {tuple(x.shape)}; {type(self).__name__} expects {expected} {what}")
-
-    @property
-    def _device(self) -> torch.device:
-        return next(self.parameters()).device
-
-
-class CategoricalEmission(Emission):
-    """Categorical emissions over V symbols (hmmlearn's CategoricalHMM).
-
-    Parameter: ``log_emissionprob`` (C, V), unnormalised logs, normalised over symbols when used.
-    Observations: int64 symbols, event_shape () (hmmlearn's (n_samples, 1) is accepted too).
-    """
-
-    def __init__(self, n_states: int, n_symbols: int) -> None:
-        if n_symbols is None or n_symbols <= 0:
-            raise ValueError(f"n_symbols must be a positive int, got {n_symbols}")
-        super().__init__()
-        self.n_states, self.n_symbols, self.event_shape = n_states, n_symbols, ()
-        self.log_emissionprob = nn.Parameter(torch.empty(n_states, n_symbols))
-        self.reset_parameters()
-
-    def extra_repr(self) -> str:
-        return f"n_states={self.n_states}, n_symbols={self.n_symbols}"
-
-    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
-        """Uniform random rows, normalised (as hmmlearn's init)."""
-        p = torch.rand(self.n_states, self.n_symbols, generator=generator, dtype=torch.float64)
-        with torch.no_grad():
-            self.log_emissionprob.copy_((p / p.sum(-1, keepdim=True)).log())
-
-    @property
-    def emissionprob_(self) -> Tensor:
-        """(C, V) emission probabilities; write probabilities (tensor or numpy) to set them."""
-        return self._log_table().detach().exp()
-
-    @emissionprob_.setter
-    def emissionprob_(self, value: ArrayLike) -> None:
-        shape = (self.n_states, self.n_symbols)
-        with torch.no_grad():
-            self.log_emissionprob.copy_(_log_distribution(value, shape, "emissionprob_", self.log_emissionprob))
-
-    def _log_table(self) -> Tensor:
-        return torch.log_softmax(self.log_emissionprob, dim=-1)
-
-    def check(self, x: ArrayLike, batch_ndim: int, valid: Tensor | None = None) -> Tensor:
-        x = torch.as_tensor(x, device=self._device)
-        if x.ndim == batch_ndim + 1 and x.shape[-1] == 1:
-            x = x.squeeze(-1)
-        self._check_shape(x, batch_ndim, "integer symbols (or a trailing dimension of 1)")
-        if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
-            raise ValueError(f"X must hold integer symbols, got dtype {x.dtype} (shape {tuple(x.shape)})")
-        x = x.long() if valid is None else torch.where(valid, x.long(), 0)
-        if x.numel() and bool(((x < 0) | (x >= self.n_symbols)).any()):
-            raise ValueError(
-                f"X has symbols in [{int(x.min())}, {int(x.max())}] (shape {tuple(x.shape)}); "
-                f"n_symbols={self.n_symbols} allows 0..{self.n_symbols - 1}"
-            )
-        return x
-
-    def log_prob(self, x: Tensor) -> Tensor:
-        return self._log_table().T[x]
-
-    def m_step(self, x: Tensor, weights: Tensor) -> None:
-        """emissionprob = posterior-weighted symbol counts, normalised per state (hmmlearn, prior 1)."""
-        counts = weights.new_zeros(self.n_states, self.n_symbols).index_add_(1, x, weights.T)
-        with torch.no_grad():
-            self.log_emissionprob.copy_(_normalised_log(counts, self._log_table()))
-
-    def sample(self, states: Tensor, generator: torch.Generator | None = None) -> Tensor:
-        if states.numel() == 0:
-            return states.clone()
-        probs = self.emissionprob_[states.reshape(-1)]
-        return torch.multinomial(probs, 1, generator=generator).reshape(states.shape)
-
-
-class GaussianDiagEmission(Emission):
-    """Gaussian emissions with diagonal covariance in D features (hmmlearn's GaussianHMM, "diag").
-
-    Parameters: ``means`` (C, D) and ``log_covars`` (C, D), the log variances. Observations: floats,
-    event_shape (D,). The M-step is hmmlearn's with means_prior=0, means_weight=0, covars_weight=1 and
-    ``covars_prior`` (default 1e-2), then floors the variances at ``min_covar`` (default 1e-3;
-    hmmlearn only adds min_covar at initialisation, so the two differ only where a variance would fall
-    below min_covar).
-    """
-
-    def __init__(self, n_states: int, n_features: int, min_covar: float = 1e-3, covars_prior: float = 1e-2) -> None:
-        if n_features is None or n_features <= 0:
-            raise ValueError(f"n_features must be a positive int, got {n_features}")
-        super().__init__()
-        self.n_states, self.n_features, self.event_shape = n_states, n_features, (n_features,)
-        self.min_covar, self.covars_prior = min_covar, covars_prior
-        self.means = nn.Parameter(torch.empty(n_states, n_features))
-        self.log_covars = nn.Parameter(torch.empty(n_states, n_features))
-        self.reset_parameters()
-
-    def extra_repr(self) -> str:
-        return f"n_states={self.n_states}, n_features={self.n_features}, min_covar={self.min_covar}"
-
-    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
-        """Standard normal means, unit variances."""
-        with torch.no_grad():
-            self.means.copy_(torch.randn(self.means.shape, generator=generator, dtype=torch.float64))
-            self.log_covars.zero_()
-
-    def init_from_data(self, x: Tensor, generator: torch.Generator | None = None) -> None:
-        """Means at C distinct random samples, every variance the data's variance + min_covar."""
-        N, C = len(x), self.n_states
-        if N == 0:
-            raise ValueError("init_from_data needs at least one sample")
-        pick = torch.randperm(N, generator=generator)[:C] if N >= C else torch.randint(N, (C,), generator=generator)
-        var = x.var(0, correction=0) + self.min_covar
-        with torch.no_grad():
-            self.means.copy_(x[pick.to(x.device)])
-            self.log_covars.copy_(var.log().expand(C, -1))
-
-    @property
-    def means_(self) -> Tensor:
-        """(C, D) means; write (tensor or numpy) to set them."""
-        return self.means.detach().clone()
-
-    @means_.setter
-    def means_(self, value: ArrayLike) -> None:
-        m = torch.as_tensor(np.asarray(value) if not isinstance(value, Tensor) else value).detach()
-        if tuple(m.shape) != (self.n_states, self.n_features) or not bool(torch.isfinite(m).all()):
-            raise ValueError(f"means_ must be finite of shape {(self.n_states, self.n_features)}, got {tuple(m.shape)}")
-        with torch.no_grad():
-            self.means.copy_(m)
-
-    @property
-    def covars_(self) -> Tensor:
-        """(C, D) variances (hmmlearn's internal ``_covars_``); write (C, D), or hmmlearn's (C, D, D)
-        diagonal matrices, to set them."""
-        return self.log_covars.detach().exp()
-
-    @covars_.setter
-    def covars_(self, value: ArrayLike) -> None:
-        v = torch.as_tensor(np.asarray(value) if not isinstance(value, Tensor) else value).detach().double()
-        C, D = self.n_states, self.n_features
-        if tuple(v.shape) == (C, D, D):
-            if bool((v - torch.diag_embed(v.diagonal(dim1=1, dim2=2))).any()):
-                raise ValueError("covars_ of shape (C, D, D) must be diagonal for covariance_type='diag'")
-            v = v.diagonal(dim1=1, dim2=2)
-        if tuple(v.shape) != (C, D):
-            raise ValueError(f"covars_ has shape {tuple(v.shape)}; expected {(C, D)} (or {(C, D, D)} diagonal)")
-        if not bool(torch.isfinite(v).all()) or bool((v <= 0).any()):
-            raise ValueError("covars_ must be finite and positive")
-        with torch.no_grad():
-            self.log_covars.copy_(v.log())
-
-    def check(self, x: ArrayLike, batch_ndim: int, valid: Tensor | None = None) -> Tensor:
-        x = torch.as_tensor(x, device=self._device)
-        self._check_shape(x, batch_ndim, f"(n_features={self.n_features})")
-        if not (x.dtype.is_floating_point or x.dtype in (torch.int32, torch.int64, torch.int16, torch.int8)):
-            raise ValueError(f"X must hold real numbers, got dtype {x.dtype}")
-        x = x.to(self.means.dtype)
-        if valid is not None:
-            x = torch.where(valid[..., None], x, 0.0)
-        if not bool(torch.isfinite(x).all()):
-            raise ValueError(f"X (shape {tuple(x.shape)}) has non-finite values")
-        return x
-
-    def log_prob(self, x: Tensor) -> Tensor:
-        diff = x.unsqueeze(-2) - self.means  # (..., C, D)
-        return -0.5 * (
-            self.n_features * math.log(2 * math.pi)
-            + self.log_covars.sum(-1)
-            + (diff.square() * torch.exp(-self.log_covars)).sum(-1)
-        )
-
-    def m_step(self, x: Tensor, weights: Tensor) -> None:
-        """hmmlearn's diag update: means = Σγx / Σγ; covars = (prior + Σγx² − 2μΣγx + μ²Σγ) / Σγ."""
-        post = weights.sum(0)[:, None]  # (C, 1)
-        obs, obs2 = weights.T @ x, weights.T @ x.square()
-        means = obs / post
-        covars = (self.covars_prior + obs2 - 2 * means * obs + means.square() * post) / post.clamp_min(1e-5)
-        seen = post > 0  # states with no posterior mass keep their parameters
-        with torch.no_grad():
-            self.means.copy_(torch.where(seen, means, self.means))
-            self.log_covars.copy_(torch.where(seen, covars.clamp_min(self.min_covar).log(), self.log_covars))
-
-    def sample(self, states: Tensor, generator: torch.Generator | None = None) -> Tensor:
-        noise = torch.randn(
-            (*states.shape, self.n_features), generator=generator, dtype=self.means.dtype, device=states.device
-        )
-        return self.means_[states] + noise * torch.exp(0.5 * self.log_covars.detach())[states]
-
-
 # ---------------------------------------------------------------------------------------------- EM reporting
 
 
@@ -383,6 +150,11 @@ class ConvergenceMonitor:
 
     def __repr__(self) -> str:
         return f"ConvergenceMonitor(tol={self.tol}, n_iter={self.n_iter}, iter={self.iter}, history={self.history})"
+
+    def _reset(self) -> None:
+        """Forget the history (hmmlearn's fit calls this before EM)."""
+        self.iter = 0
+        self.history.clear()
 
     def report(self, log_prob: float, seconds: float = 0.0) -> str:
         """Record one iteration's log-likelihood; returns hmmlearn's per-iteration line (plus seconds)."""
@@ -483,19 +255,24 @@ class HMM(nn.Module):
             takes ``log_emissions=`` (B, T, C) (padded) or (n_samples, C) (concatenated) instead of X.
         n_symbols: V, the categorical alphabet size.
         n_features: D, the Gaussian dimension.
-        covariance_type: only "diag".
-        min_covar, covars_prior: Gaussian variance floor and hmmlearn's covariance prior.
+        covariance_type: "spherical", "diag", "full" or "tied" (hmm_emissions_gaussian.py).
+        min_covar, covars_prior: Gaussian variance floor / initialisation term and hmmlearn's
+            covariance prior (the other emission priors: construct the Emission yourself).
+        startprob_prior, transmat_prior: Dirichlet priors of the start vector (a scalar or (C,)) and of
+            each transition row (a scalar or (C, C)) in ``fit``'s M-step; 1 (default) adds nothing.
         generator: CPU generator for the random initial parameters.
         implementation: how ``fit``'s E-step, ``score``, ``posteriors`` and ``score_samples`` run
             forward-backward: "scaling" (probability space with per-step normalisation, a few matrix
             products per time step: hmm_scaling.py), "log" (the log-semiring chain kernels, one exp per
-            cell), or "auto" (the default: "scaling" on the CPU, "log" on GPUs, where the fused chain
-            kernel beats T small matrix products). ``log_likelihood`` / ``forward`` (training by
-            gradient) and Viterbi always use the chain kernels.
+            cell), or "auto" (the default: on the CPU "scaling" when a time step has at least 4096 cells
+            (B x C x C) and "log" below, where the scaled recursions' per-step overhead dominates; "log"
+            on GPUs, where the fused chain kernel beats T small matrix products). ``log_likelihood`` /
+            ``forward`` (training by gradient) and Viterbi always use the chain kernels.
 
     Properties ``startprob_`` (C,), ``transmat_`` (C, C) [from, to], and, from the emission model,
-    ``emissionprob_`` (C, V), ``means_`` (C, D), ``covars_`` (C, D), read probabilities as tensors and
-    accept tensors or numpy arrays on write (hmmlearn's arrays set a model directly).
+    ``emissionprob_`` (C, V), ``means_`` (C, D), ``covars_`` (hmmlearn's compact shapes: (C,), (C, D),
+    (C, D, D) or (D, D) by covariance type), read probabilities as tensors and accept tensors or numpy
+    arrays on write (hmmlearn's arrays set a model directly).
     """
 
     def __init__(
@@ -507,7 +284,9 @@ class HMM(nn.Module):
         n_features: int | None = None,
         covariance_type: str = "diag",
         min_covar: float = 1e-3,
-        covars_prior: float = 1e-2,
+        covars_prior: ArrayLike | float = 1e-2,
+        startprob_prior: ArrayLike | float = 1.0,
+        transmat_prior: ArrayLike | float = 1.0,
         generator: torch.Generator | None = None,
         implementation: str = "auto",
     ) -> None:
@@ -521,9 +300,11 @@ class HMM(nn.Module):
         if emission == "categorical":
             emission = CategoricalEmission(n_states, n_symbols)
         elif emission == "gaussian":
-            if covariance_type != "diag":
-                raise ValueError(f"covariance_type must be 'diag', got {covariance_type!r}")
-            emission = GaussianDiagEmission(n_states, n_features, min_covar, covars_prior)
+            if covariance_type not in COVARIANCE_TYPES:
+                raise ValueError(f"covariance_type must be one of {COVARIANCE_TYPES}, got {covariance_type!r}")
+            emission = gaussian_emission(
+                covariance_type, n_states, n_features, min_covar=min_covar, covars_prior=covars_prior
+            )
         elif emission in ("custom", None):
             emission = None
         elif not isinstance(emission, Emission):
@@ -531,6 +312,7 @@ class HMM(nn.Module):
         if emission is not None and emission.n_states != n_states:
             raise ValueError(f"the emission model has {emission.n_states} states, this HMM has n_states={n_states}")
         self.emission = emission
+        self.startprob_prior, self.transmat_prior = startprob_prior, transmat_prior
         self.log_startprob = nn.Parameter(torch.empty(n_states))
         self.log_transmat = nn.Parameter(torch.empty(n_states, n_states))
         self.monitor_: ConvergenceMonitor | None = None
@@ -552,7 +334,7 @@ class HMM(nn.Module):
 
     def init_from_data(self, X: ArrayLike, generator: torch.Generator | None = None) -> HMM:
         """hmmlearn-style initialisation before EM: random start / transitions, emissions from the
-        concatenated samples X (Gaussian: means at random samples, variances the data's)."""
+        concatenated samples X (Gaussian: k-means means, covariances the data's + min_covar)."""
         x = self._require_emission().check(X, 1)
         self.reset_parameters(generator)
         self.emission.init_from_data(x, generator)
@@ -659,16 +441,18 @@ class HMM(nn.Module):
     def _chain_sum(self, batch: _Batch) -> Tensor:
         return chain_sum_factored(batch.log_emissions, self.log_trans(), self.log_start(), None, batch.lengths)
 
-    def _scaling(self) -> bool:
-        """Whether forward-backward runs in scaled probability space (see ``implementation``): it needs
-        strictly positive start and transition probabilities (hmm_scaling.py)."""
-        wanted = self.implementation == "scaling" or (self.implementation == "auto" and self.device.type == "cpu")
+    def _scaling(self, batch_size: int) -> bool:
+        """Whether forward-backward of `batch_size` sequences runs in scaled probability space (see
+        ``implementation``): it needs strictly positive start and transition probabilities (hmm_scaling.py)."""
+        wide = batch_size * self.n_states**2 >= _SCALING_MIN_CELLS
+        auto = self.implementation == "auto" and self.device.type == "cpu" and wide
+        wanted = self.implementation == "scaling" or auto
         return wanted and bool((self.log_transmat > -math.inf).all() and (self.log_startprob > -math.inf).all())
 
     def _expectations(self, batch: _Batch) -> _Expectations:
         """E-step: scaled forward-backward, or autograd of the log-likelihood with respect to emissions,
         transitions and start."""
-        if self._scaling():
+        if self._scaling(len(batch.lengths)):
             with torch.no_grad():
                 r = scaled_forward_backward(batch.log_emissions, self.log_trans(), self.log_start(), batch.lengths)
             if not r.suspect.any():
@@ -787,7 +571,7 @@ class HMM(nn.Module):
     ) -> Tensor:
         """Total log-likelihood of the concatenated samples X (n_samples, ...) -> 0-dim tensor."""
         batch, _ = self._concatenated(X, lengths, log_emissions)
-        if self._scaling():
+        if self._scaling(len(batch.lengths)):
             ll, suspect = scaled_forward(batch.log_emissions, self.log_trans(), self.log_start(), batch.lengths)
             if suspect.any():
                 bad = suspect.nonzero().flatten()
@@ -856,18 +640,31 @@ class HMM(nn.Module):
         *,
         log_emissions: ArrayLike | None = None,
         stream: TextIO | None = None,
+        params: str | None = None,
+        monitor: ConvergenceMonitor | None = None,
     ) -> HMM:
         """Baum-Welch EM from the current parameters on concatenated samples X (n_samples, ...).
 
-        Each iteration computes the posteriors and expected counts by autograd of the log-likelihood
-        (E-step) and re-estimates every parameter with hmmlearn's formulas (M-step). ``monitor_``
-        records the log-likelihood of each E-step (non-decreasing) and stops after n_iter iterations or
-        a gain below tol. verbose prints hmmlearn's per-iteration line (iteration, log-likelihood,
-        gain, seconds); verbose or progress draws a progress bar; both on stderr (or `stream`).
+        Each iteration computes the posteriors and expected counts (E-step, see ``implementation``) and
+        re-estimates the parameters with hmmlearn's formulas and priors (M-step). ``monitor_`` records
+        the log-likelihood of each E-step (non-decreasing) and stops after n_iter iterations or a gain
+        below tol. verbose prints hmmlearn's per-iteration line (iteration, log-likelihood, gain,
+        seconds); verbose or progress draws a progress bar; both on stderr (or `stream`).
+        ``params``: hmmlearn's letters of the parameters to re-estimate, "s" start, "t" transitions and
+        the emission model's (``Emission.param_letters``: "e" categorical, "m" / "c" Gaussian means /
+        covariances); None: all; other letters are ignored. ``monitor``: a ConvergenceMonitor to report
+        to (and stop by) instead of a new one from tol, n_iter and verbose (it is not reset).
         With ``log_emissions`` (n_samples, C) instead of X only start and transitions are re-estimated.
         """
         batch, _ = self._concatenated(X, lengths, log_emissions)
-        self.monitor_ = monitor = ConvergenceMonitor(tol, n_iter, verbose)
+        if int(batch.lengths.sum()) == 0:
+            name, shape = ("X", _shape(X)) if X is not None else ("log_emissions", _shape(log_emissions))
+            raise ValueError(f"{name} has shape {shape}: fit needs at least one sample")
+        if params is not None and not isinstance(params, str):
+            raise ValueError(f"params must be a string of parameter letters, got {params!r}")
+        if monitor is None:
+            monitor = ConvergenceMonitor(tol, n_iter, verbose)
+        self.monitor_ = monitor
         bar = _ProgressBar(n_iter, stream) if (verbose or progress) else None
         try:
             for it in range(n_iter):
@@ -879,7 +676,7 @@ class HMM(nn.Module):
                 if not math.isfinite(log_prob):
                     bad = torch.nonzero(~torch.isfinite(stats.log_likelihood)).flatten().tolist()
                     raise ValueError(f"X has zero probability under the model (sequences {bad[:10]})")
-                self._m_step(stats, batch)
+                self._m_step(stats, batch, params)
                 if self.device.type == "cuda":
                     torch.cuda.synchronize(self.device)
                 line = monitor.report(log_prob, time.perf_counter() - tic)
@@ -894,11 +691,19 @@ class HMM(nn.Module):
                 bar.close()
         return self
 
-    def _m_step(self, stats: _Expectations, batch: _Batch) -> None:
-        """hmmlearn's M-step with its default priors (run under no_grad): normalised expected counts."""
-        self.log_startprob.copy_(_normalised_log(stats.starts, self.log_start()))
-        self.log_transmat.copy_(_normalised_log(stats.transitions, self.log_trans()))
-        if batch.x is not None:
+    def _m_step(self, stats: _Expectations, batch: _Batch, params: str | None = None) -> None:
+        """hmmlearn's M-step (run under no_grad) of the parameters `params` names (None: all): start and
+        transitions are the expected counts under their Dirichlet priors, normalised; probabilities that
+        are 0 stay 0; a row with nothing keeps its values (hmmlearn leaves zeros there)."""
+        if params is None or "s" in params:
+            start = dirichlet_map(stats.starts, self.startprob_prior, self.log_start(), "startprob_prior", True)
+            self.log_startprob.copy_(start)
+        if params is None or "t" in params:
+            trans = dirichlet_map(stats.transitions, self.transmat_prior, self.log_trans(), "transmat_prior", True)
+            self.log_transmat.copy_(trans)
+        if batch.x is not None and (params is None or self.emission._updates(params)):
             B, T = batch.x.shape[:2]
             x = batch.x.reshape(B * T, *batch.x.shape[2:])
-            self.emission.m_step(x, stats.posteriors.reshape(B * T, self.n_states))
+            weights = stats.posteriors.reshape(B * T, self.n_states)
+            # emission models written against the two-argument m_step update everything
+            self.emission.m_step(x, weights) if params is None else self.emission.m_step(x, weights, params)

@@ -199,8 +199,8 @@ class GaussianHMM(HMMLearnBase):
 
     @covars_.setter
     def covars_(self, value: ArrayLike) -> None:
-        D = getattr(self, "n_features", None)
-        self._covars_ = validate_covars(value, self.covariance_type, self.n_components, D).numpy().copy()
+        # checked against n_features by _check, as hmmlearn (means_ may be about to change it)
+        self._covars_ = validate_covars(value, self.covariance_type, self.n_components).numpy().copy()
 
     def _check_X(self, X: ArrayLike) -> np.ndarray:
         X = np.asarray(X)

@@ -219,6 +219,8 @@ def test_bad_parameters_name_the_argument_and_shapes():
         model.score([[0], [1]], [1, 2])
     with pytest.raises(ValueError, match="algorithm must be one of"):
         model.decode([[0]], algorithm="beam")
+    with pytest.raises(ValueError, match="random_state must be None, an int or a numpy RandomState, got 'x'"):
+        hmm.CategoricalHMM(2, random_state="x").fit([[0], [1]])
     for bad in (dict(algorithm="beam"), dict(implementation="fast"), dict(n_components=0)):
         with pytest.raises(ValueError):
             hmm.CategoricalHMM(**{"n_components": 2, **bad})

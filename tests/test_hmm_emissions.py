@@ -258,3 +258,6 @@ def test_init_from_data_is_hmmlearns_rule(covariance_type):
     torch.testing.assert_close(emission.covars_, before)
     with pytest.raises(ValueError, match=r"X has shape \(0, 3\): initialising from data needs at least one sample"):
         emission.init_from_data(x[:0])
+    with pytest.raises(ValueError, match=r"X has shape \(1, 3\): initialising from data needs at least 2 samples"):
+        emission.init_from_data(x[:1])
+    emission.init_from_data(x[:1], params="c")  # one sample is enough for the covariances

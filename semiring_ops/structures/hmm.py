@@ -6,8 +6,9 @@ training keeps valid distributions:
 
     log_startprob   (C,)      unnormalised log start probabilities,
     log_transmat    (C, C)    unnormalised log transition probabilities, [from, to],
-    emission        an :class:`Emission` (categorical, Gaussian with diagonal covariance, your own),
-                    or none: then every call takes ``log_emissions=`` (B, T, C) directly.
+    emission        an :class:`Emission` (categorical, hmm_emissions.py; Gaussian with spherical,
+                    diagonal, full or tied covariances, hmm_emissions_gaussian.py; your own), or none:
+                    then every call takes ``log_emissions=`` (B, T, C) directly.
 
 Two ways to call it:
 
@@ -21,9 +22,11 @@ Two ways to call it:
   ``sample_batch`` and ``sample_paths`` (posterior paths).
 
 Concatenated samples are scattered into a padded batch by one vectorised index, so the math never
-loops over sequences. The E-step is autograd of the log-likelihood (``chain_sum_factored``): its
-gradient is the state posteriors with respect to the emissions, the expected transition counts with
-respect to the transition matrix and the expected start counts with respect to the start vector.
+loops over sequences. The E-step is the scaled probability-space recursions (hmm_scaling.py) or autograd
+of the log-likelihood (``chain_sum_factored``): its gradient is the state posteriors with respect to the
+emissions, the expected transition counts with respect to the transition matrix and the expected start
+counts with respect to the start vector. hmmlearn's estimator classes over this model are in
+``semiring_ops.hmm`` (hmm_hmmlearn.py).
 """
 
 from __future__ import annotations

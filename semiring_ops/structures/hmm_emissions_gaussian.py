@@ -237,9 +237,11 @@ class GaussianEmission(Emission):
         """hmmlearn's initialisation from observations x (N, D): "m" means by k-means (k-means++ seeding,
         best of 10), "c" covariances from the data's covariance (N − 1 normalised) + min_covar I."""
         N, D = len(x), self.n_features
-        if N == 0:
-            raise ValueError(f"X has shape {tuple(x.shape)}: initialising from data needs at least one sample")
         letters = self._updates(params)
+        C = self.n_states
+        if N == 0 or ("m" in letters and len(x) < C):
+            need = f"{C} samples (k-means for {C} means)" if N else "one sample"
+            raise ValueError(f"X has shape {tuple(x.shape)}: initialising from data needs at least {need}")
         with torch.no_grad():
             if "m" in letters:
                 self.means.copy_(kmeans(x, self.n_states, generator))

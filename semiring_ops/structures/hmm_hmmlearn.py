@@ -33,8 +33,6 @@ _log = logging.getLogger("semiring_ops.hmm")
 DECODER_ALGORITHMS = ("viterbi", "map")
 IMPLEMENTATIONS = ("log", "scaling")
 
-RandomState = np.random.RandomState
-
 
 class NotFittedError(ValueError, AttributeError):
     """A model was used before its parameters were set (by ``fit`` or by hand)."""
@@ -55,10 +53,6 @@ def check_random_state(seed: int | np.random.RandomState | None) -> np.random.Ra
 def torch_generator(random_state: np.random.RandomState) -> torch.Generator:
     """A CPU torch.Generator seeded by one draw from a numpy RandomState."""
     return torch.Generator().manual_seed(int(random_state.randint(0, 2**62, dtype=np.int64)))
-
-
-def _shape_of(value: Any) -> tuple[int, ...]:
-    return tuple(np.shape(value))
 
 
 class HMMLearnBase:

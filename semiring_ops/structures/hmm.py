@@ -72,7 +72,7 @@ _log = logging.getLogger(__name__)
 
 # below this many cells per time step (batch x C x C) the scaled recursions' per-step Python overhead
 # outweighs the log chain's one exp per cell, so "auto" takes the log chain (2-core CPU, float64)
-_SCALING_MIN_CELLS = 4096
+_SCALING_MIN_CELLS = 2048
 
 
 # ---------------------------------------------------------------------------------------------- inputs
@@ -267,7 +267,7 @@ class HMM(nn.Module):
         implementation: how ``fit``'s E-step, ``score``, ``posteriors`` and ``score_samples`` run
             forward-backward: "scaling" (probability space with per-step normalisation, a few matrix
             products per time step: hmm_scaling.py), "log" (the log-semiring chain kernels, one exp per
-            cell), or "auto" (the default: on the CPU "scaling" when a time step has at least 4096 cells
+            cell), or "auto" (the default: on the CPU "scaling" when a time step has at least 2048 cells
             (B x C x C) and "log" below, where the scaled recursions' per-step overhead dominates; "log"
             on GPUs, where the fused chain kernel beats T small matrix products). ``log_likelihood`` /
             ``forward`` (training by gradient) and Viterbi always use the chain kernels.

@@ -100,7 +100,7 @@ def validate_covars(
     """
     if covariance_type not in COVARIANCE_TYPES:
         raise ValueError(f"covariance_type must be one of {COVARIANCE_TYPES}, got {covariance_type!r}")
-    v = _tensor(value).to(torch.float64)
+    v = _tensor(value).to(device="cpu", dtype=torch.float64)  # small: validated on the CPU
     shape, C = tuple(v.shape), n_states
     if not bool(torch.isfinite(v).all()):
         raise ValueError(f"{name} (shape {shape}) must be finite")

@@ -14,8 +14,10 @@ without batch) or j (axis -2, or 1) compile it to a kernel (C++ on the CPU, CUDA
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import operator
+import warnings
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -574,9 +576,12 @@ class LazyTensor:
 
     def bspline(self, x: Any, k: int = 0) -> LazyTensor:
         """The B-splines of order k on the knots ``self`` (dimension K) at the scalar x: dimension K - k - 1
-        (KeOps' BSpline). Differentiable with respect to x, not to the knots."""
+        (KeOps' BSpline). Differentiable with respect to x, not to the knots: knots that require a gradient
+        while gradients are recorded are refused (detach them)."""
         if isinstance(k, bool) or not isinstance(k, int):
             raise TypeError(f"bspline: the order k must be an int, got {k!r}")
+        if torch.is_grad_enabled() and any(v.tensor.requires_grad for v in variables(self.formula)):
+            raise ValueError(f"bspline: no gradient with respect to the knots ({self.describe()}); detach them")
         return self._nary("bspline", lambda t, xx: FM.BSpline(t, xx, k), x)
 
     def softdtw_sqdist(self, y: Any, gamma: Any) -> LazyTensor:
@@ -600,8 +605,8 @@ class LazyTensor:
         return LazyTensor.concatenate(lazies, dim)
 
     def __getitem__(self, key: Any) -> LazyTensor:
-        """Components of the vector dimension: ``x[k]`` (elem), ``x[a:b]`` (extract), also written
-        ``x[..., :, :, k]`` with all other axes whole."""
+        """Components of the vector dimension: ``x[k]`` (elem; k < 0 counts from the end), ``x[a:b]`` (extract),
+        also written ``x[:, :, k]`` or ``x[..., k]`` with all other axes whole."""
         if isinstance(key, tuple):
             whole = (slice(None),) * (self.ndim - 1)
             if key[:1] == (Ellipsis,):
@@ -615,7 +620,7 @@ class LazyTensor:
             start, stop, _ = key.indices(self.formula.dim)
             return self.extract(start, stop - start)
         if isinstance(key, int) and not isinstance(key, bool):
-            return self.elem(key)
+            return self.elem(key + self.formula.dim if -self.formula.dim <= key < 0 else key)
         raise TypeError(f"a LazyTensor is indexed by an int or a slice of its vector dimension, got {key!r}")
 
     def _contract(self, other: Any, op: str, spec_of) -> LazyTensor:
@@ -813,8 +818,56 @@ class LazyTensor:
             vals, idx = vals.unsqueeze(at), (None if idx is None else idx.unsqueeze(at))
         return vals, idx
 
-    def _reduce_ranges(self, formula, reduction, outer, with_arg, ranges, what):
-        raise NotImplementedError(f"{what}: block-sparse reductions (ranges=) are not supported")
+    def _reduce_ranges(
+        self, formula: Formula, reduction: Reduction, outer: str, with_arg: bool, ranges: tuple, what: str
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """A block-sparse reduction (KeOps' ``ranges``): the output rows of block k, ranges_o[k] = [a, b), reduce
+        over the inner indices of redranges[l] for l in [slices[k - 1], slices[k]) only (ranges_o, slices,
+        redranges = ranges[0:3] when reducing over j, ranges[3:6] over i). One reduction per block, of the rows'
+        and the selected inner indices' slices, so gradients follow through the slicing; rows in no block get
+        the reduction over nothing (the semiring zero, index 0)."""
+        if self.batch:
+            raise ValueError(f"{what}: ranges= with batch dimensions {self.batch} is not supported")
+        extent = self._extent()
+        n_outer, n_inner = extent.rows(outer), extent.rows("j" if outer == "i" else "i")
+        blocks, inner_ids = _parse_ranges(ranges[0:3] if outer == "i" else ranges[3:6], n_outer, n_inner, what)
+        device = next(v.tensor.device for v in variables(formula) if v.tensor is not None)
+        pieces: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+        start = 0
+        for (a, b), inner in [*zip(blocks, inner_ids, strict=True), ((n_outer, n_outer), [])]:
+            if a > start:  # rows in no block
+                pieces.append(self._reduce_block(formula, reduction, outer, with_arg, (start, a), [], device, what))
+            if b > a:
+                pieces.append(self._reduce_block(formula, reduction, outer, with_arg, (a, b), inner, device, what))
+            start = b
+        vals = torch.cat([v for v, _ in pieces], -2)
+        idx = torch.cat([i for _, i in pieces], -2) if pieces[0][1] is not None else None
+        return vals, idx
+
+    def _reduce_block(self, formula, reduction, outer, with_arg, rows, inner, device, what):
+        """One block of _reduce_ranges: rows [a, b) reduced over the inner indices ``inner`` (global indices)."""
+        if reduction.kind == "kbest" and len(inner) < reduction.k:
+            raise ValueError(
+                f"{what}: K={reduction.k}, but the rows {rows[0]} .. {rows[1] - 1} reduce over {len(inner)} "
+                f"terms (ranges=); every row needs at least K"
+            )
+        select = torch.tensor(inner, dtype=torch.int64, device=device)
+        done: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+        def cut(v: Var) -> Formula:
+            if v.cat == "p":
+                return v
+            for old, new in done:
+                if old is v.tensor:
+                    return Var(v.cat, v.dim, tensor=new)
+            new = v.tensor[..., rows[0] : rows[1], :] if v.cat == outer else v.tensor.index_select(-2, select)
+            done.append((v.tensor, new))
+            return Var(v.cat, v.dim, tensor=new)
+
+        n_rows = rows[1] - rows[0]
+        sizes = (n_rows, len(inner)) if outer == "i" else (len(inner), n_rows)
+        vals, idx = reduce_formula(substitute(formula, cut), reduction, outer, Extent((), *sizes), with_arg)
+        return vals, (None if idx is None else select[idx] if len(inner) else idx)
 
     @staticmethod
     def _output(result: Any, opts: ReduceOptions, what: str) -> Any:
@@ -893,6 +946,50 @@ class LazyTensor:
         return self._output(vals, opts, "sumsoftmaxweight")
 
     sumsoftmaxweight_reduction = sumsoftmaxweight
+
+    def solve(self, other: Any, var: Any = None, call: bool = True, alpha: float = 1e-10, eps: float = 1e-6, **kwargs):
+        """The solution a of (alpha Id + K) a = b for the square scalar formula K = self, by conjugate gradients on
+        ``K @ p`` products (KeOps' LazyTensor.solve; K should be symmetric positive definite, which is not
+        checked). ``other`` is b: an i-variable (a tensor (..., M, E) or (M,), or a LazyTensor Vi(b)), then
+        (K a)_i = sum_j K_ij a_j; or a j-variable (Vj(b)), then (K a)_j = sum_i K_ij a_i. Stops when |r|^2 <
+        numel(b) eps^2 (KeOps' rule), or after 10 n + 10 iterations with a RuntimeWarning. Differentiable with
+        respect to b and to K's tensors (implicit differentiation: one more solve, with K's transpose), once.
+        ``kwargs``: reduction options for the products (``out=`` receives a)."""
+        if var is not None or not call:
+            raise NotImplementedError("solve: var= and call=False (symbolic variables) are not supported")
+        opts = parse_options("solve", kwargs)
+        if self.formula.dim != 1 or self.device is None:
+            raise ValueError(f"solve needs a scalar formula of tensors, got {self.describe()}")
+        extent = self._extent()
+        if extent.n_i != extent.n_j:
+            raise ValueError(f"solve needs a square formula (M = N), got {self.describe()}")
+        if isinstance(other, LazyTensor):
+            if type(other.formula) is not Var or other.formula.cat == "p":
+                raise TypeError(f"solve: b must be a tensor or a LazyTensor Vi(b) / Vj(b), got {other.describe()}")
+            b, over = other.formula.tensor, ("j" if other.formula.cat == "i" else "i")
+        elif isinstance(other, torch.Tensor):
+            b, over = (other.unsqueeze(-1) if other.dim() == 1 else other), "j"  # (M,): a column, as K @ v
+        else:
+            raise TypeError(f"solve: b must be a tensor or a LazyTensor, got {type(other).__name__}")
+        if b.shape[-2] != extent.n_i or b.dtype != self.dtype or b.device != self.device:
+            raise ValueError(
+                f"solve: b of shape {tuple(b.shape)}, {b.dtype} on {b.device} does not fit {self.describe()} "
+                f"({self.dtype} on {self.device})"
+            )
+        inner = replace(opts, out=None, keepdim=False)
+        tensors = [v.tensor for v in variables(self.formula)]
+        a = _KernelSolve.apply(self, over, float(alpha), float(eps), inner, b, *tensors)
+        column = isinstance(other, torch.Tensor) and other.dim() == 1
+        return self._output(a.squeeze(-1) if column else a, opts, "solve")
+
+    def _linop(self, over: str, alpha: float, opts: ReduceOptions):
+        """p -> K p + alpha p, reducing over ``over``."""
+
+        def apply(p: torch.Tensor) -> torch.Tensor:
+            v = Vj(p) if over == "j" else Vi(p)
+            return (self * v)._reduce(semiring_reduction("std"), over, "solve", opts=opts)[0] + alpha * p
+
+        return apply
 
     def _extremum(self, dim, axis, largest: bool, values: bool, indices: bool, what: str, kwargs: dict[str, Any]):
         over = self._axis(dim, axis, what)
@@ -1180,3 +1277,98 @@ def _softdtw_formula(x: Formula, y: Formula, gamma: Formula) -> Formula:
             else:
                 r[i, j] = F.Add(cost, softmin(r[i - 1, j - 1], r[i - 1, j], r[i, j - 1]))
     return r[n - 1, m - 1]
+
+
+def _parse_ranges(ranges: tuple, n_outer: int, n_inner: int, what: str) -> tuple[list, list[list[int]]]:
+    """(the blocks of output rows (a, b), sorted, and the inner indices of each) of KeOps' (ranges, slices,
+    redranges) triple, checked: shapes (Mc, 2), (Mc,), (Mcc, 2); rows within [0, n_outer] and disjoint; slices
+    non-decreasing up to Mcc; inner ranges within [0, n_inner]."""
+    shapes = [tuple(r.shape) for r in ranges]
+    pairs = len(shapes[0]) == 2 and shapes[0][1] == 2 and len(shapes[2]) == 2 and shapes[2][1] == 2
+    if not pairs or shapes[1] != shapes[0][:1]:
+        raise ValueError(
+            f"{what}: ranges= needs a (ranges, slices, redranges) triple of shapes (Mc, 2), (Mc,), (Mcc, 2) for "
+            f"the reduced axis, got {shapes}"
+        )
+    ranges_o, slices, red = (r.tolist() for r in ranges)
+    bounds = [0, *slices]
+    if any(b < a for a, b in itertools.pairwise(bounds)) or bounds[-1] > len(red):
+        raise ValueError(f"{what}: ranges=: the slices {slices} must be non-decreasing and at most {len(red)}")
+    if any(not 0 <= a <= b <= n_inner for a, b in red):
+        raise ValueError(f"{what}: ranges=: the reduction ranges {red} must lie within [0, {n_inner}]")
+    if any(not 0 <= a <= b <= n_outer for a, b in ranges_o):
+        raise ValueError(f"{what}: ranges=: the blocks of rows {ranges_o} must lie within [0, {n_outer}]")
+    order = sorted(range(len(ranges_o)), key=lambda k: ranges_o[k])
+    for k, nxt in itertools.pairwise(order):
+        if ranges_o[nxt][0] < ranges_o[k][1]:
+            raise ValueError(f"{what}: ranges=: the blocks of rows {ranges_o[k]} and {ranges_o[nxt]} overlap")
+    inner = [[j for lo, hi in red[bounds[k] : bounds[k + 1]] for j in range(lo, hi)] for k in order]
+    return [tuple(ranges_o[k]) for k in order], inner
+
+
+class _KernelSolve(torch.autograd.Function):
+    """a = (alpha Id + K)^-1 b by conjugate gradients, with the implicit gradient: u = (alpha Id + K^T)^-1 g,
+    then g_b = u and g_theta = -d/dtheta <u, K a> for K's tensors theta (a sum reduction's own gradient)."""
+
+    @staticmethod
+    def forward(ctx, lazy, over, alpha, eps, opts, b, *tensors):
+        ctx.lazy, ctx.over, ctx.alpha, ctx.eps, ctx.opts = lazy, over, alpha, eps, opts
+        a = _conjugate_gradient(lazy._linop(over, alpha, opts), b, eps)
+        ctx.save_for_backward(a, *tensors)
+        return a
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g):
+        lazy, over = ctx.lazy, ctx.over
+        a, *tensors = ctx.saved_tensors
+        u = _conjugate_gradient(lazy.T._linop(over, ctx.alpha, ctx.opts), g, ctx.eps)
+        wanted = [k for k, need in enumerate(ctx.needs_input_grad[6:]) if need]
+        grads: list[torch.Tensor | None] = [None] * len(tensors)
+        if wanted:
+            leaves = [t.detach().requires_grad_(k in wanted) for k, t in enumerate(tensors)]
+
+            def leaf(v: Var) -> Formula:
+                k = next(k for k, t in enumerate(tensors) if t is v.tensor)
+                return Var(v.cat, v.dim, tensor=leaves[k])
+
+            with torch.enable_grad():
+                k_theta = lazy._make(substitute(lazy.formula, leaf), *_meta(lazy))
+                ka = k_theta._linop(over, 0.0, ctx.opts)(a)
+                got = torch.autograd.grad(-(u * ka).sum(), [leaves[k] for k in wanted], allow_unused=True)
+            for k, gk in zip(wanted, got, strict=True):
+                grads[k] = torch.zeros_like(tensors[k]) if gk is None else gk
+        return (None, None, None, None, None, u if ctx.needs_input_grad[5] else None, *grads)
+
+
+def _meta(lazy: LazyTensor) -> tuple:
+    return lazy.batch, lazy.n_i, lazy.n_j, lazy.device, lazy.dtype, lazy.deferred
+
+
+def _conjugate_gradient(linop, b: torch.Tensor, eps: float) -> torch.Tensor:
+    """x with linop(x) = b (linop symmetric positive definite) by conjugate gradients from 0, inner products over
+    all of b's entries (a batch is one block-diagonal system): stops when |r|^2 < numel(b) eps^2, or after
+    10 n + 10 iterations (n = numel(b)) with a RuntimeWarning."""
+    x = torch.zeros_like(b)
+    r = b.clone()
+    rr = (r * r).sum()
+    delta = b.numel() * eps**2
+    p = r.clone()
+    limit = 10 * b.numel() + 10
+    for _ in range(limit):
+        if rr < delta:
+            return x
+        q = linop(p)
+        step = rr / (p * q).sum()
+        x = x + step * p
+        r = r - step * q
+        rr, rr_old = (r * r).sum(), rr
+        p = r + (rr / rr_old) * p
+    if rr >= delta:
+        warnings.warn(
+            f"solve: conjugate gradients stopped after {limit} iterations with |r|^2 = {float(rr):.3g} "
+            f"(tolerance {delta:.3g}); is K symmetric positive definite?",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+    return x

@@ -1064,3 +1064,40 @@ def test_solve_errors_and_non_convergence(backend):
         (Vi(x) | Vj(x)).solve(torch.randn(5, 1, dtype=F64), alpha=0.0)  # rank 2: no solution
     out = torch.empty(5, 1, dtype=F64)
     assert K.solve(torch.ones(5, 1, dtype=F64), out=out) is out
+
+
+def test_ranges_set_as_an_attribute(backend, device):
+    """KeOps' ``K.ranges = ranges_ij``: this LazyTensor's reductions (and @) use it unless given ranges= of their
+    own; the transpose swaps its halves; new LazyTensors made from it do not inherit it."""
+    x = torch.randn(6, 2, dtype=F64, device=device)
+    y = torch.randn(8, 2, dtype=F64, device=device)
+    K = (-Vi(x).sqdist(Vj(y))).exp()
+    i32 = lambda *v: torch.tensor(v, dtype=torch.int32)  # noqa: E731
+    ranges = (i32([0, 3], [3, 6]), i32(1, 2), i32([0, 4], [2, 8]), i32([0, 8]), i32(1), i32([1, 5]))
+    dense = torch.exp(-((x[:, None] - y[None]) ** 2).sum(-1))
+    mask = torch.zeros(6, 8, dtype=F64, device=device)
+    mask[:3, :4] = mask[3:, 2:] = 1
+    mask_i = torch.zeros(6, 8, dtype=F64, device=device)
+    mask_i[1:5, :] = 1
+    b = torch.randn(8, 2, dtype=F64, device=device)
+    full = K @ b
+    K.ranges = ranges
+    torch.testing.assert_close(K @ b, (dense * mask) @ b)
+    torch.testing.assert_close(K.sum(1), (dense * mask).sum(1, keepdim=True))
+    torch.testing.assert_close(K.sum(0), (dense * mask_i).sum(0)[:, None])
+    torch.testing.assert_close(K.T.sum(1), (dense * mask_i).sum(0)[:, None])  # the transpose swaps the halves
+    own = (i32([0, 6]), i32(1), i32([0, 8]), *ranges[3:])  # a ranges= of the call's own wins: here, everything
+    torch.testing.assert_close(K.sum(1, ranges=own), dense.sum(1, keepdim=True))
+    assert (K * 1).ranges is None and torch.equal((K * 1) @ b, full)
+    K.ranges = (1, 2)
+    with pytest.raises(TypeError, match="6-tuple"):
+        K.sum(1)
+
+
+def test_logsumexp_takes_other_as_the_weight(backend):
+    x, y = _kd_inputs("cpu")
+    w = torch.rand(5, 2, dtype=F64) + 0.1
+    f = -Vi(x).sqdist(Vj(y))
+    torch.testing.assert_close(f.logsumexp(1, other=Vj(w)), f.logsumexp(1, weight=Vj(w)), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="same argument"):
+        f.logsumexp(1, weight=Vj(w), other=Vj(w))

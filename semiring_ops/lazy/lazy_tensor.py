@@ -144,7 +144,7 @@ class LazyTensor:
     """
 
     __array_priority__ = 1000
-    __slots__ = ("batch", "deferred", "device", "dtype", "formula", "n_i", "n_j")
+    __slots__ = ("batch", "deferred", "device", "dtype", "formula", "n_i", "n_j", "ranges")
 
     def __init__(self, x: Any, axis: int | None = None) -> None:
         if isinstance(x, LazyTensor):
@@ -191,6 +191,9 @@ class LazyTensor:
         self.dtype: torch.dtype | None = dtype
         # only deferred numbers (Pm(2.0)): device and dtype are the defaults (cpu, float32) and give way
         self.deferred: bool = deferred
+        # KeOps' block-sparsity pattern, set by the user (``K.ranges = ranges_ij``) and used by this LazyTensor's
+        # reductions without a ranges= of their own; operations do not carry it over (the transpose swaps it)
+        self.ranges: tuple | None = None
 
     def _variable(self, data: torch.Tensor, cat: str) -> None:
         """data: (*batch, n, D) for i / j, (*batch, D) for parameters."""
@@ -464,7 +467,10 @@ class LazyTensor:
         """The transpose: i-variables become j-variables and the other way round."""
         swap = {"i": "j", "j": "i"}
         formula = substitute(self.formula, lambda v: v if v.cat == "p" else Var(swap[v.cat], v.dim, tensor=v.tensor))
-        return self._make(formula, self.batch, self.n_j, self.n_i, self.device, self.dtype, self.deferred)
+        out = self._make(formula, self.batch, self.n_j, self.n_i, self.device, self.dtype, self.deferred)
+        if self.ranges is not None:
+            out.ranges = (*self.ranges[3:6], *self.ranges[0:3])
+        return out
 
     # ------------------------------------------------------------ more of KeOps' API
 
@@ -802,8 +808,10 @@ class LazyTensor:
         device, dtype = opts.compute_device(self.device, what), opts.compute_dtype(self.dtype, what)
         if device != self.device or dtype != self.dtype:
             formula = _retargeted(formula, device, dtype)
-        if opts.ranges is not None:
-            vals, idx = self._reduce_ranges(formula, reduction, outer, with_arg, opts.ranges, what)
+        ranges = opts.ranges if opts.ranges is not None else self.ranges
+        if ranges is not None:
+            ranges = parse_options(what, {"ranges": ranges}).ranges  # checked here too when set as an attribute
+            vals, idx = self._reduce_ranges(formula, reduction, outer, with_arg, ranges, what)
         else:
             vals, idx = reduce_formula(formula, reduction, outer, extent, with_arg)
         if vals.device != self.device or vals.dtype != self.dtype:
@@ -869,6 +877,13 @@ class LazyTensor:
         vals, idx = reduce_formula(substitute(formula, cut), reduction, outer, Extent((), *sizes), with_arg)
         return vals, (None if idx is None else select[idx] if len(inner) else idx)
 
+    def _own_ranges(self, opts: ReduceOptions) -> ReduceOptions:
+        """opts without out=, for a reduction of a LazyTensor made from this one (K * v_j for K @ v): with this
+        one's ranges attribute unless opts has ranges of its own."""
+        if opts.ranges is None and self.ranges is not None:
+            return replace(opts, out=None, ranges=self.ranges)
+        return replace(opts, out=None) if opts.out is not None else opts
+
     @staticmethod
     def _output(result: Any, opts: ReduceOptions, what: str) -> Any:
         """The result of a reduction, or ``out`` holding it (KeOps' in-place form)."""
@@ -911,7 +926,12 @@ class LazyTensor:
 
     def logsumexp(self, dim: int | None = None, axis: int | None = None, weight: Any = None, **kwargs: Any) -> Any:
         """log sum exp over i or j, per component; with ``weight`` (a LazyTensor w of dimension E, the formula
-        scalar): log sum_j exp(F_ij) w_ij, of dimension E. Over the vector dimension: a LazyTensor."""
+        scalar; ``other=`` is KeOps' other name for it): log sum_j exp(F_ij) w_ij, of dimension E. Over the
+        vector dimension: a LazyTensor."""
+        if "other" in kwargs:
+            if weight is not None:
+                raise ValueError("logsumexp: weight= and other= are the same argument; give one")
+            weight = kwargs.pop("other")
         over = self._axis(dim, axis, "logsumexp")
         opts = parse_options("logsumexp", kwargs)
         if over == "vector":
@@ -924,7 +944,8 @@ class LazyTensor:
         if self.formula.dim != 1:
             raise ValueError(f"logsumexp with a weight needs a scalar formula, got {self.describe()}")
         joined = self._nary("logsumexp(weight=)", F.Concat, weight)
-        return self._output(joined._reduce(weighted_logsumexp(), over, "logsumexp", opts=opts)[0], opts, "logsumexp")
+        vals = joined._reduce(weighted_logsumexp(), over, "logsumexp", opts=self._own_ranges(opts))[0]
+        return self._output(vals, opts, "logsumexp")
 
     logsumexp_reduction = logsumexp
 
@@ -938,11 +959,11 @@ class LazyTensor:
             raise ValueError("sumsoftmaxweight over the vector dimension is not available; reduce over i or j")
         if self.formula.dim != 1:
             raise ValueError(f"sumsoftmaxweight needs a scalar formula, got {self.describe()}")
-        inner = replace(opts, out=None, keepdim=False)
-        s = self._reduce(semiring_reduction("log"), over, "sumsoftmaxweight", opts=inner)[0]
+        inner = replace(opts, out=None)
+        s = self._reduce(semiring_reduction("log"), over, "sumsoftmaxweight", opts=replace(inner, keepdim=False))[0]
         s_lazy = LazyTensor(s.unsqueeze(-2) if over == "j" else s.unsqueeze(-3))  # the rows' own variable
         terms = self._nary("sumsoftmaxweight", F.SoftmaxWeight, s_lazy)._nary("sumsoftmaxweight", F.Mul, weight)
-        vals = terms._reduce(semiring_reduction("std"), over, "sumsoftmaxweight", opts=replace(opts, out=None))[0]
+        vals = terms._reduce(semiring_reduction("std"), over, "sumsoftmaxweight", opts=self._own_ranges(inner))[0]
         return self._output(vals, opts, "sumsoftmaxweight")
 
     sumsoftmaxweight_reduction = sumsoftmaxweight
@@ -984,10 +1005,11 @@ class LazyTensor:
 
     def _linop(self, over: str, alpha: float, opts: ReduceOptions):
         """p -> K p + alpha p, reducing over ``over``."""
+        own = self._own_ranges(opts)
 
         def apply(p: torch.Tensor) -> torch.Tensor:
             v = Vj(p) if over == "j" else Vi(p)
-            return (self * v)._reduce(semiring_reduction("std"), over, "solve", opts=opts)[0] + alpha * p
+            return (self * v)._reduce(semiring_reduction("std"), over, "solve", opts=own)[0] + alpha * p
 
         return apply
 
@@ -1077,6 +1099,7 @@ class LazyTensor:
         if (
             v.dim() == 2
             and opts.is_plain
+            and self.ranges is None
             and not self.batch
             and extent.n_j == v.shape[0]
             and not self.deferred
@@ -1085,7 +1108,7 @@ class LazyTensor:
         ):  # the common case, without building K * v_j each call
             result = matmul_formula(self.formula, v, extent)
         else:
-            result = (self * Vj(v))._reduce(semiring_reduction("std"), "j", "@", opts=replace(opts, out=None))[0]
+            result = (self * Vj(v))._reduce(semiring_reduction("std"), "j", "@", opts=self._own_ranges(opts))[0]
         return self._output(result.squeeze(-1) if column else result, opts, "@")
 
     def matvec(self, v: torch.Tensor) -> torch.Tensor:

@@ -22,7 +22,9 @@ sum_scheme         "auto", "direct_sum", "block_sum": accepted (the kernels sum 
 enable_chunks,     accepted and ignored: KeOps' code-generation knobs; the kernels tile wide variables on
 use_fast_math,     their own, float32 exp is always the fast one (docs/lazy.md, Numerics), and compiler flags
 optional_flags     are not configurable.
-ranges             block-sparse reductions (KeOps' 6-tuple): see LazyTensor._reduce_ranges.
+ranges             block-sparse reductions (KeOps' 6-tuple): honoured, by one reduction per block of output
+                   rows over its selected inner indices (LazyTensor._reduce_ranges): a Python loop over the
+                   blocks, meant for tens to hundreds of them; no batch dimensions.
 out                the result is written into this tensor (or NumPy array) in place: shape, dtype and device
                    must match; not while recording a graph, as torch's out= arguments.
 keepdim            the reduced axis kept, with size 1 (torch's keepdim).

@@ -14,6 +14,9 @@ from conftest import CUDA
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_lazy_grad import CASES, _args
+from test_lazy_keops_api import FORMULAS as KEOPS_FORMULAS
+from test_lazy_keops_api import _inputs as keops_inputs
+from test_lazy_keops_api import _lazy as keops_lazy
 from test_lazy_ops import FORMULAS as OP_FORMULAS
 from test_lazy_ops import lazy_vars, make_inputs
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -42,11 +45,13 @@ def _ops_of(key: str) -> set[str]:
 
 
 def _canonical_formulas() -> list:
-    """The canonical formula of every operation test, and of its derivative with respect to each variable."""
+    """The canonical formula of every operation test (test_lazy_ops.py, test_lazy_keops_api.py), and of its
+    derivative with respect to each variable."""
     v = lazy_vars(make_inputs(3, 2, 0, "cpu"))
+    kv = keops_lazy(keops_inputs(3, 2, 0, "cpu"))
     out = []
-    for lazy, _ in OP_FORMULAS.values():
-        f = lazy(v).formula
+    formulas = [lazy(v).formula for lazy, _ in OP_FORMULAS.values()]
+    for f in formulas + [lazy(kv).formula for lazy, _ in KEOPS_FORMULAS.values()]:
         canon, tvars = canonicalize(f)
         out.append(canon)
         wrt = [Var(t.cat, t.dim, tensor=t.tensor) for t in tvars]

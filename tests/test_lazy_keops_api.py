@@ -81,6 +81,22 @@ def _mat(t: torch.Tensor, r: int, c: int) -> torch.Tensor:
     return t.reshape(*t.shape[:-1], r, c)
 
 
+KNOTS = [-1.0, -0.5, -0.5, 0.0, 0.3, 0.9, 1.0, 1.0, 2.0]  # repeated knots: some ratios are 0 / 0
+
+
+def _bspline_dense(t: list[float], x: torch.Tensor, k: int) -> torch.Tensor:
+    """The B-splines of order k on the knots t at x (..., 1), by Cox-de Boor's definition (0 / 0 counts 0)."""
+
+    def b(i: int, p: int) -> torch.Tensor:
+        if p == 0:
+            return ((t[i] <= x) & (x < t[i + 1])).to(x.dtype)
+        left = (x - t[i]) / (t[i + p] - t[i]) * b(i, p - 1) if t[i + p] > t[i] else 0 * x
+        right = (t[i + p + 1] - x) / (t[i + p + 1] - t[i + 1]) * b(i + 1, p - 1) if t[i + p + 1] > t[i + 1] else 0 * x
+        return left + right
+
+    return torch.cat([b(i, k) for i in range(len(t) - k - 1)], -1)
+
+
 # name: (the LazyTensor formula, the same by hand in torch)
 FORMULAS = {
     "inverse_trig": (
@@ -194,6 +210,10 @@ FORMULAS = {
             torch.einsum("...ij,...kl->...ikjl", _mat(v.x, 3, 1), _mat(v.b, 2, 3)).flatten(-4),
             (v.a[..., :, None] * v.x[..., None, :]).flatten(-2),
         ),
+    ),
+    "bspline": (
+        lambda v: Pm(torch.tensor(KNOTS, dtype=F64, device=v.raw.x.device)).bspline((v.x - v.y).elem(0) * v.q, 2),
+        lambda v: _bspline_dense(KNOTS, (v.x - v.y)[..., :1] * v.q, 2),
     ),
     "weighted_norms": (
         lambda v: (

@@ -791,9 +791,14 @@ class LazyTensor:
             raise ValueError(f"{what} over the vector dimension is not available; reduce over i or j")
         if self.device is None:
             raise ValueError(f"{what}: a formula of constants only has nothing to reduce over")
-        opts.check_sum_type(not reduction.selects, what)
-        if opts.keepdim and reduction.kind == "kbest":
-            raise ValueError(f"{what}: keepdim is for reductions to one value per row, not for the K best")
+        formula, moved = self.formula, False
+        if opts is not _DEFAULT_OPTIONS:  # (the common call pays for none of this)
+            opts.check_sum_type(not reduction.selects, what)
+            if opts.keepdim and reduction.kind == "kbest":
+                raise ValueError(f"{what}: keepdim is for reductions to one value per row, not for the K best")
+            device, dtype = opts.compute_device(self.device, what), opts.compute_dtype(self.dtype, what)
+            if device != self.device or dtype != self.dtype:
+                formula, moved = _retargeted(formula, device, dtype), True
         outer = "j" if over == "i" else "i"
         extent = self._extent()
         n_inner = extent.rows(over)
@@ -804,17 +809,13 @@ class LazyTensor:
             raise ValueError(
                 f"{what}: K={reduction.k} must be between 1 and the reduced size {n_inner} (over {over}){empty}"
             )
-        formula = self.formula
-        device, dtype = opts.compute_device(self.device, what), opts.compute_dtype(self.dtype, what)
-        if device != self.device or dtype != self.dtype:
-            formula = _retargeted(formula, device, dtype)
         ranges = opts.ranges if opts.ranges is not None else self.ranges
         if ranges is not None:
             ranges = parse_options(what, {"ranges": ranges}).ranges  # checked here too when set as an attribute
             vals, idx = self._reduce_ranges(formula, reduction, outer, with_arg, ranges, what)
         else:
             vals, idx = reduce_formula(formula, reduction, outer, extent, with_arg)
-        if vals.device != self.device or vals.dtype != self.dtype:
+        if moved:
             vals = vals.to(device=self.device, dtype=self.dtype)
             idx = None if idx is None else idx.to(self.device)
         if reduction.kind == "kbest":
@@ -917,7 +918,7 @@ class LazyTensor:
         """Sum over i or j: (*batch, rows, D); over the vector dimension (-1): a LazyTensor. ``kwargs``: KeOps'
         reduction options (options.py), e.g. ``keepdim=True``, ``dtype_acc="float64"``, ``out=``."""
         over = self._axis(dim, axis, "sum")
-        opts = parse_options("sum", kwargs)
+        opts = parse_options("sum", kwargs) if kwargs else _DEFAULT_OPTIONS
         if over == "vector":
             return self._vector(F.VecSum, opts, "sum")
         return self._output(self._reduce(semiring_reduction("std"), over, "sum", opts=opts)[0], opts, "sum")
@@ -933,7 +934,7 @@ class LazyTensor:
                 raise ValueError("logsumexp: weight= and other= are the same argument; give one")
             weight = kwargs.pop("other")
         over = self._axis(dim, axis, "logsumexp")
-        opts = parse_options("logsumexp", kwargs)
+        opts = parse_options("logsumexp", kwargs) if kwargs else _DEFAULT_OPTIONS
         if over == "vector":
             if weight is not None:
                 raise ValueError("logsumexp over the vector dimension takes no weight; reduce over i or j")
@@ -954,7 +955,7 @@ class LazyTensor:
         (*batch, rows, E). Two reductions: s = logsumexp of F, then the sum of exp(F_ij - s_i) w_ij (exactly 0
         for F = -inf; a row of -inf only gives 0); differentiable, twice, through both."""
         over = self._axis(dim, axis, "sumsoftmaxweight")
-        opts = parse_options("sumsoftmaxweight", kwargs)
+        opts = parse_options("sumsoftmaxweight", kwargs) if kwargs else _DEFAULT_OPTIONS
         if over == "vector":
             raise ValueError("sumsoftmaxweight over the vector dimension is not available; reduce over i or j")
         if self.formula.dim != 1:
@@ -978,7 +979,7 @@ class LazyTensor:
         ``kwargs``: reduction options for the products (``out=`` receives a)."""
         if var is not None or not call:
             raise NotImplementedError("solve: var= and call=False (symbolic variables) are not supported")
-        opts = parse_options("solve", kwargs)
+        opts = parse_options("solve", kwargs) if kwargs else _DEFAULT_OPTIONS
         if self.formula.dim != 1 or self.device is None:
             raise ValueError(f"solve needs a scalar formula of tensors, got {self.describe()}")
         extent = self._extent()
@@ -1015,7 +1016,7 @@ class LazyTensor:
 
     def _extremum(self, dim, axis, largest: bool, values: bool, indices: bool, what: str, kwargs: dict[str, Any]):
         over = self._axis(dim, axis, what)
-        opts = parse_options(what, kwargs)
+        opts = parse_options(what, kwargs) if kwargs else _DEFAULT_OPTIONS
         if over == "vector":
             if indices:
                 raise ValueError(f"{what} over the vector dimension is not available")
@@ -1056,7 +1057,7 @@ class LazyTensor:
         if isinstance(K, bool) or not isinstance(K, int):
             raise TypeError(f"{what}: K must be an int, got {type(K).__name__}")
         over = self._axis(dim, axis, what)
-        opts = parse_options(what, kwargs)
+        opts = parse_options(what, kwargs) if kwargs else _DEFAULT_OPTIONS
         vals, idx = self._reduce(kbest(K, largest), over, what, opts=opts)
         result = (vals, idx)[pick]
         return self._output(result[0] if len(result) == 1 else result, opts, what)
@@ -1085,7 +1086,7 @@ class LazyTensor:
     def __matmul__(self, v: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         """sum_j K_ij v_j for a scalar formula K and v of shape (..., N, E): (..., M, E); v of shape (N,) gives
         (..., M). ``kwargs``: KeOps' reduction options, as for sum (``K.__matmul__(v, backend="CPU")``)."""
-        opts = parse_options("@", kwargs)
+        opts = parse_options("@", kwargs) if kwargs else _DEFAULT_OPTIONS
         if not isinstance(v, torch.Tensor):
             raise TypeError(f"@: the right operand must be a tensor (..., N, E) or (N,), got {type(v).__name__}")
         if self.formula.dim != 1:
@@ -1098,7 +1099,7 @@ class LazyTensor:
         extent = self._extent()  # an axis without variables counts 1, as v_j's would then broadcast against
         if (
             v.dim() == 2
-            and opts.is_plain
+            and (opts is _DEFAULT_OPTIONS or opts.is_plain)
             and self.ranges is None
             and not self.batch
             and extent.n_j == v.shape[0]

@@ -655,19 +655,24 @@ def test_sumsoftmaxweight_of_minus_infinity_rows_is_zero(backend, device):
 # ---------------------------------------------------------------- reduction options
 
 
-def _cancelling(device, dtype=torch.float32):
-    """A sum whose float32 accumulation loses everything: terms 2^25, then 40 ones, then -2^25 (per row)."""
-    y = torch.cat([torch.tensor([2.0**25]), torch.ones(40), torch.tensor([-(2.0**25)])]).to(device, dtype)
-    x = torch.ones(3, 1, dtype=dtype, device=device)
-    return Vi(x) * Vj(y[:, None])
+def _rounding_products(device):
+    """x_i y_j with x = y = 1 + 2^-12 and 3 j: the product is 1 + 2^-11 + 2^-24, which float32 rounds to
+    1 + 2^-11 (a tie, to even), and the float32 sum 3 + 3 2^-11 is exact in any order (with or without fused
+    multiply-adds); in float64 the 3 2^-24 left over is 0.75 float32 ulp of the result (2^-22 at 3), so the
+    float64 sum cast to float32 is one ulp above the float32 sum, whatever the order of the terms."""
+    x = torch.full((3, 1), 1 + 2.0**-12, device=device)
+    y = torch.full((3, 1), 1 + 2.0**-12, device=device)
+    return Vi(x) * Vj(y), x, y
 
 
 def test_dtype_acc_and_use_double_acc_reduce_in_float64(backend, device):
-    """float32 inputs reduced in float64 and cast back: the 40 ones survive (in float32 they are absorbed
-    by 2^25), and the result equals the float64 reduction of the same data rounded to float32."""
-    f = _cancelling(device)
-    assert f.sum(1).dtype == torch.float32
-    exact = torch.full((3, 1), 40.0, device=device)
+    """float32 inputs reduced in float64 and cast back (the result's dtype stays float32)."""
+    f, x, y = _rounding_products(device)
+    in_float32 = torch.full((3, 1), 3 + 3 * 2.0**-11, device=device)
+    in_float64 = torch.tensor(3 + 3 * 2.0**-11 + 3 * 2.0**-24, dtype=F64).float().expand(3, 1).to(device)
+    assert in_float32[0, 0] != in_float64[0, 0]
+    torch.testing.assert_close(f.sum(1), in_float32, rtol=0, atol=0)
+    v = torch.ones(3, 1, device=device)
     for kwargs in (
         {"dtype_acc": "float64"},
         {"use_double_acc": True},
@@ -676,13 +681,11 @@ def test_dtype_acc_and_use_double_acc_reduce_in_float64(backend, device):
     ):
         got = f.sum(1, **kwargs)
         assert got.dtype == torch.float32, kwargs
-        torch.testing.assert_close(got, exact, rtol=0, atol=0, msg=lambda m, k=kwargs: f"{k}: {m}")
-        v = torch.ones(42, 1, device=device)
-        torch.testing.assert_close(f.__matmul__(v, **kwargs), exact, rtol=0, atol=0)  # @ passes them on
-    assert (f.sum(1) != exact).all(), "float32 accumulation should lose the ones (the test's premise)"
-    lse = (f * 1e-7).logsumexp(1, dtype_acc="float64")
-    ref = (f.dense().double() * 1e-7).logsumexp(1).float()
-    torch.testing.assert_close(lse, ref, rtol=0, atol=0)
+        torch.testing.assert_close(got, in_float64, rtol=0, atol=0, msg=lambda m, k=kwargs: f"{k}: {m}")
+        torch.testing.assert_close(f.__matmul__(v, **kwargs), in_float64, rtol=0, atol=0)  # @ passes them on
+    # logsumexp too: the float64 reduction of the same data, cast
+    lse64 = (Vi(x.double()) * Vj(y.double())).logsumexp(1).float()
+    torch.testing.assert_close(f.logsumexp(1, dtype_acc="float64"), lse64, rtol=0, atol=0)
 
 
 def test_dtype_acc_for_16_bit_inputs_is_float32_already(backend, device):

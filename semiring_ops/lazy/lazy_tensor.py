@@ -716,8 +716,7 @@ class LazyTensor:
         """The gradient matrix (the transposed Jacobian) of self with respect to v, flattened: the gradients of
         self's components one after the other, dimension D_self D_v."""
         var = self._variable_node(v, "grad_matrix")
-        f = self.formula
-        return self._unary(lambda _: _concat_all([_vjp_or_zero(f, var, _unit(k, f.dim)) for k in range(f.dim)]))
+        return self._unary(lambda f: _concat_all([_vjp_or_zero(f, var, _unit(k, f.dim)) for k in range(f.dim)]))
 
     def divergence(self, v: Any) -> LazyTensor:
         """sum_k d self_k / d v_k (self and v of one dimension)."""

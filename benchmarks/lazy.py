@@ -9,9 +9,14 @@ Definitions (ANCHORS.md's "Kernel reductions (KeOps)" figures use the same ones,
     lse softmin      (-D_ij / eps).logsumexp(1)                             (M, 1)
     argmin (1-NN)    D_ij.argmin(1)                                         (M, 1) int64
     argKmin K=10     D_ij.argKmin(10, dim=1)                                (M, 10) int64
-    compile          first call of a formula never seen (a random integer constant in it) with an empty kernel
+    compile          first call of a formula never seen (a random integer exponent in it) with an empty kernel
                      cache folder (SEMIRING_OPS_LAZY_CACHE pointed at a new temporary folder), minus a cached
                      call; measured in this (warm) process and in a new process (import excluded)
+    compile_size     compile time vs formula size: F = D_ij + c_1 + ... + c_n, n distinct float numbers
+                     (n = 10, 100, 1000, 2000 additions), N = M = 1000, an empty kernel cache folder: ms from
+                     building F to the first F.sum(1) (compile included), and from building it again (x
+                     requiring grad) to the gradient of F.logsumexp(1).sum() wrt x (two new kernels: the
+                     logsumexp and its symbolic derivative, which holds F)
     call overhead    the Gaussian formula built and reduced at M = N = 1, host clock, mean of many calls (one
                      synchronize at the end), minus the kernels' own time (CUDA: torch.profiler's kernel times;
                      CPU: nothing subtracted, so the figure is an upper bound); also (ours) K @ b with K built
@@ -40,6 +45,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -50,7 +56,7 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -59,7 +65,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from timing import release, timed_runs
 
 SIGMA, EPS, K_NN = 0.5, 0.1, 10
-KINDS = ("fwd", "fb", "lse", "argmin", "argk", "compile", "overhead")
+KINDS = ("fwd", "fb", "lse", "argmin", "argk", "compile", "compile_size", "overhead")
+COMPILE_SIZES = (10, 100, 1000, 2000)  # additions of the compile_size formula
 LABELS = {
     "fwd": "Gaussian kernel matvec, fwd",
     "fb": "Gaussian, fwd + grad wrt x",
@@ -68,6 +75,7 @@ LABELS = {
     "argk": f"argKmin K={K_NN}",
     "compile": "first call of a new formula",
     "compile_cold": "first call of a new formula, new process",
+    "compile_size": "compile time vs formula size",
     "overhead": "cached call overhead, M=N=1",
 }
 # peak memory of the torch dense versions, in units of M*N*4 bytes (the estimate behind "skip")
@@ -98,8 +106,9 @@ def lazy_formulas(LT) -> dict[str, Callable]:
         "argmin": lambda x, y, b: sqdist(x, y).argmin(1),
         "argk": lambda x, y, b: sqdist(x, y).argKmin(K_NN, dim=1),
         "kernel": lambda x, y: (-sqdist(x, y) / (2 * SIGMA**2)).exp(),
-        # an integer constant is written into the kernel: a new c is a new formula (a new compile)
-        "new": lambda x, y, b, c: ((-sqdist(x, y) / (2 * SIGMA**2)).exp() * c) @ b,
+        # an integer exponent is part of the kernel: a new c is a new formula (a new compile); a number
+        # (`* c`) would not be in ours, where numbers are call arguments
+        "new": lambda x, y, b, c: ((-sqdist(x, y) / (2 * SIGMA**2)).exp() ** c) @ b,
     }
 
 
@@ -202,16 +211,30 @@ def step(kind: str, impl: dict[str, Callable], data: dict[str, torch.Tensor]) ->
     return run
 
 
-def compile_time(impl: dict[str, Callable], device: str, cache_env: str | None) -> Result:
-    """ms of the first call of a never-seen formula minus the median of cached calls (N = 1000), with the
-    kernel cache folder variable ``cache_env`` pointed at a new empty folder during the measurement."""
-    data = make_data(1000, device)
-    c = random.SystemRandom().randint(3, 10**9)
+@contextlib.contextmanager
+def empty_cache(cache_env: str | None) -> Iterator[None]:
+    """The kernel cache folder variable ``cache_env`` (None: none) pointed at a new empty folder meanwhile."""
     old = os.environ.get(cache_env) if cache_env else None
     with tempfile.TemporaryDirectory(prefix="lazy_bench_cache_") as tmp:
         try:
             if cache_env:
                 os.environ[cache_env] = tmp
+            yield
+        finally:
+            if cache_env:
+                if old is None:
+                    os.environ.pop(cache_env, None)
+                else:
+                    os.environ[cache_env] = old
+
+
+def compile_time(impl: dict[str, Callable], device: str, cache_env: str | None) -> Result:
+    """ms of the first call of a never-seen formula minus the median of cached calls (N = 1000), with the
+    kernel cache folder variable ``cache_env`` pointed at a new empty folder during the measurement."""
+    data = make_data(1000, device)
+    c = random.SystemRandom().randint(3, 10**9)
+    with empty_cache(cache_env):
+        try:
             x, y, b = data["x"], data["y"], data["b"]
             sync(device)
             t0 = time.perf_counter()
@@ -227,12 +250,41 @@ def compile_time(impl: dict[str, Callable], device: str, cache_env: str | None) 
             return first - statistics.median(cached)
         except Exception as exc:
             return f"ERR {type(exc).__name__}: {str(exc).splitlines()[0][:80] if str(exc) else ''}"
-        finally:
-            if cache_env:
-                if old is None:
-                    os.environ.pop(cache_env, None)
-                else:
-                    os.environ[cache_env] = old
+
+
+def compile_vs_size(device: str, cache_env: str | None) -> dict[int, dict[str, Result]]:
+    """Per n of COMPILE_SIZES: {"fwd": ms, "grad": ms} of the compile_size formula (module docstring), each
+    with an empty kernel cache folder (``cache_env``). Ours only (pykeops would take minutes per formula)."""
+    from semiring_ops.lazy import Vi, Vj
+
+    data = make_data(1000, device)
+    out: dict[int, dict[str, Result]] = {}
+    for n in COMPILE_SIZES:
+        numbers = [0.5 + k / (n + 1) for k in range(n)]  # distinct floats
+
+        def chain(x: torch.Tensor, numbers: list[float] = numbers):
+            f = ((Vi(x) - Vj(data["y"])) ** 2).sum(-1)
+            for c in numbers:
+                f = f + c
+            return f
+
+        row: dict[str, Result] = {}
+        for what in ("fwd", "grad"):
+            with empty_cache(cache_env):
+                try:
+                    sync(device)
+                    t0 = time.perf_counter()
+                    if what == "fwd":
+                        chain(data["x"]).sum(1)
+                    else:
+                        x = data["x"].detach().clone().requires_grad_()
+                        torch.autograd.grad(chain(x).logsumexp(1).sum(), x)
+                    sync(device)
+                    row[what] = (time.perf_counter() - t0) * 1e3
+                except Exception as exc:
+                    row[what] = f"ERR {type(exc).__name__}: {str(exc).splitlines()[0][:80] if str(exc) else ''}"
+        out[n] = row
+    return out
 
 
 _COLD_SNIPPET = """
@@ -506,6 +558,23 @@ def build_rows(args, ours: dict, dense: dict, keops: dict, ceiling: float) -> li
                     met=(("yes" if o <= 2000 else "no") + f" ({o / 1e3:.2f} s)") if isinstance(o, float) else "—",
                 )
             )
+    for n, got in (ours.get("compile_size") or {}).items():
+        fwd, grad = got["fwd"], got["grad"]
+        rows.append(
+            dict(
+                benchmark=LABELS["compile_size"],
+                size=f"N=M=1k, {n} additions",
+                ours=fwd,
+                dense="—",
+                pykeops=None,
+                ratio="",
+                cells="",
+                pct="",
+                target="≤ 5 s at 2,000 (formula to first result, empty cache)",
+                met=(("yes" if fwd <= 5000 else "no") if n == 2000 and isinstance(fwd, float) else "")
+                + f" (logsumexp + gradient: {fmt_ms(grad)} ms)",
+            )
+        )
     if "overhead" in args.only and isinstance(ours.get("overhead"), dict):
         ov = ours["overhead"]
         kov = keops.get("overhead") if isinstance(keops.get("overhead"), dict) else {}
@@ -706,6 +775,9 @@ def main() -> None:
     if "compile" in args.only:
         ours["compile"] = compile_time(ours_impl, dev, "SEMIRING_OPS_LAZY_CACHE")
         log("ours", "compile", ours["compile"])
+    if "compile_size" in args.only:
+        ours["compile_size"] = compile_vs_size(dev, "SEMIRING_OPS_LAZY_CACHE")
+        log("ours", "compile_size", ours["compile_size"])
     if "overhead" in args.only:
         ours["overhead"] = call_overhead(ours_impl, dev, 2000, with_compile=True)
         log("ours", "overhead", ours["overhead"])

@@ -298,26 +298,32 @@ def test_a_formula_of_number_parameters_only_is_float32_on_the_cpu():
 
 
 def test_numbers_are_made_tensors_once_per_value_dtype_and_device(monkeypatch):
-    """A float operand and Pm(float) both go through one cache: the same constant is not copied again (a
-    synchronous host-to-device copy on a GPU), and -0.0 / 0.0 and NaN keep their own bits."""
+    """Pm(float) and a formula's number vector (its Python numbers, formula.Num) each go through a cache: the
+    same numbers are not copied again (a synchronous host-to-device copy on a GPU), and -0.0 / 0.0 and NaN
+    keep their own bits."""
     import semiring_ops.lazy.lazy_tensor as lt
+    import semiring_ops.lazy.plan as lp
 
     x = _x(dtype=torch.float64)
-    first = (Vi(x) * 0.37).variables[1]
-    assert (Vi(x) * 0.37).variables[1] is first
-    assert (0.37 * Vi(x)).variables[0] is first
+    first = (Vi(x) * Pm(0.37)).variables[1]
     assert (Vi(x) * Pm(0.37)).variables[1] is first
-    assert (Vi(_x()) * 0.37).variables[1] is not first  # float32: another tensor
+    assert (Vi(_x()) * Pm(0.37)).variables[1] is not first  # float32: another tensor
+    assert lp.numbers_tensor([0.37, 2.0], x) is lp.numbers_tensor([0.37, 2.0], x)
+    assert lp.numbers_tensor([0.37, 2.0], _x()).dtype == torch.float32  # another tensor: the compute dtype
+    (Vi(x) * 0.37 + Pm(0.37) * 2).sum(1)
     made = []
     real = torch.tensor
     monkeypatch.setattr(lt.torch, "tensor", lambda *a, **k: made.append(a) or real(*a, **k))
     for _ in range(5):
-        Vi(x) * 0.37 + Pm(0.37)
+        (Vi(x) * 0.37 + Pm(0.37) * 2).sum(1)  # a new formula each time, the same numbers
     assert made == []
     neg, pos = (Vi(x) * Pm(-0.0)).variables[1], (Vi(x) * Pm(0.0)).variables[1]
     assert neg is not pos and math.copysign(1, neg.item()) == -1 and math.copysign(1, pos.item()) == 1
-    assert (Vi(x) * math.nan).variables[1] is (Vi(x) * math.nan).variables[1]
+    neg, pos = lp.numbers_tensor([-0.0], x), lp.numbers_tensor([0.0], x)
+    assert neg is not pos and math.copysign(1, neg.item()) == -1 and math.copysign(1, pos.item()) == 1
+    assert lp.numbers_tensor([math.nan], x) is lp.numbers_tensor([math.nan], x)
     assert lt._cached_number.cache_info().maxsize == lt.NUMBER_CACHE_SIZE
+    assert lp._cached_numbers.cache_info().maxsize == lp.NUMBERS_CACHE_SIZE
 
 
 def test_a_cached_number_first_made_in_inference_mode_still_records_gradients():

@@ -58,6 +58,7 @@ def _canonical_formulas() -> list:
         g = Var("i", f.dim, tensor=torch.ones(3, f.dim, dtype=torch.float64))
         out.extend(canonicalize(d)[0] for d in vjp(f, wrt, g) if d is not None)
     out.append(F.Exp2(F.Recip(Var("i", 1, slot=0))))  # made by the kernels' rewriting only (formula.py)
+    out.append(F.Mul(Var("i", 1, slot=0), F.Const(1.4426950408889634)))  # canonical formulas hold Num, not Const
     return out
 
 

@@ -12,7 +12,7 @@ import textwrap
 import torch
 
 from semiring_ops.lazy import LazyTensor, Vi, Vj, dispatch, torch_backend
-from semiring_ops.lazy.formula import Const, Var, _postorder
+from semiring_ops.lazy.formula import Const, Num, Var, _postorder
 
 SCRIPT = textwrap.dedent(
     """
@@ -80,13 +80,15 @@ def test_the_torch_backend_bounds_the_intermediates_of_a_chunk(monkeypatch):
     monkeypatch.setattr(torch_backend, "CHUNK_VALUES", 8192)
     sizes = []
 
-    def evaluate(root, read, like):  # formula.evaluate, noting the size of every node's value
+    def evaluate(root, read, like, numbers=None):  # formula.evaluate, noting the size of every node's value
         values = {}
         for node in _postorder(root):
             if isinstance(node, Var):
                 v = read(node)
             elif isinstance(node, Const):
                 v = torch.full((1,), node.value, dtype=like.dtype, device=like.device)
+            elif isinstance(node, Num):
+                v = numbers[node.index : node.index + 1]
             else:
                 v = node.evaluate_node([values[id(c)] for c in node.children])
             values[id(node)] = v

@@ -29,8 +29,8 @@ import torch
 
 from ..ops.registry import plain_eager
 from .dispatch import execute
-from .formula import Concat, Formula, Mul, Var, canonicalize, evaluate, substitute, vjp
-from .plan import Plan, prepare_call
+from .formula import Concat, Formula, Mul, Var, canonical_numbers, canonicalize, evaluate, substitute, vjp
+from .plan import Plan, numbers_tensor, prepare_call
 from .reductions import Reduction, semiring_reduction
 
 __all__ = ["Extent", "matmul_formula", "reduce_formula", "run_plan"]
@@ -50,29 +50,51 @@ class Extent:
         return self.n_i if cat == "i" else self.n_j
 
 
-def _remembered_plan(formula: Formula, key: tuple, make) -> tuple[Plan, list[Var]]:
-    """(plan, tensor variables) kept on the formula under ``key``; make(canon, tvars) builds the plan once."""
+def _remembered_plan(
+    formula: Formula, key: tuple, make, numbers: torch.Tensor | None = None
+) -> tuple[Plan, list[Var], torch.Tensor | None]:
+    """(plan, tensor variables, number vector or None) kept on the formula under ``key``; make(canon, tvars)
+    builds the plan once. ``numbers``: the number vector that Num nodes already in the formula index (those
+    of a derivative of a canonical formula); the call's vector starts with it."""
     if formula._plans is None:
         formula._plans = {}
     entry = formula._plans.get(key)
     if entry is None:
-        canon, tvars = canonicalize(formula)
-        entry = formula._plans[key] = (make(canon, tvars), tvars)
+        numbered = 0 if numbers is None else numbers.shape[0]
+        canon, tvars = canonicalize(formula, numbered=numbered)
+        plan = make(canon, tvars)
+        vector = None
+        if plan.n_numbers:
+            values = canonical_numbers(formula, numbered)
+            like = numbers if numbers is not None else (tvars[0].tensor if tvars else None)
+            vector = numbers_tensor(values, like) if values or numbers is None else None
+            if numbers is not None:
+                vector = numbers if vector is None else torch.cat([numbers, vector.to(numbers.dtype)])
+        entry = formula._plans[key] = (plan, tvars, vector)
     return entry
 
 
+def _with_numbers(tensors: list[torch.Tensor], vector: torch.Tensor | None) -> list[torch.Tensor]:
+    return tensors if vector is None else [*tensors, vector]
+
+
 def reduce_formula(
-    formula: Formula, reduction: Reduction, outer: str, extent: Extent, with_arg: bool = False
+    formula: Formula,
+    reduction: Reduction,
+    outer: str,
+    extent: Extent,
+    with_arg: bool = False,
+    numbers: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Reduces ``formula`` over the category that is not ``outer``: (values (*batch, rows, value_dim),
     indices (*batch, rows, index_dim) or None). The plan is remembered on the formula, so reducing one
-    LazyTensor again goes straight to the kernel."""
+    LazyTensor again goes straight to the kernel. ``numbers``: see _remembered_plan."""
 
     def make(canon: Formula, tvars: list[Var]) -> Plan:
         return Plan(canon, tuple(v.cat for v in tvars), tuple(v.dim for v in tvars), reduction, outer, with_arg)
 
-    plan, tvars = _remembered_plan(formula, (reduction, outer, with_arg), make)
-    return run_plan(plan, extent, [v.tensor for v in tvars])
+    plan, tvars, vector = _remembered_plan(formula, (reduction, outer, with_arg), make, numbers)
+    return run_plan(plan, extent, _with_numbers([v.tensor for v in tvars], vector))
 
 
 def matmul_formula(formula: Formula, v: torch.Tensor, extent: Extent) -> torch.Tensor:
@@ -84,13 +106,15 @@ def matmul_formula(formula: Formula, v: torch.Tensor, extent: Extent) -> torch.T
         cats, dims = (*(t.cat for t in tvars), "j"), (*(t.dim for t in tvars), e)
         return Plan(Mul(canon, Var("j", e, slot=len(tvars))), cats, dims, semiring_reduction("std"), "i", False)
 
-    plan, tvars = _remembered_plan(formula, ("@", e), make)
-    return run_plan(plan, extent, [*(t.tensor for t in tvars), v])[0]
+    plan, tvars, vector = _remembered_plan(formula, ("@", e), make)
+    return run_plan(plan, extent, _with_numbers([*(t.tensor for t in tvars), v], vector))[0]
 
 
 def run_plan(plan: Plan, extent: Extent, tensors: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Runs ``plan`` on its argument tensors: directly or through LazyReduction on plain eager tensors, through
-    the registered operator otherwise (see the module docstring)."""
+    """Runs ``plan`` on its argument tensors (one per slot, then the number vector when the plan has numbers):
+    directly or through LazyReduction on plain eager tensors, through the registered operator otherwise (see
+    the module docstring)."""
+    plan.check_call(tensors)
     n_inner = extent.rows(plan.inner)
     if n_inner > MAX_INNER:
         raise ValueError(f"reductions over more than 2^31 - 1 terms are not supported (got {n_inner})")
@@ -155,7 +179,8 @@ def _extent(sizes: list[int]) -> Extent:
 
 @torch.library.custom_op("semiring_ops::lazy_reduce", mutates_args=())
 def lazy_reduce(plan_key: str, sizes: list[int], tensors: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """The reduction of plan ``plan_key`` over the argument tensors (the plan's slots in order) for the sizes
+    """The reduction of plan ``plan_key`` over the argument tensors (the plan's slots in order, then its number
+    vector when it has numbers) for the sizes
     [n_i, n_j, *batch] (never an empty list: the autograd wrapper of a custom op tells an empty list from an
     int list): values (*batch, rows, value_dim) in the arguments' dtype and indices (*batch, rows, index_dim)
     int64, or an empty (0,) int64 tensor when the plan tracks none."""
@@ -193,12 +218,15 @@ def _concat(parts: list[Formula]) -> Formula:
 
 
 def _reduction_backward(plan, extent, tensors, vals, grad_vals, needs) -> list[torch.Tensor | None]:
-    """Sum and logsumexp: sum reductions of vjp(F, v, cotangent) for every variable v that needs a gradient."""
+    """Sum and logsumexp: sum reductions of vjp(F, v, cotangent) for every variable v that needs a gradient
+    (the derivatives read the forward's number vector, after the variables in ``tensors``, and add theirs)."""
+    slots = len(plan.arg_cats)
+    numbers = tensors[slots] if plan.n_numbers else None
     f = substitute(plan.formula, lambda v: Var(v.cat, v.dim, tensor=tensors[v.slot]))
     out = Var(plan.outer, plan.value_dim, tensor=vals)
     grad = Var(plan.outer, plan.value_dim, tensor=grad_vals)
     cot = plan.reduction.cotangent(f, out, grad)
-    wanted = [k for k in range(len(tensors)) if needs[k]]
+    wanted = [k for k in range(slots) if needs[k]]
     wrt = [Var(plan.arg_cats[k], plan.arg_dims[k], tensor=tensors[k]) for k in wanted]
     forms = dict(zip(wanted, vjp(f, wrt, cot), strict=True))
     grads: list[torch.Tensor | None] = [None] * len(tensors)
@@ -206,7 +234,8 @@ def _reduction_backward(plan, extent, tensors, vals, grad_vals, needs) -> list[t
         group = [k for k in wanted if plan.role(k) in roles and forms[k] is not None]
         if not group:
             continue
-        res, _ = reduce_formula(_concat([forms[k] for k in group]), semiring_reduction("std"), rows_cat, extent)
+        parts = _concat([forms[k] for k in group])
+        res, _ = reduce_formula(parts, semiring_reduction("std"), rows_cat, extent, numbers=numbers)
         start = 0
         for k in group:
             g = res[..., start : start + plan.arg_dims[k]]
@@ -249,7 +278,8 @@ def _selected_pairs_backward(plan, extent, tensors, vals, idx, grad_vals, needs)
             return rows.index_select(0, flat).reshape(*batch, n_outer, pairs, var.dim)
 
         like = vals.float() if vals.dtype in (torch.float16, torch.bfloat16) else vals
-        f = evaluate(plan.formula, read, like).expand(*batch, n_outer, pairs, fdim)
+        numbers = srcs[len(plan.arg_cats)].to(like.dtype) if plan.n_numbers else None
+        f = evaluate(plan.formula, read, like, numbers).expand(*batch, n_outer, pairs, fdim)
         comp = (torch.arange(pairs, device=idx.device) % fdim).expand(*batch, n_outer, pairs)
         picked = f.gather(-1, comp.unsqueeze(-1)).squeeze(-1)
         g = torch.where(torch.isfinite(vals), grad_vals, torch.zeros_like(grad_vals)).to(picked.dtype)

@@ -6,20 +6,26 @@ every (row, j) in increasing j; they differ in where the variables live:
 CPU (C++, g++, loaded with ctypes): parallel over (batch, row) with OpenMP; the row's outer variables and the
 parameters are scalars in registers; the inner variables are passed transposed, (D, n), and j is walked in
 groups of ``CPU_LANES`` with one reducer per lane, so the loop over lanes vectorises; the lanes are merged at
-the end (merge keeps the lowest index among ties).
+the end (merge keeps the lowest index among ties). The cell is written once (the last group runs on clamped
+j and adds only its valid lanes), and each number (formula.Num) is read from a per-lane copy of the number
+vector, so the vectoriser loads it where it is used instead of hoisting one broadcast register per number
+out of the loop: with thousands of numbers, those registers made g++'s register allocation quadratic
+(132 s for 2,000 numbers). Both keep the compile time linear in the formula's size.
 
 CUDA (NVRTC): the tiled 1-D map-reduce scheme. Each thread owns ``rows`` output rows (i, i + block, ...) and
 their reducers in registers; the block walks j in tiles whose inner variables are staged in shared memory as
 rows of ``stride`` values (one 16-byte load per 4 values, broadcast to all threads); when the rows alone
 cannot fill the GPU, the 2-D scheme splits j over ``gridDim.y`` blocks, which park their reducers in a
-workspace that a second kernel merges (the semiring merge).
+workspace that a second kernel merges (the semiring merge). The number vector is one more kernel argument,
+read where used (``nums[k]``); large formulas get fewer copies of the cell (cuda_config).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from .formula import Emitter, Var, strength_reduce
+from .formula import Emitter, Var, node_count, strength_reduce
 from .plan import Plan
 
 __all__ = ["CPU_LANES", "CudaConfig", "cpu_source", "cuda_config", "cuda_source"]
@@ -46,14 +52,16 @@ def _prelude(plan: Plan, dtype_name: str) -> str:
     return f"// semiring_ops.lazy kernel for: {plan.key}\n" + _PRELUDE.format(ctype=ctype, reducer=reducer)
 
 
-def _cell(plan: Plan, read, prefix: str) -> tuple[list[str], list[str]]:
+def _cell(
+    plan: Plan, read: Callable[[Var, int], str], prefix: str, number: Callable[[int, bool], str]
+) -> tuple[list[str], list[str]]:
     """(statements computed once per row, statements computing ``{prefix}f[kIn]``, the formula's value at
-    (row, j)), with variables read by read(var, d)."""
+    (row, j)), with variables read by read(var, d) and numbers by number(k, hoisted) (formula.Emitter)."""
 
     def invariant(var: Var) -> bool:
         return plan.role(var.slot) != "inner"
 
-    em = Emitter(read, prefix=prefix, invariant=invariant)
+    em = Emitter(read, prefix=prefix, invariant=invariant, number=number)
     comps = em.emit(strength_reduce(plan.formula, invariant))
     return em.hoisted, [*em.lines, f"const T {prefix}f[{len(comps)}] = {{{', '.join(comps)}}};"]
 
@@ -66,10 +74,20 @@ def _indent(lines: list[str], n: int) -> str:
 # ---------------------------------------------------------------- CPU
 
 
+CPU_SCALAR_NODES = 256  # formulas of more nodes get the scalar CPU skeleton (one copy of the cell)
+
+
 def cpu_source(plan: Plan, dtype_name: str) -> str:
     """extern "C" void lazy_reduce(T* vals, int64_t* idx, const T* const* args, const int64_t* bstride,
-    int64_t nbatch, int64_t n_outer, int64_t n_inner, int nthreads)."""
-    slots = range(len(plan.arg_cats))
+    int64_t nbatch, int64_t n_outer, int64_t n_inner, int nthreads): args[k] is slot k (batch stride
+    bstride[k]), and args[slots] the number vector when the plan has numbers.
+
+    Two loops over j, of the same results (lane l reduces the j = l mod kLanes of the full groups of kLanes,
+    lane 0 the last j, in increasing order): formulas of up to CPU_SCALAR_NODES nodes get the vectorised
+    lanes loop and a scalar loop for the last j (two copies of the cell); larger ones one scalar loop, which
+    reads the numbers where they are used (module docstring)."""
+    n_slots = len(plan.arg_cats)
+    slots = range(n_slots)
     loads = [f"const T* a{k} = args[{k}] + b * bstride[{k}];" for k in slots]
     for k in slots:
         d = plan.arg_dims[k]
@@ -83,8 +101,40 @@ def cpu_source(plan: Plan, dtype_name: str) -> str:
             return f"a{var.slot}[{c} * n_inner + j]"
         return f"v{var.slot}_{c}"
 
-    hoisted, cell = _cell(plan, read, "c")
+    scalar = node_count(plan.formula) > CPU_SCALAR_NODES
+
+    def number(k: int, hoisted: bool) -> str:
+        return f"nums[{k}]" if scalar and not hoisted else f"numbers[{k}]"
+
+    hoisted, cell = _cell(plan, read, "c", number)
     loads += hoisted
+    if scalar:
+        # nums: the number vector behind an empty asm the compiler cannot see through, once per j, so each
+        # number is loaded where it is used instead of being hoisted out of the loop into a register of its own
+        barrier = ['const T* nums = numbers; asm("" : "+r"(nums));'] if plan.n_numbers else []
+        loop = [
+            "const int64_t full = n_inner - n_inner % kLanes;  // j of the full groups go to lane j % kLanes",
+            "for (int64_t j = 0; j < n_inner; ++j) {",
+            *("  " + line for line in barrier + cell),
+            "  lane[j < full ? j % kLanes : 0].add(cf, static_cast<int32_t>(j));",
+            "}",
+        ]
+    else:
+        loop = [
+            "int64_t j0 = 0;",
+            "for (; j0 + kLanes <= n_inner; j0 += kLanes) {",
+            "  for (int l = 0; l < kLanes; ++l) {",
+            "    const int64_t j = j0 + l;",
+            *("    " + line for line in cell),
+            "    lane[l].add(cf, static_cast<int32_t>(j));",
+            "  }",
+            "}",
+            "for (int64_t j = j0; j < n_inner; ++j) {  // the tail, in lane 0 (its j stay increasing)",
+            *("  " + line for line in cell),
+            "  lane[0].add(cf, static_cast<int32_t>(j));",
+            "}",
+        ]
+    numbers = [f"const T* numbers = args[{n_slots}];"] if plan.n_numbers else []
     idx_expr = f"idx + row * {plan.index_dim}" if plan.index_dim else "nullptr"
     return (
         _prelude(plan, dtype_name)
@@ -93,6 +143,7 @@ def cpu_source(plan: Plan, dtype_name: str) -> str:
 extern "C" void lazy_reduce(T* vals, int64_t* idx, const T* const* args, const int64_t* bstride, int64_t nbatch,
                             int64_t n_outer, int64_t n_inner, int nthreads) {{
   const int64_t rows = nbatch * n_outer;
+{_indent(numbers, 2)}
 #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 16)
   for (int64_t row = 0; row < rows; ++row) {{
     const int64_t b = row / n_outer, i = row - b * n_outer;
@@ -100,18 +151,7 @@ extern "C" void lazy_reduce(T* vals, int64_t* idx, const T* const* args, const i
 {_indent(loads, 4)}
     Reducer lane[kLanes];
     for (int l = 0; l < kLanes; ++l) lane[l].init();
-    int64_t j0 = 0;
-    for (; j0 + kLanes <= n_inner; j0 += kLanes) {{
-      for (int l = 0; l < kLanes; ++l) {{
-        const int64_t j = j0 + l;
-{_indent(cell, 8)}
-        lane[l].add(cf, static_cast<int32_t>(j));
-      }}
-    }}
-    for (int64_t j = j0; j < n_inner; ++j) {{  // the tail, in lane 0 (its j stay increasing)
-{_indent(cell, 6)}
-      lane[0].add(cf, static_cast<int32_t>(j));
-    }}
+{_indent(loop, 4)}
     for (int l = 1; l < kLanes; ++l) lane[0].merge(lane[l]);
     lane[0].store(vals + row * {plan.value_dim}, {idx_expr});
   }}
@@ -135,6 +175,9 @@ class CudaConfig:
 
 
 ROW_REGISTER_BUDGET = 72  # 32-bit registers per thread for the rows' own values and reducers (H100-tuned)
+# formula nodes in all the copies of the cell a CUDA kernel holds (rows per thread, chunked loop): a formula
+# of thousands of nodes gets one copy, so the source and NVRTC's time stay linear in the formula's size
+CELL_COPIES_BUDGET = 4096
 
 
 def row_registers(plan: Plan, dtype_name: str, chunk: int) -> int:
@@ -163,11 +206,15 @@ def cuda_config(plan: Plan, dtype_name: str, max_rows: int = 8) -> CudaConfig:
     from shared memory then serves that many cells, which takes the loads and the loop's bookkeeping off
     the issue slots of the (FP32- and MUFU-bound) inner loop."""
     chunk = chunk_size(plan)
+    nodes = node_count(plan.formula)
+    if nodes * (chunk + 1) > CELL_COPIES_BUDGET:
+        chunk = 1  # the chunked loop is `chunk` more copies of the cell per row
     per_row = row_registers(plan, dtype_name, chunk)
     if plan.reduction.kind == "kbest":
         max_rows = 1  # the insertion's compare-and-swap chain: 1 row is 1.2-1.6x faster than 2 (H100, K=10)
     rows = max_rows
-    while rows > 1 and rows * per_row > ROW_REGISTER_BUDGET:
+    copies = chunk + 1 if chunk > 1 else 1
+    while rows > 1 and (rows * per_row > ROW_REGISTER_BUDGET or rows * copies * nodes > CELL_COPIES_BUDGET):
         rows //= 2
     return CudaConfig(rows=rows, chunk=chunk)
 
@@ -193,13 +240,16 @@ def cuda_tile(plan: Plan, dtype_name: str, cfg: CudaConfig) -> int:
 
 
 def cuda_source(plan: Plan, dtype_name: str, cfg: CudaConfig) -> str:
-    """Kernels lazy_reduce (both schemes), lazy_merge (the 2-D scheme's merge) and lazy_sizeof."""
+    """Kernels lazy_reduce (both schemes), lazy_merge (the 2-D scheme's merge) and lazy_sizeof. lazy_reduce
+    takes (vals, idx, partial, a0 .. a{n-1}, [nums, when the plan has numbers,] bs0 .. bs{n-1}, n_outer,
+    n_inner, blocks_per_batch, j_per_block, rows_total)."""
     offsets, stride = inner_layout(plan, dtype_name)
     tile = cuda_tile(plan, dtype_name, cfg)
     slots = range(len(plan.arg_cats))
-    params = ", ".join(f"const T* __restrict__ a{k}" for k in slots)
-    bstrides = ", ".join(f"long long bs{k}" for k in slots)
-    sig_args = ", ".join(x for x in (params, bstrides) if x)
+    params = [f"const T* __restrict__ a{k}" for k in slots]
+    if plan.n_numbers:
+        params.append("const T* __restrict__ nums")  # the number vector, after the variables
+    sig_args = ", ".join([*params, *(f"long long bs{k}" for k in slots)])
     head = [f"const T* p{k} = a{k} + b * bs{k};" for k in slots]
     for k in slots:
         d = plan.arg_dims[k]
@@ -227,7 +277,7 @@ def cuda_source(plan: Plan, dtype_name: str, cfg: CudaConfig) -> str:
                 return f"row[{offsets[var.slot] + c}]"
             return f"v{var.slot}_r{r}_{c}" if role == "outer" else f"v{var.slot}_{c}"
 
-        hoisted, cell = _cell(plan, read, f"r{r}_")
+        hoisted, cell = _cell(plan, read, f"r{r}_", lambda k, hoisted: f"nums[{k}]")
         head += hoisted
         cells.append(cell)
     body: list[str] = []

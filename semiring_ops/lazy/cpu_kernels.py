@@ -65,6 +65,8 @@ def run_cpu(plan: Plan, call: CallArgs) -> tuple[torch.Tensor, torch.Tensor | No
         call.batched(k).transpose(-1, -2).contiguous() if plan.role(k) == "inner" else t
         for k, t in enumerate(call.tensors)
     ]
+    if call.numbers is not None:
+        tensors.append(call.numbers)  # args[slots]: the number vector (no batch stride)
     ptrs = (ctypes.c_void_p * max(1, len(tensors)))(*[t.data_ptr() for t in tensors])
     strides = (ctypes.c_int64 * max(1, len(tensors)))(*call.batch_strides)
     rows = call.nbatch * call.n_outer

@@ -59,7 +59,8 @@ def kernels_for(plan: Plan, dtype: torch.dtype, device: torch.device, cfg: CudaC
             module = compile_cuda_module(source, names, torch.device("cuda", index))
             n = len(plan.arg_cats)
             p, i64 = ctypes.c_void_p, ctypes.c_int64
-            reduce = module.function("lazy_reduce", [p, p, p] + [p] * n + [i64] * n + [i64] * 5)
+            pointers = n + (1 if plan.n_numbers else 0)  # the variables, then the number vector
+            reduce = module.function("lazy_reduce", [p, p, p] + [p] * pointers + [i64] * n + [i64] * 5)
             merge = module.function("lazy_merge", [p, p, p, i64, ctypes.c_int32])
             sizeof = module.function("lazy_sizeof", [p])
             out = torch.empty(1, dtype=torch.int64, device=torch.device("cuda", index))
@@ -184,6 +185,7 @@ def run_cuda(
         iptr,
         pptr,
         *[t.data_ptr() for t in call.tensors],
+        *([] if call.numbers is None else [call.numbers.data_ptr()]),
         *call.batch_strides,
         call.n_outer,
         call.n_inner,

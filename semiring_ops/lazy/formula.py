@@ -13,7 +13,12 @@ knows three things about itself:
 
 Variables are :class:`Var` leaves: a category (``"i"``, ``"j"`` or ``"p"``), a dimension and either a
 tensor (while a user builds a formula) or a slot (the canonical form a kernel is compiled for, see
-:func:`canonicalize`). Formulas compare and hash by structure through :attr:`Formula.key`.
+:func:`canonicalize`). Python numbers are :class:`Const` leaves, which the canonical form turns into
+:class:`Num` leaves: entries of one number vector, a call argument of the kernel, so formulas that differ
+only in their numbers share a kernel. Formulas compare and hash by structure through :attr:`Formula.key`.
+
+Every pass over a formula (key, canonicalize, emit, vjp, evaluate, parse) visits each distinct node once,
+without recursion: the work is linear in the number of nodes, whatever their depth or sharing.
 """
 
 from __future__ import annotations
@@ -29,9 +34,14 @@ __all__ = [
     "Emitter",
     "Formula",
     "FormulaError",
+    "Num",
     "Var",
+    "as_number",
+    "canonical_numbers",
     "canonicalize",
     "evaluate",
+    "node_count",
+    "number_count",
     "variables",
     "vjp",
 ]
@@ -54,7 +64,7 @@ class Formula:
         self.dim = int(dim)
         self.children = children
         self._key: str | None = None
-        self._canonical: tuple[Formula, list[Var]] | None = None  # canonicalize's result, once computed
+        self._canonical: _Canonical | None = None  # canonicalize's result, once computed
         self._plans: dict | None = None  # the reduction plans of this formula (autograd.reduce_formula)
 
     # the structure, as a string: equal keys compute the same function of the same variable slots
@@ -68,18 +78,13 @@ class Formula:
 
     @property
     def key(self) -> str:
-        if self._key is None:  # children first, without recursion (formulas may be thousands deep)
-            for c in self.children:
-                if c._key is None and not c.children:
-                    c._key = f"{c.op}{c.params()}()"
-            if all(c._key is not None for c in self.children):  # a leaf, or children already keyed
-                inner = ",".join(c._key for c in self.children)
-                self._key = f"{self.op}{self.params()}({inner})"
-                return self._key
-            for node in _postorder(self):
-                if node._key is None:
-                    inner = ",".join(c._key for c in node.children)
-                    node._key = f"{node.op}{node.params()}({inner})"
+        """The structure as a string, ``{op}{params}({children' keys})``, e.g. ``Exp(Neg(Sum(Square(Sub(Vi0:3(),
+        Vj1:3())))))``. A sub-formula equal to one written before (same structure, shared or not) is written
+        ``@n``, n its rank among the sub-formulas completed so far (``Mul(Sub(Vi0:1(),Vj1:1()),@2)``): the key
+        of a DAG is linear in its number of distinct nodes, and equal structures have equal keys. Remembered
+        on the node (formulas are immutable)."""
+        if self._key is None:
+            self._key = _structural_key(self)
         return self._key
 
     def __repr__(self) -> str:
@@ -170,15 +175,29 @@ class Var(Formula):
         return []
 
 
+def as_number(x: Any) -> float:
+    """A Python number (int, float, bool) as the float a formula computes with, as torch takes a number into a
+    float tensor's operation: an int beyond int64 is a float too (``10**30`` is 1e30); one beyond the float
+    range (``10**400``) raises OverflowError naming it."""
+    try:
+        return float(x)
+    except OverflowError:
+        digits = str(x)
+        shown = digits if len(digits) <= 24 else f"{digits[:12]}...{digits[-6:]} ({len(digits)} digits)"
+        raise OverflowError(f"the number {shown} is too large for a float (at most ~1.8e308)") from None
+
+
 class Const(Formula):
-    """A number written into the kernel (integers of the user's formula, exponents, clamp bounds)."""
+    """A number of the user's formula (or of a derivative): its exact value (a Python float). Canonical
+    formulas hold :class:`Num` leaves instead, so the value is a call argument and not part of the kernel
+    (:func:`canonicalize`); a Const left in a formula (the kernels' own rewrites) is written as a literal."""
 
     op = "C"
     __slots__ = ("value",)
 
     def __init__(self, value: float) -> None:
         super().__init__(1)
-        self.value = float(value)
+        self.value = as_number(value)
 
     def params(self) -> str:
         return repr(self.value)  # repr round-trips a float exactly
@@ -195,6 +214,40 @@ class Const(Formula):
 
     def evaluate_node(self, values: list[torch.Tensor]) -> torch.Tensor:
         raise AssertionError("constants are evaluated by evaluate() itself")
+
+    def vjp(self, g: Formula) -> list[Formula | None]:
+        return []
+
+
+class Num(Formula):
+    """Entry ``index`` of the number vector, a (n,) tensor passed to the kernel with the variables: what
+    :func:`canonicalize` makes of each :class:`Const`. The kernel reads the value at run time (the
+    Emitter's ``number``), so a new value of a number needs no new kernel."""
+
+    op = "Num"
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        if index < 0:
+            raise FormulaError(f"a number's index must be >= 0, got {index}")
+        super().__init__(1)
+        self.index = int(index)
+
+    def params(self) -> str:
+        return str(self.index)
+
+    @classmethod
+    def from_params(cls, params, children):
+        return cls(int(params))
+
+    def rebuild(self, children: Sequence[Formula]) -> Formula:
+        return self
+
+    def emit(self, em: Emitter, args: list[list[str]]) -> list[str]:
+        return [em.number(self.index, em.hoisting)]
+
+    def evaluate_node(self, values: list[torch.Tensor]) -> torch.Tensor:
+        raise AssertionError("numbers are evaluated by evaluate() itself")
 
     def vjp(self, g: Formula) -> list[Formula | None]:
         return []
@@ -374,12 +427,16 @@ class Exp2(Unary):
 
 
 class IntPow(Formula):
-    """x ** n for an integer n."""
+    """x ** n for an integer n, by repeated squaring (lz_ipow takes a C int: |n| <= MAX; larger exponents are
+    powers through :class:`Pow`, whose result is the same: 0, 1 or +-inf but for |x| = 1)."""
 
     op = "IntPow"
     __slots__ = ("n",)
+    MAX = 2**31 - 2  # |n| for which n and the derivative's n - 1 are C ints
 
     def __init__(self, x: Formula, n: int) -> None:
+        if not -self.MAX - 1 <= n <= self.MAX:
+            raise FormulaError(f"IntPow: the exponent {n} is not in [{-self.MAX - 1}, {self.MAX}]; use Pow")
         super().__init__(x.dim, x)
         self.n = int(n)
 
@@ -873,15 +930,23 @@ def _postorder(root: Formula, done: set[int] | None = None) -> list[Formula]:
 class _VarIndex:
     """The distinct variables met so far, numbered in order: two Var nodes are one variable when they have the
     same category and dimension and either the same slot (canonical formulas) or the same tensor object
-    (``Vi(x)`` twice). Compared with ``is``, not by id(): torch.compile (2.11) cannot take the id() of a tensor
-    made inside the compiled function. A linear scan: formulas have a handful of variables."""
+    (``Vi(x)`` twice). Eager, a dict on (id(tensor) or slot, category, dimension) finds a variable in O(1);
+    under torch.compile, which (2.11) cannot take the id() of a tensor made inside the compiled function, a
+    linear scan comparing with ``is`` (traced formulas have a handful of variables)."""
 
-    __slots__ = ("vars",)
+    __slots__ = ("_ids", "vars")
 
     def __init__(self) -> None:
         self.vars: list[Var] = []
+        self._ids: dict[tuple, int] | None = None if torch.compiler.is_compiling() else {}
+
+    @staticmethod
+    def _ident(v: Var) -> tuple:
+        return (id(v.tensor) if v.tensor is not None else ("slot", v.slot), v.cat, v.dim)
 
     def find(self, v: Var) -> int | None:
+        if self._ids is not None:
+            return self._ids.get(self._ident(v))  # the tensors stay alive in self.vars: their ids stay theirs
         for k, u in enumerate(self.vars):
             if u is v:
                 return k
@@ -896,6 +961,8 @@ class _VarIndex:
         if k is None:
             k = len(self.vars)
             self.vars.append(v)
+            if self._ids is not None:
+                self._ids[self._ident(v)] = k
         return k
 
 
@@ -923,71 +990,156 @@ def substitute(root: Formula, mapping: Callable[[Var], Formula]) -> Formula:
     return memo[id(root)]
 
 
-_CANONICAL: dict[str, Formula] = {}  # canonical key -> the canonical formula, shared by equal structures
-MAX_CANONICAL = 4096
+def _structural_key(root: Formula) -> str:
+    """Formula.key: one post-order pass numbers the distinct structures ((op, params, children's numbers)
+    -> number), one depth-first pass writes each structure once and ``@n`` for its later occurrences, n the
+    rank of its completion (formula_key.parse_formula numbers the nodes it completes the same way)."""
+    heads: list[str] = []  # per structure: "{op}{params}"
+    kids: list[tuple[int, ...]] = []  # per structure: its children's structures
+    number: dict[tuple, int] = {}
+    of: dict[int, int] = {}  # id(node) -> its structure
+    for node in _postorder(root):
+        head = f"{node.op}{node.params()}"
+        sig = (head, tuple(of[id(c)] for c in node.children))
+        s = number.get(sig)
+        if s is None:
+            s = number[sig] = len(heads)
+            heads.append(head)
+            kids.append(sig[1])
+        of[id(node)] = s
+    out: list[str] = []
+    rank: dict[int, int] = {}  # structure -> its rank among the completed ones
+    comma, close = -1, -2
+    stack: list[tuple[int, int]] = [(of[id(root)], 0)]  # (structure, what): 0 write it, else close it
+    while stack:
+        s, what = stack.pop()
+        if s == comma:
+            out.append(",")
+        elif what:
+            out.append(")")
+            rank[s] = len(rank)
+        elif s in rank:
+            out.append(f"@{rank[s]}")
+        else:
+            out.append(f"{heads[s]}(")
+            stack.append((s, close))
+            for k, c in enumerate(reversed(kids[s])):
+                if k:
+                    stack.append((comma, 0))
+                stack.append((c, 0))
+    return "".join(out)
 
 
-def canonicalize(root: Formula, reuse_first: bool = True) -> tuple[Formula, list[Var]]:
-    """(the formula with slot variables 0, 1, ... in order of first appearance, the tensor variables in that
-    order). Two formulas with equal canonical keys compile to the same kernel.
+def node_count(root: Formula) -> int:
+    """The number of distinct nodes (objects) of a formula: the size of its emitted cell, for a canonical one."""
+    return len(_postorder(root))
 
-    One pass over the nodes computes the canonical key (the key the canonical formula would have); the
-    canonical formula itself is built once per key and shared. The result is remembered on the root
-    (formulas are immutable), and the first child's is taken over as the prefix (its variables come
-    first), so ``K @ v`` or ``(K * w).sum(1)`` with a new v or w each call walk only the new nodes."""
-    if root._canonical is not None:
-        return root._canonical[0], list(root._canonical[1])
-    keys: dict[int, str] = {}
+
+def number_count(root: Formula) -> int:
+    """The length of the number vector a canonical formula reads: 1 + its largest Num index (0 without one)."""
+    count = 0
+    for node in _postorder(root):  # a loop: Dynamo traces no max(generator, default=)
+        if isinstance(node, Num) and node.index >= count:
+            count = node.index + 1
+    return count
+
+
+class _Canonical:
+    """canonicalize's result, remembered on the root: the canonical formula, the tensor variables by slot, the
+    numbers' values (entry k is Num(numbered + k)) and which Const node has which index (by id)."""
+
+    __slots__ = ("const_index", "formula", "numbered", "numbers", "tvars")
+
+    def __init__(self, formula, tvars, numbers, const_index, numbered) -> None:
+        self.formula: Formula = formula
+        self.tvars: list[Var] = tvars
+        self.numbers: tuple[float, ...] = numbers
+        self.const_index: dict[int, int] = const_index
+        self.numbered: int = numbered
+
+
+_INTERNED: dict[tuple, Formula] = {}  # (op, params, ids of the canonical children) -> the canonical node
+MAX_INTERNED = 1 << 16  # nodes kept; past that the table starts again (formulas stay valid, only unshared)
+
+
+def canonicalize(root: Formula, reuse_first: bool = True, numbered: int = 0) -> tuple[Formula, list[Var]]:
+    """(the canonical formula, the tensor variables by slot). In the canonical formula the variables are slot
+    variables 0, 1, ... in order of first appearance, every Const is ``Num(k)`` (k = numbered, numbered + 1,
+    ... in order of first appearance, one per Const node: see :func:`canonical_numbers` for the values),
+    and equal structures are one node (hash-consing, so the kernel computes a repeated sub-formula once).
+    Two formulas with equal canonical keys compile to the same kernel, whatever their tensors and numbers.
+
+    ``numbered``: Num nodes already in the formula index the first ``numbered`` entries of the number vector
+    (a derivative of a canonical formula reads the forward's numbers); new numbers come after them.
+
+    One pass over the nodes, each looked up in a table of the canonical nodes made so far (shared by all
+    formulas, so a formula rebuilt each call makes no new node). The result is remembered on the root
+    (formulas are immutable), and the first child's is taken over as the prefix (its variables and numbers
+    come first), so ``(K * w).sum(1)`` with a new w each call walks only the new nodes."""
+    c = _canonical(root, reuse_first, numbered)
+    return c.formula, list(c.tvars)
+
+
+def canonical_numbers(root: Formula, numbered: int = 0) -> tuple[float, ...]:
+    """The values of the numbers of canonicalize(root, numbered=numbered): entry k is Num(numbered + k)'s."""
+    return _canonical(root, True, numbered).numbers
+
+
+def _canonical(root: Formula, reuse_first: bool, numbered: int) -> _Canonical:
+    done = root._canonical
+    if done is not None and done.numbered == numbered:
+        return done
+    table = {} if torch.compiler.is_compiling() else _INTERNED  # a traced graph keeps no formula objects
     slots = _VarIndex()  # the tensor variables, numbered by slot
-    slot_of: dict[int, int] = {}  # id(Var node) -> its slot
-    done: set[int] = set()
+    numbers: list[float] = []
+    const_index: dict[int, int] = {}  # id(Const node) -> its number's index
+    canon: dict[int, Formula] = {}  # id(node) -> its canonical node
+    skip: set[int] = set()
     first = root.children[0] if root.children else None
-    canon_first = None
     if reuse_first and first is not None and first.children:
-        canon_first, first_vars = canonicalize(first, reuse_first=False)  # one level: no deep recursion
-        slots.vars.extend(first_vars)  # distinct already
-        keys[id(first)] = canon_first.key
-        done.add(id(first))
-    order = _postorder(root, done)
-    for node in order:
+        prefix = _canonical(first, False, numbered)  # one level: no deep recursion
+        for v in prefix.tvars:  # distinct already
+            slots.add(v)
+        numbers.extend(prefix.numbers)
+        const_index.update(prefix.const_index)
+        canon[id(first)] = prefix.formula
+        skip.add(id(first))
+    for node in _postorder(root, skip):
         if isinstance(node, Var):
-            slot = slot_of[id(node)] = slots.add(node)
-            keys[id(node)] = f"V{node.cat}{slot}:{node.dim}()"  # = Var(cat, dim, slot=slot).key
-        elif not node.children:
-            keys[id(node)] = node.key
+            slot = slots.add(node)
+            sig: tuple = ("V", node.cat, slot, node.dim)
+            made = table.get(sig)
+            if made is None:
+                made = Var(node.cat, node.dim, slot=slot)
+        elif isinstance(node, (Const, Num)):
+            if isinstance(node, Num):
+                if node.index >= numbered:
+                    raise FormulaError(f"Num({node.index}) has no value: the formula's numbers are {numbered}")
+                index = node.index
+            else:
+                index = const_index.get(id(node))
+                if index is None:
+                    index = const_index[id(node)] = numbered + len(numbers)
+                    numbers.append(node.value)
+            sig = ("Num", index)
+            made = table.get(sig)
+            if made is None:
+                made = Num(index)
         else:
-            keys[id(node)] = f"{node.op}{node.params()}({','.join(keys[id(c)] for c in node.children)})"
-    key = keys[id(root)]
-    canon = _CANONICAL.get(key)
-    if canon is None:
-        canon = _build_canonical(order, slot_of, first if canon_first is not None else None, canon_first)
-        if len(_CANONICAL) >= MAX_CANONICAL:
-            _CANONICAL.clear()
-        _CANONICAL[key] = canon
-    root._canonical = (canon, slots.vars)
-    return canon, list(slots.vars)
-
-
-def _build_canonical(
-    order: list[Formula], slot_of: dict[int, int], first: Formula | None, canon_first: Formula | None
-) -> Formula:
-    """The canonical formula of the nodes ``order`` (post-order, the root last): variables become slot
-    variables (slot_of: id(Var node) -> slot), the subtree ``first`` (left out of ``order``) is ``canon_first``."""
-    memo: dict[int, Formula] = {}
-    if first is not None:
-        memo[id(first)] = canon_first
-    made: dict[int, Var] = {}
-    for node in order:
-        if isinstance(node, Var):
-            slot = slot_of[id(node)]
-            if slot not in made:
-                made[slot] = Var(node.cat, node.dim, slot=slot)
-            memo[id(node)] = made[slot]
-        elif not node.children:
-            memo[id(node)] = node
-        else:
-            memo[id(node)] = node.rebuild([memo[id(c)] for c in node.children])
-    return memo[id(order[-1])]
+            kids = [canon[id(c)] for c in node.children]
+            sig = (node.op, node.params(), *(id(k) for k in kids))
+            made = table.get(sig)
+            if made is None:
+                same = all(k is c for k, c in zip(kids, node.children, strict=True))
+                made = node if same else node.rebuild(kids)
+        if sig not in table:
+            if len(table) >= MAX_INTERNED:
+                table.clear()
+            table[sig] = made
+        canon[id(node)] = made
+    done = _Canonical(canon[id(root)], slots.vars, tuple(numbers), const_index, numbered)
+    root._canonical = done
+    return done
 
 
 # ---------------------------------------------------------------- emission (C code)
@@ -997,10 +1149,14 @@ class Emitter:
     """Collects the statements of one evaluation of a formula.
 
     ``read(var, d)`` returns the C expression of component d of a variable (the kernel skeleton decides where
-    variables live: registers, shared memory, a staged chunk); ``ctype`` is the scalar type (``T``).
+    variables live: registers, shared memory, a staged chunk); ``number(k, hoisted)`` the expression of entry
+    k of the number vector (:class:`Num`) in a statement of ``hoisted`` (True) or of ``lines``: numbers are
+    read where they are used, not named, so thousands of them make no thousands of live values;
+    ``ctype`` is the scalar type (``T``).
     With ``invariant(var)`` (true for variables that do not change along the reduction: parameters and the
     row's own variables), sub-formulas of invariant variables only go to ``hoisted``, statements the skeleton
-    places once per row, before its loop over j; the rest goes to ``lines``.
+    places once per row, before its loop over j; the rest goes to ``lines``. Each distinct node is emitted
+    once (canonical formulas share equal sub-formulas), as one temporary per component.
     """
 
     def __init__(
@@ -1009,8 +1165,10 @@ class Emitter:
         prefix: str = "t",
         ctype: str = "T",
         invariant: Callable[[Var], bool] | None = None,
+        number: Callable[[int, bool], str] | None = None,
     ) -> None:
         self.read = read
+        self.number = number or (lambda k, hoisted: f"nums[{k}]")
         self.prefix = prefix
         self.ctype = ctype
         self.invariant = invariant
@@ -1018,6 +1176,11 @@ class Emitter:
         self.hoisted: list[str] = []
         self._target = self.lines
         self._count = 0
+
+    @property
+    def hoisting(self) -> bool:
+        """Whether the node being emitted goes to ``hoisted``."""
+        return self._target is self.hoisted
 
     def temp_expr(self, expr: str, ctype: str | None = None) -> str:
         name = f"{self.prefix}{self._count}"
@@ -1044,12 +1207,13 @@ class Emitter:
         values: dict[int, list[str]] = {}
         inv: dict[int, bool] = {}
         for node in _postorder(root):
-            args = [values[id(c)] for c in node.children]
             inv[id(node)] = self.is_invariant(node, [inv[id(c)] for c in node.children])
             self._target = self.hoisted if inv[id(node)] else self.lines
+            here = self.hoisting
+            args = [[self.number(c.index, here)] if isinstance(c, Num) else values[id(c)] for c in node.children]
             out = node.emit(self, args)
             # name every multi-use or compound result once, so shared sub-formulas are computed once
-            if not isinstance(node, (Var, Const)) and (node is not root or inv[id(node)]):
+            if not isinstance(node, (Var, Const, Num)) and (node is not root or inv[id(node)]):
                 out = [o if o.isidentifier() else self.temp_expr(o) for o in out]
             values[id(node)] = out
         self._target = self.lines
@@ -1093,15 +1257,22 @@ def _invariant_of(node: Formula, inv: dict[int, bool], invariant: Callable[[Var]
 # ---------------------------------------------------------------- evaluation (torch)
 
 
-def evaluate(root: Formula, read: Callable[[Var], torch.Tensor], like: torch.Tensor) -> torch.Tensor:
+def evaluate(
+    root: Formula, read: Callable[[Var], torch.Tensor], like: torch.Tensor, numbers: torch.Tensor | None = None
+) -> torch.Tensor:
     """The formula's value with torch: ``read(var)`` gives each variable as a tensor whose last dimension is
-    the variable's and whose leading dimensions broadcast; constants take ``like``'s dtype and device."""
+    the variable's and whose leading dimensions broadcast; constants take ``like``'s dtype and device, and
+    ``Num(k)`` is ``numbers[k]`` (the number vector of a canonical formula, shape (n,))."""
     values: dict[int, torch.Tensor] = {}
     for node in _postorder(root):
         if isinstance(node, Var):
             values[id(node)] = read(node)
         elif isinstance(node, Const):
             values[id(node)] = torch.full((1,), node.value, dtype=like.dtype, device=like.device)
+        elif isinstance(node, Num):
+            if numbers is None or node.index >= numbers.shape[0]:
+                raise FormulaError(f"Num({node.index}): no such entry in the number vector")
+            values[id(node)] = numbers[node.index : node.index + 1]
         else:
             values[id(node)] = node.evaluate_node([values[id(c)] for c in node.children])
     return values[id(root)]
@@ -1113,33 +1284,37 @@ def evaluate(root: Formula, read: Callable[[Var], torch.Tensor], like: torch.Ten
 def vjp(root: Formula, wrt: Sequence[Var], g: Formula) -> list[Formula | None]:
     """Symbolic vector-Jacobian products: for each variable v of ``wrt`` (the same variable as one of root's,
     see _VarIndex), the formula sum_d g_d * d root_d / d v (dimension v.dim), or None when root does not
-    depend on v."""
+    depend on v. Cotangents flow only into sub-formulas that depend on a variable of ``wrt`` (numbers and
+    other variables get none), each node visited once."""
     if g.dim != root.dim:
         raise FormulaError(f"vjp: cotangent of dimension {g.dim} for a formula of dimension {root.dim}")
     order = _postorder(root)
+    wanted = _VarIndex()
+    for v in wrt:
+        wanted.add(v)
+    needed: set[int] = set()  # ids of the nodes that depend on a variable of wrt
+    for node in order:
+        if (wanted.find(node) is not None) if isinstance(node, Var) else any(id(c) in needed for c in node.children):
+            needed.add(id(node))
     cot: dict[int, Formula] = {id(root): g}
-    seen = _VarIndex()
-    by_var: list[Formula] = []  # the cotangent of each of seen's variables
+    by_var: list[Formula | None] = [None] * len(wanted.vars)  # the cotangent of each of wanted's variables
     for node in reversed(order):
         gn = cot.get(id(node))
-        if gn is None:
+        if gn is None or id(node) not in needed:
             continue
         if isinstance(node, Var):
-            k = seen.add(node)
-            if k == len(by_var):
-                by_var.append(gn)
-            else:
-                by_var[k] = Add(by_var[k], gn)
+            k = wanted.find(node)
+            prev = by_var[k]
+            by_var[k] = gn if prev is None else Add(prev, gn)
             continue
         for child, gc in zip(node.children, node.vjp(gn), strict=True):
-            if gc is None:
+            if gc is None or id(child) not in needed:
                 continue
             if gc.dim != child.dim:
                 gc = reduce_to_dim(gc, child.dim)
             prev = cot.get(id(child))
             cot[id(child)] = gc if prev is None else Add(prev, gc)
-    found = [seen.find(v) for v in wrt]
-    return [None if k is None else by_var[k] for k in found]
+    return [by_var[wanted.find(v)] for v in wrt]
 
 
 def to_formula(x: Any) -> Formula:
@@ -1147,5 +1322,5 @@ def to_formula(x: Any) -> Formula:
     if isinstance(x, Formula):
         return x
     if isinstance(x, (int, float)):
-        return Const(float(x))
+        return Const(x)
     raise FormulaError(f"cannot use {type(x).__name__} in a formula")

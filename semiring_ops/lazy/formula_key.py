@@ -1,7 +1,9 @@
 """Formulas and plans back from their keys.
 
 A canonical formula's key (``Formula.key``) names every node as ``{op}{params}({children' keys})``, e.g.
-``Exp(Neg(Sum(Square(Sub(Vi0:3(),Vj1:3())))))``, and a plan's key adds the reduction, the outer category and
+``Exp(Neg(Sum(Square(Sub(Vi0:3(),Vj1:3())))))``, a repeated sub-formula as ``@n`` (the n-th node completed, a
+closing parenthesis, counting from 0: ``Mul(Sub(Vi0:1(),Num0()),@2)``; numbers are ``Num{k}``, entries of the
+number vector passed with the variables), and a plan's key adds the reduction, the outer category and
 whether indices are tracked (``Plan.key``). The key is therefore a complete description of a kernel: the
 registered operator ``semiring_ops::lazy_reduce`` takes a plan as its key, and a graph that torch.compile
 traced holds only strings and tensors.
@@ -46,13 +48,25 @@ def _op_at(key: str, pos: int) -> str:
 
 
 def parse_formula(key: str) -> Formula:
-    """The canonical formula whose key is ``key``; ``parse_formula(f.key).key == f.key``. Iterative, so a
-    formula thousands of nodes deep parses. Raises FormulaError on a malformed key."""
+    """The canonical formula whose key is ``key``; ``parse_formula(f.key).key == f.key``, a ``@n`` being the
+    same node object as the n-th completed one. Iterative and linear in the key's length, so a formula
+    thousands of nodes deep parses. Raises FormulaError on a malformed key."""
     # a stack of open nodes: (class, params, children parsed so far)
     stack: list[tuple[type[Formula], str, list[Formula]]] = []
+    completed: list[Formula] = []  # the nodes in the order of their closing parentheses: @n is completed[n]
     pos, n = 0, len(key)
     done: Formula | None = None
     while pos < n:
+        if key[pos] == "@":  # a sub-formula written before
+            end = pos + 1
+            while end < n and key[end].isdigit():
+                end += 1
+            ref = int(key[pos + 1 : end]) if end > pos + 1 else -1
+            if not stack or not 0 <= ref < len(completed):
+                raise FormulaError(f"formula key {key[:200]!r}: bad reference {key[pos:end]!r} at position {pos}")
+            stack[-1][2].append(completed[ref])
+            pos = end + (1 if end < n and key[end] == "," else 0)
+            continue
         if key[pos] == ")":  # the innermost open node is complete
             if not stack:
                 raise FormulaError(f"formula key {key[:200]!r}: unbalanced ')' at position {pos}")
@@ -61,6 +75,7 @@ def parse_formula(key: str) -> Formula:
                 node = cls.from_params(params, children)
             except (ValueError, TypeError, IndexError) as e:
                 raise FormulaError(f"formula key {key[:200]!r}: bad node {cls.op}{params} ({e})") from e
+            completed.append(node)
             pos += 1
             if stack:
                 stack[-1][2].append(node)

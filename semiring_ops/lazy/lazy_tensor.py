@@ -82,8 +82,8 @@ class _Number(Var):
     __slots__ = ("value",)
 
     def __init__(self, value: float) -> None:
-        super().__init__("p", 1, tensor=_number_tensor(value, _DEFAULT_DTYPE, _DEFAULT_DEVICE))
-        self.value = float(value)
+        super().__init__("p", 1, tensor=_number_tensor(F.as_number(value), _DEFAULT_DTYPE, _DEFAULT_DEVICE))
+        self.value = F.as_number(value)
 
 
 def _materialise(formula: Formula, dtype: torch.dtype, device: torch.device) -> Formula:
@@ -291,12 +291,9 @@ class LazyTensor:
     def _lift(self, other: Any) -> LazyTensor:
         if isinstance(other, LazyTensor):
             return other
-        if isinstance(other, float) and self.device is not None and not float(other).is_integer():
-            # a float becomes a parameter, so a new value needs no new kernel (deferred beside deferred numbers)
-            if self.deferred:
-                return self._number(other)
-            return LazyTensor(_number_tensor(other, self.dtype, self.device))
         if isinstance(other, (int, float)):
+            # a number is a Const: an entry of the kernel's number vector (formula.canonicalize), so a new
+            # value needs no new kernel; exact (a Python float) until the call makes it a compute-dtype tensor
             return LazyTensor(other)
         if isinstance(other, torch.Tensor):
             return LazyTensor(other)
@@ -375,13 +372,13 @@ class LazyTensor:
     def __pow__(self, p):
         if isinstance(p, bool) or not isinstance(p, (int, float, LazyTensor, torch.Tensor)):
             raise TypeError(f"**: the exponent must be a number or a LazyTensor, got {type(p).__name__}")
-        if isinstance(p, (int, float)) and float(p).is_integer():
+        if isinstance(p, (int, float)) and abs(p) <= F.IntPow.MAX and float(p).is_integer():
             return self.square() if p == 2 else self._unary(F.IntPow, int(p))
         if isinstance(p, float) and p == 0.5:
             return self.sqrt()
         if isinstance(p, float) and p == -0.5:
             return self.rsqrt()
-        if isinstance(p, float):
+        if isinstance(p, (int, float)):  # any other number (a huge int too): the library pow
             return self._nary("**", F.Pow, LazyTensor(p))
         return self._nary("**", F.Pow, p)
 
@@ -428,8 +425,8 @@ class LazyTensor:
 
     def clamp(self, lo: Any, hi: Any) -> LazyTensor:
         """min(max(self, lo), hi); the bounds are numbers or LazyTensors."""
-        lo = LazyTensor(float(lo)) if isinstance(lo, (int, float)) else lo
-        hi = LazyTensor(float(hi)) if isinstance(hi, (int, float)) else hi
+        lo = LazyTensor(lo) if isinstance(lo, (int, float)) else lo
+        hi = LazyTensor(hi) if isinstance(hi, (int, float)) else hi
         return self._nary("clamp", F.Clamp, lo, hi)
 
     def ifelse(self, a: Any, b: Any) -> LazyTensor:

@@ -5,20 +5,27 @@ The output rows are indexed by the *outer* category ("i" when reducing over j, "
 the reduction runs over the *inner* one; parameters ("p") are the same for every pair. Every argument is
 passed to a kernel contiguous, in the compute dtype (float32 for 16-bit inputs, which is also the
 accumulation type), with a batch stride that is 0 when the argument is broadcast over the batch.
+
+The numbers of a formula (formula.Num) are not part of the plan: a call passes them as one more tensor after
+the variables, the number vector (n_numbers,), in the compute dtype (:func:`numbers_tensor`), so the
+kernel of a plan serves every value of its numbers.
 """
 
 from __future__ import annotations
 
+import array
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 
-from .formula import Formula, FormulaError, variables
+from ..ops.registry import plain_eager
+from .formula import Formula, FormulaError, number_count, variables
 from .formula_key import parse_formula
 from .reductions import Reduction
 
-__all__ = ["CallArgs", "Plan", "new_outputs", "prepare_call", "set_poison_outputs"]
+__all__ = ["CallArgs", "Plan", "new_outputs", "numbers_tensor", "prepare_call", "set_poison_outputs"]
 
 _poison = False
 
@@ -42,11 +49,29 @@ class Plan:
     with_arg: bool  # whether the kernel tracks the selected indices (max / min)
     # the compile key, made once (a cached_property would take a lock, which torch.compile cannot trace)
     key: str = field(init=False, repr=False, compare=False)
+    n_numbers: int = field(init=False, repr=False, compare=False)  # the number vector's length (0: none)
 
     def __post_init__(self) -> None:
         r = self.reduction
         key = f"{self.formula.key}|{r.kind}:{r.semiring}:{r.k}|{self.outer}|{int(self.with_arg)}"
         object.__setattr__(self, "key", key)
+        object.__setattr__(self, "n_numbers", number_count(self.formula))
+
+    def check_call(self, tensors: Sequence[torch.Tensor]) -> None:
+        """Raises ValueError unless ``tensors`` are a call's: one per slot, then the number vector (at least
+        n_numbers long) when the formula has numbers."""
+        slots = len(self.arg_cats)
+        want = slots + (1 if self.n_numbers else 0)
+        if len(tensors) != want:
+            raise ValueError(
+                f"lazy plan {self.key[:200]!r}: {want} tensors expected ({slots} variables"
+                f"{', then the number vector' if self.n_numbers else ''}), got {len(tensors)}"
+            )
+        if self.n_numbers and (tensors[slots].dim() != 1 or tensors[slots].shape[0] < self.n_numbers):
+            raise ValueError(
+                f"lazy plan: the number vector must have shape (n,) with n >= {self.n_numbers}, "
+                f"got {tuple(tensors[slots].shape)}"
+            )
 
     @property
     def inner(self) -> str:
@@ -116,21 +141,53 @@ class CallArgs:
         return t.reshape(self.nbatch if self.batch_strides[slot] else 1, *t.shape[t.dim() - trailing :])
 
     _is_param: tuple[bool, ...] = ()
+    numbers: torch.Tensor | None = None  # the number vector (n,), contiguous, in dtype; None without numbers
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+NUMBERS_CACHE_SIZE = 1024  # distinct (values, dtype, device) number vectors kept by numbers_tensor
+
+
+def numbers_tensor(values: Sequence[float], like: torch.Tensor | None) -> torch.Tensor:
+    """The number vector of a call: ``values`` (Python floats, exact) as a (n,) tensor in the compute dtype of
+    ``like``'s dtype (a float64 formula's numbers are exact, a 16-bit one's are float32, like the
+    computation) on ``like``'s device (float32 on the CPU without ``like``).
+
+    Eager, the last NUMBERS_CACHE_SIZE vectors are kept, keyed by the values' bits: a formula rebuilt each
+    call with the same numbers copies nothing to the device (``torch.tensor`` on a GPU is a synchronous
+    copy). The tensors are shared and only ever read."""
+    dtype = compute_dtype(like.dtype) if like is not None else torch.float32
+    device = like.device if like is not None else torch.device("cpu")
+    if like is not None and not plain_eager(like):  # tracing or a dispatch mode: no cached real tensor
+        return torch.tensor(list(values), dtype=dtype, device=device)
+    return _cached_numbers(array.array("d", values).tobytes(), dtype, device)
+
+
+@functools.lru_cache(maxsize=NUMBERS_CACHE_SIZE)
+def _cached_numbers(bits: bytes, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    # a normal tensor even when first asked for under inference_mode: an inference tensor could not be
+    # saved for backward by a later reduction that records a graph
+    with torch.inference_mode(False), torch.no_grad():
+        return torch.tensor(array.array("d", bits).tolist(), dtype=dtype, device=device)
+
+
 def prepare_call(
     plan: Plan, batch: tuple[int, ...], n_outer: int, n_inner: int, tensors: list[torch.Tensor]
 ) -> CallArgs:
     """Lays out the variables' tensors ((*b, n, D) for i / j variables, (*b, D) for parameters, with b
-    broadcastable to ``batch``) for a kernel call."""
+    broadcastable to ``batch``), then the number vector when the plan has numbers, for a kernel call."""
     nbatch = 1
     for s in batch:
         nbatch *= s
+    numbers = None
+    if plan.n_numbers:
+        tensors, numbers = tensors[: len(plan.arg_cats)], tensors[len(plan.arg_cats)]
     dtype = compute_dtype(tensors[0].dtype) if tensors else torch.float32
+    if numbers is not None:
+        numbers = numbers.to(dtype).contiguous()
     out: list[torch.Tensor] = []
     strides: list[int] = []
     for slot, t in enumerate(tensors):
@@ -148,7 +205,7 @@ def prepare_call(
         strides.append(0)  # no batch of its own (or a batch of one): shared by the whole batch
         out.append(t if t.is_contiguous() else t.contiguous())
     is_param = tuple(c == "p" for c in plan.arg_cats)
-    return CallArgs(out, strides, nbatch, n_outer, n_inner, dtype, is_param)
+    return CallArgs(out, strides, nbatch, n_outer, n_inner, dtype, is_param, numbers)
 
 
 def new_outputs(plan: Plan, call: CallArgs, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:

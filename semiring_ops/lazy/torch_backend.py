@@ -39,7 +39,7 @@ def run_torch(plan: Plan, call: CallArgs) -> tuple[torch.Tensor, torch.Tensor | 
                 return t[:, start:stop, None, :]
             return t[:, None, :, :]
 
-        f = evaluate(plan.formula, read, like)
+        f = evaluate(plan.formula, read, like, call.numbers)
         f = f.expand(call.nbatch, stop - start, call.n_inner, plan.formula.dim)
         v, i = plan.reduction.torch_reduce(f, plan.with_arg)
         vals_parts.append(v)

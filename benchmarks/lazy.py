@@ -13,10 +13,11 @@ Definitions (ANCHORS.md's "Kernel reductions (KeOps)" figures use the same ones,
                      cache folder (SEMIRING_OPS_LAZY_CACHE pointed at a new temporary folder), minus a cached
                      call; measured in this (warm) process and in a new process (import excluded)
     compile_size     compile time vs formula size: F = D_ij + c_1 + ... + c_n, n distinct float numbers
-                     (n = 10, 100, 1000, 2000 additions), N = M = 1000, an empty kernel cache folder: ms from
-                     building F to the first F.sum(1) (compile included), and from building it again (x
-                     requiring grad) to the gradient of F.logsumexp(1).sum() wrt x (two new kernels: the
-                     logsumexp and its symbolic derivative, which holds F)
+                     (n = 10, 100, 1000, 2000 additions), N = M = 100 (the kernels' run is negligible),
+                     an empty kernel cache folder: ms from building F to the first F.sum(1) (compile
+                     included), and from building it again (x requiring grad) to the gradient of
+                     F.logsumexp(1).sum() wrt x (two new kernels: the logsumexp and its symbolic
+                     derivative, which holds F)
     call overhead    the Gaussian formula built and reduced at M = N = 1, host clock, mean of many calls (one
                      synchronize at the end), minus the kernels' own time (CUDA: torch.profiler's kernel times;
                      CPU: nothing subtracted, so the figure is an upper bound); also (ours) K @ b with K built
@@ -257,7 +258,7 @@ def compile_vs_size(device: str, cache_env: str | None) -> dict[int, dict[str, R
     with an empty kernel cache folder (``cache_env``). Ours only (pykeops would take minutes per formula)."""
     from semiring_ops.lazy import Vi, Vj
 
-    data = make_data(1000, device)
+    data = make_data(100, device)
     out: dict[int, dict[str, Result]] = {}
     for n in COMPILE_SIZES:
         numbers = [0.5 + k / (n + 1) for k in range(n)]  # distinct floats
@@ -563,7 +564,7 @@ def build_rows(args, ours: dict, dense: dict, keops: dict, ceiling: float) -> li
         rows.append(
             dict(
                 benchmark=LABELS["compile_size"],
-                size=f"N=M=1k, {n} additions",
+                size=f"N=M=100, {n} additions",
                 ours=fwd,
                 dense="—",
                 pykeops=None,

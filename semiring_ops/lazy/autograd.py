@@ -29,7 +29,18 @@ import torch
 
 from ..ops.registry import plain_eager
 from .dispatch import execute
-from .formula import Concat, Formula, Mul, Var, canonical_numbers, canonicalize, evaluate, substitute, vjp
+from .formula import (
+    Concat,
+    Formula,
+    Mul,
+    Var,
+    canonical_node,
+    canonical_numbers,
+    canonicalize,
+    evaluate,
+    substitute,
+    vjp,
+)
 from .plan import Plan, numbers_tensor, prepare_call
 from .reductions import Reduction, semiring_reduction
 
@@ -104,7 +115,8 @@ def matmul_formula(formula: Formula, v: torch.Tensor, extent: Extent) -> torch.T
 
     def make(canon: Formula, tvars: list[Var]) -> Plan:
         cats, dims = (*(t.cat for t in tvars), "j"), (*(t.dim for t in tvars), e)
-        return Plan(Mul(canon, Var("j", e, slot=len(tvars))), cats, dims, semiring_reduction("std"), "i", False)
+        v_j = canonical_node(Var("j", e, slot=len(tvars)))
+        return Plan(canonical_node(Mul(canon, v_j)), cats, dims, semiring_reduction("std"), "i", False)
 
     plan, tvars, vector = _remembered_plan(formula, ("@", e), make)
     return run_plan(plan, extent, _with_numbers([*(t.tensor for t in tvars), v], vector))[0]

@@ -37,6 +37,7 @@ __all__ = [
     "Num",
     "Var",
     "as_number",
+    "canonical_node",
     "canonical_numbers",
     "canonicalize",
     "evaluate",
@@ -58,12 +59,13 @@ class Formula:
     """A node of a formula: ``dim`` components, computed from ``children``."""
 
     op: str = ""
-    __slots__ = ("_canonical", "_key", "_plans", "children", "dim")
+    __slots__ = ("_canonical", "_key", "_n_numbers", "_plans", "children", "dim")
 
     def __init__(self, dim: int, *children: Formula) -> None:
         self.dim = int(dim)
         self.children = children
         self._key: str | None = None
+        self._n_numbers: int | None = None  # number_count, once computed
         self._canonical: _Canonical | None = None  # canonicalize's result, once computed
         self._plans: dict | None = None  # the reduction plans of this formula (autograd.reduce_formula)
 
@@ -1036,12 +1038,15 @@ def node_count(root: Formula) -> int:
 
 
 def number_count(root: Formula) -> int:
-    """The length of the number vector a canonical formula reads: 1 + its largest Num index (0 without one)."""
-    count = 0
-    for node in _postorder(root):  # a loop: Dynamo traces no max(generator, default=)
-        if isinstance(node, Num) and node.index >= count:
-            count = node.index + 1
-    return count
+    """The length of the number vector a canonical formula reads: 1 + its largest Num index (0 without one).
+    Remembered on the root."""
+    if root._n_numbers is None:
+        count = 0
+        for node in _postorder(root):  # a loop: Dynamo traces no max(generator, default=)
+            if isinstance(node, Num) and node.index >= count:
+                count = node.index + 1
+        root._n_numbers = count
+    return root._n_numbers
 
 
 class _Canonical:
@@ -1060,6 +1065,36 @@ class _Canonical:
 
 _INTERNED: dict[tuple, Formula] = {}  # (op, params, ids of the canonical children) -> the canonical node
 MAX_INTERNED = 1 << 16  # nodes kept; past that the table starts again (formulas stay valid, only unshared)
+
+
+def _signature(node: Formula, kids: Sequence[Formula]) -> tuple:
+    """A canonical node's key in the intern table: its operation, parameters and canonical children (by id:
+    the table keeps them alive). A Var is a slot variable, a Num an index."""
+    if isinstance(node, Var):
+        return ("V", node.cat, node.slot, node.dim)
+    if isinstance(node, Num):
+        return ("Num", node.index)
+    return (node.op, node.params(), *(id(k) for k in kids))
+
+
+def _remember(table: dict[tuple, Formula], sig: tuple, node: Formula) -> Formula:
+    """``node``, now the node of ``table`` under ``sig``."""
+    if len(table) >= MAX_INTERNED:
+        table.clear()
+    table[sig] = node
+    return node
+
+
+def _intern_table() -> dict[tuple, Formula]:
+    return {} if torch.compiler.is_compiling() else _INTERNED  # a traced graph keeps no formula objects
+
+
+def canonical_node(node: Formula) -> Formula:
+    """The shared canonical node equal to ``node``, a node whose children are canonical nodes (a kernel's own
+    wrapper of a canonical formula, as ``K @ v``'s ``K * v_j``): made once, it keeps its key and number count
+    across calls instead of computing them again."""
+    table, sig = _intern_table(), _signature(node, node.children)
+    return table.get(sig) or _remember(table, sig, node)
 
 
 def canonicalize(root: Formula, reuse_first: bool = True, numbered: int = 0) -> tuple[Formula, list[Var]]:
@@ -1089,7 +1124,7 @@ def _canonical(root: Formula, reuse_first: bool, numbered: int) -> _Canonical:
     done = root._canonical
     if done is not None and done.numbered == numbered:
         return done
-    table = {} if torch.compiler.is_compiling() else _INTERNED  # a traced graph keeps no formula objects
+    table = _intern_table()
     slots = _VarIndex()  # the tensor variables, numbered by slot
     numbers: list[float] = []
     const_index: dict[int, int] = {}  # id(Const node) -> its number's index
@@ -1108,9 +1143,7 @@ def _canonical(root: Formula, reuse_first: bool, numbered: int) -> _Canonical:
         if isinstance(node, Var):
             slot = slots.add(node)
             sig: tuple = ("V", node.cat, slot, node.dim)
-            made = table.get(sig)
-            if made is None:
-                made = Var(node.cat, node.dim, slot=slot)
+            made = table.get(sig) or _remember(table, sig, Var(node.cat, node.dim, slot=slot))
         elif isinstance(node, (Const, Num)):
             if isinstance(node, Num):
                 if node.index >= numbered:
@@ -1122,20 +1155,14 @@ def _canonical(root: Formula, reuse_first: bool, numbered: int) -> _Canonical:
                     index = const_index[id(node)] = numbered + len(numbers)
                     numbers.append(node.value)
             sig = ("Num", index)
-            made = table.get(sig)
-            if made is None:
-                made = Num(index)
+            made = table.get(sig) or _remember(table, sig, Num(index))
         else:
             kids = [canon[id(c)] for c in node.children]
-            sig = (node.op, node.params(), *(id(k) for k in kids))
+            sig = _signature(node, kids)
             made = table.get(sig)
             if made is None:
                 same = all(k is c for k, c in zip(kids, node.children, strict=True))
-                made = node if same else node.rebuild(kids)
-        if sig not in table:
-            if len(table) >= MAX_INTERNED:
-                table.clear()
-            table[sig] = made
+                made = _remember(table, sig, node if same else node.rebuild(kids))
         canon[id(node)] = made
     done = _Canonical(canon[id(root)], slots.vars, tuple(numbers), const_index, numbered)
     root._canonical = done

@@ -6,11 +6,13 @@ every (row, j) in increasing j; they differ in where the variables live:
 CPU (C++, g++, loaded with ctypes): parallel over (batch, row) with OpenMP; the row's outer variables and the
 parameters are scalars in registers; the inner variables are passed transposed, (D, n), and j is walked in
 groups of ``CPU_LANES`` with one reducer per lane, so the loop over lanes vectorises; the lanes are merged at
-the end (merge keeps the lowest index among ties). The cell is written once (the last group runs on clamped
-j and adds only its valid lanes), and each number (formula.Num) is read from a per-lane copy of the number
-vector, so the vectoriser loads it where it is used instead of hoisting one broadcast register per number
-out of the loop: with thousands of numbers, those registers made g++'s register allocation quadratic
-(132 s for 2,000 numbers). Both keep the compile time linear in the formula's size.
+the end (merge keeps the lowest index among ties); the last j (fewer than a group) go to lane 0 in a scalar
+loop, a second copy of the cell. Formulas of more than CPU_SCALAR_NODES nodes get one scalar loop over j
+instead (the same lanes, so the same sums), one copy of the cell, whose numbers (formula.Num) are read from
+the number vector where they are used, behind an empty asm per j that the compiler cannot hoist loads over:
+thousands of numbers held in registers across the loop (a parameter each, or the vectoriser's hoisted
+broadcasts) made g++'s register allocation quadratic (minutes for 2,000 numbers); now the compile time grows
+about linearly with the formula's size.
 
 CUDA (NVRTC): the tiled 1-D map-reduce scheme. Each thread owns ``rows`` output rows (i, i + block, ...) and
 their reducers in registers; the block walks j in tiles whose inner variables are staged in shared memory as

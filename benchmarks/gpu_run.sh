@@ -1,23 +1,39 @@
 #!/usr/bin/env bash
-# One call on the lent GPU machine (the device tool): install, build the kernels, run every CUDA test
-# and the benchmarks, keeping logs under $OUT. Usage (repo root): bash benchmarks/gpu_run.sh [pytest args]
+# One call on the lent GPU machine (the device tool): install, build the kernels, run every CUDA test,
+# the compute-sanitizer stage and the benchmarks, keeping logs under $OUT.
+# Usage (repo root): bash benchmarks/gpu_run.sh [pytest args]
+#   STAGES="tests sanitize bench" (default all three; a call is limited to 10 minutes, so split them over
+#   calls made back to back, e.g. STAGES=tests then STAGES=sanitize: the build cache in /tmp is reused);
+#   BENCH="bmm crf ..." picks benchmarks; run the sanitize stage in every session that changes a kernel.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 MAX_JOBS=${MAX_JOBS:-16}
 # the GPU image's default CXX is a wrapper whose extensions crash on throwing; use the system compilers
 [ -x /usr/bin/g++ ] && export CC=/usr/bin/gcc CXX=/usr/bin/g++
 OUT=${OUT:-/tmp/semiring_ops_out}
 mkdir -p "$OUT"
+export SEMIRING_OPS_CACHE=${SEMIRING_OPS_CACHE:-/tmp/socache}
 if ls .whl/*.whl >/dev/null 2>&1; then  # anchors carried as wheels (e.g. torch-semiring-einsum)
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
 fi
+# packages carried as folders (.whl/site/pykeops: KeOps's own test files, which tests/test_keops_suite.py reads)
+[ -d .whl/site ] && export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD/.whl/site"
+STAGES=${STAGES:-tests sanitize bench}
 python3 -m pip install -q --no-deps --no-build-isolation -e . > "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 t0=$(date +%s)
 python3 -m semiring_ops build 2>&1 | tee "$OUT/build.log"
 echo "build took $(( $(date +%s) - t0 )) s"
-timeout 420 python3 -m pytest -m "${PYTEST_MARK:-cuda}" -q -p no:cacheprovider "$@" 2>&1 | tee "$OUT/pytest_cuda.log" | tail -40
-# BENCH: which benchmarks to run (default all; SKIP_BENCH=1 for none)
+if [[ " $STAGES " == *" tests "* ]]; then
+  timeout 420 python3 -m pytest -m "${PYTEST_MARK:-cuda}" -q -p no:cacheprovider "$@" 2>&1 | tee "$OUT/pytest_cuda.log" | tail -40
+fi
+if [[ " $STAGES " == *" sanitize "* ]]; then  # every kernel family under memcheck, racecheck, synccheck, initcheck
+  mkdir -p /tmp/sanitize_logs
+  timeout 780 python3 benchmarks/sanitize.py --split --jobs 6 --out /tmp/sanitize_logs 2>&1 | tee "$OUT/sanitize.log"
+  tar czf "$OUT/sanitize_logs.tgz" -C /tmp sanitize_logs  # one file per (tool, family): one archive back
+fi
+# BENCH: which benchmarks to run (default all; SKIP_BENCH=1 or a STAGES without bench for none)
 [ "${SKIP_BENCH:-0}" = "1" ] && BENCH=""
+[[ " $STAGES " == *" bench "* ]] || BENCH=""
 for b in ${BENCH-bmm memory crf lazy lazy_example}; do
   case $b in
     bmm) timeout 300 python3 benchmarks/bmm.py --json "$OUT/bmm.json" 2>&1 | tee "$OUT/bmm.log" ;;

@@ -128,6 +128,14 @@ __device__ __forceinline__ void barrier_init(uint64_t* bar, unsigned arrivals) {
 #endif
 }
 
+// Ends an mbarrier's life: its shared memory may then hold anything else (PTX: an mbarrier object must be
+// invalidated before its memory is repurposed; the next block on this SM reuses it).
+__device__ __forceinline__ void barrier_inval(uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(shared_address(bar)) : "memory");
+#endif
+}
+
 // One arrival that also announces `bytes` more to come (the phase completes when both are in).
 __device__ __forceinline__ void barrier_expect(uint64_t* bar, unsigned bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -136,13 +144,16 @@ __device__ __forceinline__ void barrier_expect(uint64_t* bar, unsigned bytes) {
 #endif
 }
 
+// Waits for the phase of `bar` with this parity. Acquire at cluster scope: the phase completes by the peers'
+// st.async complete_tx, releases at cluster scope, and only an acquire of that scope makes their data (and
+// their earlier reads of the buffers this block writes next) ordered before what follows.
 __device__ __forceinline__ void barrier_wait(uint64_t* bar, unsigned parity) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const uint32_t addr = shared_address(bar);
   uint32_t done = 0;
   while (!done) {
     asm volatile(
-        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+        "{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
         : "=r"(done)
         : "r"(addr), "r"(parity)
         : "memory");
@@ -507,7 +518,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32) chain_kernel(ChainParams<T> p)
       }
     }
   }
-  if constexpr (kCluster) cluster_sync();  // no block leaves while its shared memory may be read
+  if constexpr (kCluster) {
+    cluster_sync();  // no block leaves while its shared memory may be read
+    if (threadIdx.x < kRing) barrier_inval(bars + threadIdx.x);  // every st.async into this block has landed
+  }
 }
 
 // The log-partition's gradient outputs, for a reverse scan run as the backward pass (kGrad).

@@ -33,7 +33,7 @@ struct SequenceParams {
 
 __global__ void __launch_bounds__(kThreads) sequence_kernel(SequenceParams p) {
   const int64_t b = blockIdx.x;
-  int64_t L = p.lengths[b];
+  int64_t L = p.has_mask ? 0 : p.lengths[b];  // with a mask, lengths is the output (not yet written)
   int problems = 0;
   if (p.has_mask) {
     int count = 0, holes = 0;

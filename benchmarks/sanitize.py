@@ -1,0 +1,301 @@
+"""Every CUDA kernel family once, at small odd sizes, under compute-sanitizer's four tools.
+
+    python benchmarks/sanitize.py                      # all tools x all families, logs under $OUT or /tmp
+    python benchmarks/sanitize.py --tools racecheck --split --jobs 6   # one process per family, 6 at once
+    python benchmarks/sanitize.py --workload chain     # one family's workload, no sanitizer (what each run runs)
+
+Each tool is one compute-sanitizer process over `--workload` of every family (with --split one process per
+family, --jobs of them at once), each with its own time limit (--limit, 180 s) and its log written even when
+the limit kills it. Racecheck runs the workloads' light form (--light: it costs seconds per cluster launch of
+the chain kernel; the form drops C = 512, whose kernel is C = 260's template with one more block per
+cluster). The workloads first run once without the sanitizer, which checks their answers against float64
+references and leaves the kernels built and the lazy formulas compiled, so the sanitized runs time kernels,
+not compilers. PyTorch's caching allocator is off under the sanitizer (PYTORCH_NO_CUDA_MEMORY_CACHING=1), so
+initcheck sees every output as a fresh allocation: an output element a kernel forgets to write is a read of
+uninitialised memory in the check that follows. A run is clean when the sanitizer's summary reports 0 errors
+(racecheck: 0 hazards) and the workload exits 0; the kernels named in a report are printed under its row.
+The table printed last is what docs/perf_notes.md quotes; benchmarks/gpu_run.sh runs it as its sanitize stage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
+TOOL_FLAGS = {
+    "memcheck": ["--leak-check", "no", "--check-device-heap", "yes"],
+    "racecheck": ["--racecheck-report", "all"],
+    # the chain kernel's mbarriers are PTX, which the tool's automatic count of barrier objects per block
+    # misses: "Detected overflow of tracked cuda::barrier structures", then a launch failure the tool
+    # caused (clean at C = 260 and 512 with a table of 65,536)
+    "synccheck": ["--num-cuda-barriers", "65536"],
+    "initcheck": [],
+}
+# PyTorch's kernels the tools cannot check here (a substring of the kernel's name; ours are never matched):
+# synccheck: with that barrier table the tool failed to launch PyTorch's own elementwise kernels ("Internal
+# Sanitizer Error ... div_floor_kernel_cuda"), and no PyTorch kernel holds our barriers; initcheck: torch.topk's
+# multi-block radix select (at::native::mbtopk::computeBlockDigitCounts, which the CRF's top-k merge calls)
+# reads scratch counters it has not written (115,273 reports, every one in that kernel, on an H100).
+TOOL_EXCLUDE = {"synccheck": "native", "initcheck": "mbtopk"}
+
+
+def _exclude_flags(tool: str) -> list[str]:
+    """compute-sanitizer's kernel filter for TOOL_EXCLUDE (named --kernel-name-exclude since 2022, before that
+    --kernel-regex-exclude)."""
+    if tool not in TOOL_EXCLUDE:
+        return []
+    help_text = subprocess.run(["compute-sanitizer", "--help"], capture_output=True, text=True).stdout
+    option = "--kernel-name-exclude" if "--kernel-name-exclude" in help_text else "--kernel-regex-exclude"
+    return [option, f"kns={TOOL_EXCLUDE[tool]}"]
+
+
+def _close(got: torch.Tensor, want: torch.Tensor, what: str, tol: float = 1e-4) -> None:
+    got, want = got.double().cpu(), want.double().cpu()
+    finite = torch.isfinite(want)
+    if not torch.equal(torch.isfinite(got), finite) or not torch.allclose(
+        got[finite], want[finite], rtol=tol, atol=tol
+    ):
+        raise AssertionError(f"{what}: max |difference| {(got[finite] - want[finite]).abs().max().item():.3g}")
+
+
+# ------------------------------------------------------------------ the workloads, one per kernel family
+
+
+def bmm(light: bool) -> None:
+    """The tiled engine: log / max / min forward in every dtype, with argmax, the log backward and double
+    backward (log_contract), max / min backward; odd sizes straddling the tiles, a broadcast batch, strides."""
+    import semiring_ops as so
+
+    g = torch.Generator().manual_seed(0)
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        a = torch.randn(3, 37, 45, generator=g).to("cuda", dtype)
+        b = torch.randn(1, 29, 45, generator=g).to("cuda", dtype).transpose(1, 2)  # broadcast batch, strided
+        a.requires_grad_()
+        b.requires_grad_()
+        terms = a.double()[..., :, :, None] + b.double()[..., None, :, :]
+        for name, ref in (("log", terms.logsumexp(-2)), ("max", terms.amax(-2)), ("min", terms.amin(-2))):
+            out = so.semiring_matmul(a, b, name)
+            _close(out, ref, f"bmm {name} {dtype}", tol=2e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-4)
+            out.float().sum().backward()
+            if name != "log":
+                so.semiring_matmul(a.detach(), b.detach(), name, return_argmax=True)
+    a = torch.randn(2, 19, 23, generator=g, dtype=torch.float64).cuda().requires_grad_()
+    b = torch.randn(2, 23, 17, generator=g, dtype=torch.float64).cuda().requires_grad_()
+    (ga,) = torch.autograd.grad(so.logbmm(a, b).pow(2).sum(), a, create_graph=True)
+    ga.sum().backward()  # double backward: four more contractions
+
+
+def packed(light: bool) -> None:
+    """The packed 16-bit max / min kernel (HADD2 + HMNMX2), called directly at odd sizes."""
+    from semiring_ops.build.backends import backend_for
+
+    module = backend_for(torch.device("cuda")).module
+    g = torch.Generator().manual_seed(1)
+    for dtype in (torch.float16, torch.bfloat16):
+        a = torch.randn(2, 131, 67, generator=g).to("cuda", dtype)
+        b = torch.randn(2, 67, 129, generator=g).to("cuda", dtype)
+        terms = a.double()[..., :, :, None] + b.double()[..., None, :, :]
+        for is_max, ref in ((True, terms.amax(-2)), (False, terms.amin(-2))):
+            _close(module.bmm_packed_select(a, b, is_max), ref.to(dtype), f"packed {dtype} max={is_max}", tol=1e-2)
+
+
+def fast(light: bool) -> None:
+    """The log semiring's fast mode (TF32 mma.sync), 1 and 3 passes, called directly below its size threshold."""
+    from semiring_ops.ops import fast_log
+
+    g = torch.Generator().manual_seed(2)
+    a = torch.randn(2, 67, 75, generator=g, device="cpu").cuda().requires_grad_()
+    b = torch.randn(2, 75, 41, generator=g, device="cpu").cuda().requires_grad_()
+    ref = (a.double()[..., :, :, None] + b.double()[..., None, :, :]).logsumexp(-2)
+    for passes in (1, 3):
+        out = fast_log.log_bmm_fast(a, b, passes=passes)
+        _close(out, ref, f"fast log, {passes} passes", tol=5e-3)
+        out.sum().backward()
+
+
+def chain(light: bool) -> None:
+    """The fused chain kernels through the CRF: the loss (forward scan with gold paths) and its gradient (reverse
+    scan, marginals, pair marginals), log Z, marginals, Viterbi, top-k, a mask with bad-free odd lengths; at
+    C = 5 and 33 (one block per chain) and 260 and 512 (a cluster of blocks per chain on sm_90). The loss and
+    its gradient run twice, so a block meets shared memory that an earlier launch's block used (racecheck
+    reported a never-invalidated mbarrier that way); T = 7 wraps the cluster's 3-buffer mbarrier ring, so
+    both parities of its phases are waited on. C = 512 is short (T = 3). ``light`` (racecheck, which costs
+    seconds per cluster launch): C = 260 only for the cluster kernels (the same template as 512; one more
+    block per cluster there) and no decode / log-partition repeats."""
+    from semiring_ops.structures import LinearChainCRF
+
+    g = torch.Generator().manual_seed(3)
+    sizes = ((3, 7, 5), (2, 9, 33), (2, 7, 260)) + (() if light else ((2, 3, 512),))
+    for B, T, C in sizes:
+        crf = LinearChainCRF(C, batch_first=True).cuda()
+        with torch.no_grad():
+            for p in crf.parameters():
+                p.copy_(torch.randn(p.shape, generator=g))
+        em = torch.randn(B, T, C, generator=g).cuda().requires_grad_()
+        tags = torch.randint(0, C, (B, T), generator=g).cuda()
+        lengths = torch.tensor([T] + [max(1, T - 2 - i) for i in range(B - 1)])
+        mask = (torch.arange(T)[None, :] < lengths[:, None]).cuda()
+        for _ in range(2):
+            loss = crf.nll(em, tags, mask)
+            loss.backward()
+        ref = LinearChainCRF(C, batch_first=True).double()
+        ref.load_state_dict(crf.state_dict())
+        _close(loss, ref.to("cpu").nll(em.detach().double().cpu(), tags.cpu(), mask.cpu()), f"CRF loss C={C}", 1e-3)
+        crf.marginals(em.detach(), mask)
+        crf.viterbi(em.detach(), mask)
+        crf.viterbi(em.detach(), mask, top_k=3)
+        if not light:
+            crf.log_partition(em.detach(), mask)
+            crf.decode(em.detach(), mask)
+
+
+def lazy(light: bool) -> None:
+    """Generated lazy reductions (NVRTC): Gaussian kernel sum and its gradient, logsumexp, argmin, k-best."""
+    from semiring_ops.lazy import Vi, Vj
+
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(301, 3, generator=g).cuda().requires_grad_()
+    y = torch.randn(157, 3, generator=g).cuda()
+    v = torch.randn(157, 2, generator=g).cuda()
+    D = ((Vi(x) - Vj(y)) ** 2).sum(-1)
+    dense = ((x.double()[:, None] - y.double()[None]) ** 2).sum(-1)
+    out = (-D).exp() @ v
+    _close(out, (-dense).exp() @ v.double(), "lazy K @ v")
+    out.sum().backward()
+    _close((-D).logsumexp(dim=1), (-dense).logsumexp(1, keepdim=True), "lazy logsumexp")
+    D.argmin(dim=1)
+    D.argKmin(5, dim=0)
+
+
+def sequence(light: bool) -> None:
+    """sequence_lengths: masks (with a hole, marked rather than raised), lengths, tags."""
+    from semiring_ops.ops.chain_ops import sequence_lengths
+
+    B, T, C = 5, 11, 4
+    lengths = torch.tensor([11, 0, 3, 7, 1], device="cuda")
+    mask = torch.arange(T, device="cuda")[None, :] < lengths[:, None]
+    tags = torch.randint(0, C, (B, T), device="cuda")
+    assert torch.equal(sequence_lengths(mask, None, tags, B, T, C, True), lengths)
+    sequence_lengths(None, lengths, tags, B, T, C, True)
+    mask[2, 5] = True  # a hole
+    got = sequence_lengths(mask, None, tags, B, T, C, False)
+    assert got[2].item() == -1, "a mask with a hole is marked"
+
+
+FAMILIES: dict[str, Callable[[bool], None]] = {
+    "bmm": bmm,
+    "packed": packed,
+    "fast": fast,
+    "chain": chain,
+    "lazy": lazy,
+    "sequence": sequence,
+}
+
+
+# ------------------------------------------------------------------ the driver
+
+
+def _summary(tool: str, log: str) -> int | None:
+    """Errors (hazards for racecheck) in a sanitizer log, None when it has no summary line."""
+    pattern = r"RACECHECK SUMMARY: (\d+) hazard" if tool == "racecheck" else r"ERROR SUMMARY: (\d+) error"
+    found = re.findall(pattern, log)
+    return sum(int(n) for n in found) if found else None
+
+
+def _kernels(log: str) -> str:
+    """The kernels the reports name, most reported first (what to look at when a run is not clean)."""
+    names = Counter(m.group(1)[:90] for m in re.finditer(r" at (?:void )?([^\s(]+)[^\n]*\+0x[0-9a-f]+", log))
+    return ", ".join(f"{name} x{n}" for name, n in names.most_common(4))
+
+
+def run_one(tool: str, families: list[str], out: Path, limit: float) -> tuple[str, float, str, str]:
+    """One compute-sanitizer process over the families' workloads; its log is written whatever happens."""
+    env = {**os.environ, "PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "PYTHONUNBUFFERED": "1"}
+    label = "all" if families == list(FAMILIES) else "+".join(families)
+    log_path = out / f"sanitize_{tool}_{label}.log"
+    cmd = ["compute-sanitizer", "--tool", tool, *TOOL_FLAGS[tool], *_exclude_flags(tool), "--print-limit", "100"]
+    cmd += [sys.executable, __file__, "--workload", *families, *(["--light"] if tool == "racecheck" else [])]
+    start = time.perf_counter()
+    # its own process group: on the time limit the tool and the workload under it are killed together
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+    try:
+        text, _ = proc.communicate(timeout=limit)
+        code: int | None = proc.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        text, code = proc.communicate()[0], None
+    seconds = time.perf_counter() - start
+    log_path.write_text(f"$ {' '.join(cmd)}\n{text}")
+    errors = _summary(tool, text)
+    if code is None:
+        verdict = f"TIMEOUT ({limit:.0f} s)"
+    elif errors is None:
+        verdict = f"no summary (exit {code})"
+    elif errors or code:
+        verdict = f"{errors} {'hazards' if tool == 'racecheck' else 'errors'} (exit {code})"
+    else:
+        verdict = "clean"
+    return verdict, seconds, log_path.name, _kernels(text) if verdict != "clean" else ""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workload", nargs="+", choices=FAMILIES, help="run these families' workloads (no sanitizer)")
+    parser.add_argument("--tools", nargs="+", choices=TOOLS, default=list(TOOLS))
+    parser.add_argument("--families", nargs="+", choices=FAMILIES, default=list(FAMILIES))
+    parser.add_argument("--light", action="store_true", help="the workloads' lighter form (racecheck's)")
+    parser.add_argument("--split", action="store_true", help="one sanitizer process per family (default: one per tool)")
+    parser.add_argument("--jobs", type=int, default=1, help="sanitizer processes at once (with --split)")
+    parser.add_argument("--limit", type=float, default=180.0, help="seconds per sanitizer process (default 180)")
+    parser.add_argument("--out", default=os.environ.get("OUT", "/tmp"), help="folder for the logs")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("sanitize.py: no CUDA GPU", file=sys.stderr)
+        return 2
+    if args.workload:
+        for family in args.workload:
+            start = time.perf_counter()
+            FAMILIES[family](args.light)
+            torch.cuda.synchronize()
+            print(f"workload {family}: ok ({time.perf_counter() - start:.1f} s)", flush=True)
+        print(f"workloads {' '.join(args.workload)}: ok")
+        return 0
+    for family in args.families:  # answers checked, kernels built and formulas compiled, unsanitized
+        FAMILIES[family](False)  # (the light form is a subset)
+    torch.cuda.synchronize()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    groups = [[f] for f in args.families] if args.split else [list(args.families)]
+    print(f"compute-sanitizer on {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
+    print(f"{'tool':<10} {'families':<32} {'result':<24} {'seconds':>8}  log", flush=True)
+    clean = True
+    for tool in args.tools:
+        start = time.perf_counter()
+        with ThreadPoolExecutor(max(1, args.jobs)) as pool:  # each thread waits on its own sanitizer process
+            results = list(pool.map(lambda group, tool=tool: run_one(tool, group, out, args.limit), groups))
+        for group, (verdict, seconds, log, kernels) in zip(groups, results, strict=True):
+            clean &= verdict == "clean"
+            print(f"{tool:<10} {' '.join(group):<32} {verdict:<24} {seconds:8.1f}  {log}", flush=True)
+            if kernels:
+                print(f"{'':<10} reported in: {kernels}", flush=True)
+        if len(groups) > 1:
+            print(f"{tool:<10} {'(wall clock, all families)':<32} {'':<24} {time.perf_counter() - start:8.1f}")
+    return 0 if clean else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -298,6 +298,10 @@ def test_cuda_sources_take_the_number_vector_and_one_cell_for_large_formulas():
     assert (cfg.rows, cfg.chunk) == (1, 1)
     src = cuda_source(plan, "float32", cfg)
     assert "const T* __restrict__ a1, const T* __restrict__ nums, long long bs0" in src
-    assert src.count("const T r0_f[") == 1 and "nums[1999]" in src and not re.search(r"T\(-?[0-9]", src)
+    assert src.count("const T r0_f[") == 1 and "numsj[1999]" in src and not re.search(r"T\(-?[0-9]", src)
+    # read behind an empty asm per j, in a loop not unrolled: NVVM hoisted the loads out of the loop otherwise
+    assert 'asm volatile("" : "+l"(numsj));' in src and "#pragma unroll 1\n" in src
     gauss = _plan((-(Vi(x).sqdist(Vj(y))) / 0.5).exp() * Vj(y).elem(0))
     assert cuda_config(gauss, "float32").rows == 8
+    small = cuda_source(gauss, "float32", cuda_config(gauss, "float32"))
+    assert "asm volatile" not in small and "#pragma unroll 4\n" in small

@@ -19,7 +19,10 @@ their reducers in registers; the block walks j in tiles whose inner variables ar
 rows of ``stride`` values (one 16-byte load per 4 values, broadcast to all threads); when the rows alone
 cannot fill the GPU, the 2-D scheme splits j over ``gridDim.y`` blocks, which park their reducers in a
 workspace that a second kernel merges (the semiring merge). The number vector is one more kernel argument,
-read where used (``nums[k]``); large formulas get fewer copies of the cell (cuda_config).
+read where used (``nums[k]``); large formulas get fewer copies of the cell (cuda_config) and, past
+LARGE_FORMULA_NODES nodes, the CPU's remedy: a j loop that is not unrolled and the number vector behind an
+empty asm per j. Without it NVVM hoisted the 2,000 loads of a 2,000-number formula out of the j loop into
+registers of their own and NVRTC took 15-31 s for it on an H100 host (6 s with it).
 """
 
 from __future__ import annotations
@@ -76,7 +79,8 @@ def _indent(lines: list[str], n: int) -> str:
 # ---------------------------------------------------------------- CPU
 
 
-CPU_SCALAR_NODES = 256  # formulas of more nodes get the scalar CPU skeleton (one copy of the cell)
+LARGE_FORMULA_NODES = 256  # formulas of more nodes: numbers read in place behind an asm per j (CPU and CUDA)
+CPU_SCALAR_NODES = LARGE_FORMULA_NODES  # formulas of more nodes get the scalar CPU skeleton (one cell copy)
 
 
 def cpu_source(plan: Plan, dtype_name: str) -> str:
@@ -279,17 +283,21 @@ def cuda_source(plan: Plan, dtype_name: str, cfg: CudaConfig) -> str:
                 return f"row[{offsets[var.slot] + c}]"
             return f"v{var.slot}_r{r}_{c}" if role == "outer" else f"v{var.slot}_{c}"
 
-        hoisted, cell = _cell(plan, read, f"r{r}_", lambda k, hoisted: f"nums[{k}]")
+        hoisted, cell = _cell(plan, read, f"r{r}_", lambda k, hoisted: f"nums[{k}]" if hoisted else f"numsj[{k}]")
         head += hoisted
         cells.append(cell)
     body: list[str] = []
     for r, cell in enumerate(cells):
         body += ["{", *("  " + s for s in cell), f"  red[{r}].add(r{r}_f, j);", "}"]
+    large = node_count(plan.formula) > LARGE_FORMULA_NODES
+    # numsj: the number vector, opaque per j in a large formula (loads stay where they are used)
+    numsj = 'const T* numsj = nums; asm volatile("" : "+l"(numsj));' if large else "const T* numsj = nums;"
     loops = [
-        "#pragma unroll 4",
+        "#pragma unroll 1" if large else "#pragma unroll 4",
         "for (; jj < nt; ++jj) {",
         f"  const T* row = tile + jj * {stride};",
         "  const int32_t j = (int32_t)(j0 + jj);",
+        *(["  " + numsj] if plan.n_numbers else []),
         *("  " + s for s in body),
         "}",
     ]
@@ -303,6 +311,7 @@ def cuda_source(plan: Plan, dtype_name: str, cfg: CudaConfig) -> str:
                 chunked += ["{", f"  const T* row = tile + (jj + {u}) * {stride};", *("  " + s for s in cell)]
                 chunked += ["  " + " ".join(copy), "}"]
             chunked.append(f"red[{r}].add_chunk<{u_max}>(r{r}_c, (int32_t)(j0 + jj));")
+        chunked = [numsj, *chunked] if plan.n_numbers else chunked
         loops = [f"for (; jj + {u_max} <= nt; jj += {u_max}) {{", *("  " + s for s in chunked), "}", *loops]
     stores = []
     for r in range(cfg.rows):

@@ -779,10 +779,13 @@ class LazyTensor:
         over: str,
         what: str,
         with_arg: bool = False,
-        opts: ReduceOptions = _DEFAULT_OPTIONS,
+        opts: ReduceOptions | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(values, indices or None) of a reduction over i or j, with KeOps' options ``opts`` applied: values
-        (*batch, rows, D) (k-best: (*batch, rows, K[, D])), keepdim inserting the reduced axis."""
+        (*batch, rows, D) (k-best: (*batch, rows, K[, D])), keepdim inserting the reduced axis. (None, not an
+        options object, is the default: torch 2.11's dynamo cannot wrap an object held in a default.)"""
+        if opts is None:
+            opts = _DEFAULT_OPTIONS
         if over == "vector":
             raise ValueError(f"{what} over the vector dimension is not available; reduce over i or j")
         if self.device is None:

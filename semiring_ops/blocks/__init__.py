@@ -1,9 +1,15 @@
 """The block engine: outputs too large for one launch or one device, computed block by block.
 
-For now only the scheduler (:mod:`.scheduler`): how an (M, N[, D]) output is cut into blocks under a memory
-budget, ordered for a pool of GPUs.
+- :func:`dense`, :func:`pdist`, :func:`matmul` (api.py): a lazy formula's values, its condensed symmetric
+  values in scipy's pdist layout, a semiring product, into a host output;
+- scheduler.py: how an (M, N[, D]) output is cut into blocks under a memory budget, ordered for a pool of
+  GPUs (pure Python);
+- engine.py: the generic orchestration (a worker per device, a double-buffered pipeline per GPU, faults,
+  progress); policies.py: what each operation adds (its sizes, how a block is computed); writers.py: where
+  a block goes (dense or condensed output).
 """
 
+from .api import dense, matmul, pdist
 from .scheduler import (
     BLOCKS_PER_GPU,
     ROWS_PER_SM,
@@ -24,6 +30,9 @@ __all__ = [
     "condensed_index",
     "condensed_row_start",
     "condensed_size",
+    "dense",
+    "matmul",
+    "pdist",
     "plan_blocks",
     "split_bands",
 ]

@@ -1,0 +1,351 @@
+"""The block engine's orchestration: blocks of a plan (scheduler.py) computed on a pool of devices and written
+into a host output, whatever the operation (a policy, policies.py) and the output's layout (a writer,
+writers.py).
+
+- **Devices.** One worker thread per device, all taking blocks from one queue, largest first, as they free
+  up. ``"cpu"`` workers compute blocks directly (the CPU path: the same scheduler and queue, so the
+  orchestration is tested where there is no GPU).
+- **Pipeline per GPU.** Two slots, each a pinned host staging buffer and an event: block k is computed on
+  the worker's compute stream and copied to its slot's staging buffer on a copy stream, while the host
+  writes block k - 1 from the other slot into the output (a multi-threaded copy). A slot is reused only
+  after the host has written what it held.
+- **Faults.** A block that runs out of device memory is split in two (its longer side halved) and its
+  halves are computed in its place. An exception in any worker stops the others at their next block and is
+  raised in the caller with the block's rows, columns and device. Ctrl-C stops every worker and waits for
+  them (each finishes the block in hand; no thread or stream is left running) before the KeyboardInterrupt
+  goes on. Writers write only the cells of the blocks they are given.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any, Protocol
+
+import torch
+
+from .scheduler import Block, BlockGrid, plan_blocks
+
+__all__ = ["BlockError", "BlockPolicy", "BlockWriter", "Progress", "resolve_devices", "run_blocks"]
+
+CPU_BUDGET_BYTES = 1 << 30  # a CPU worker's default budget (blocks of at most 256 MiB of output)
+
+
+class BlockPolicy(Protocol):
+    """What an operation tells the engine (policies.py): the output's size and dtype, the operand bytes a
+    block needs per output row / column, and how to compute one block on a device."""
+
+    m: int
+    n: int
+    value_dim: int  # D: the output is (m, n) when 1 and not ``keep_value_dim``, else (m, n, D)
+    dtype: torch.dtype
+    operand_row_bytes: int
+    operand_col_bytes: int
+
+    def prepare(self, device: torch.device) -> Any:
+        """Per-device state made once by the device's worker (e.g. operands uploaded whole)."""
+
+    def compute(self, state: Any, block: Block, device: torch.device) -> torch.Tensor:
+        """The block's values, (rows, cols[, D]) on ``device``, in ``dtype``."""
+
+
+class BlockWriter(Protocol):
+    """Where a computed block goes (writers.py): the cells of ``block`` from a host tensor (rows, cols[, D])."""
+
+    def write(self, block: Block, values: torch.Tensor) -> None: ...
+
+
+class BlockError(RuntimeError):
+    """An exception raised while a block was computed or written, with the block's place."""
+
+    def __init__(self, block: Block, device: torch.device, cause: BaseException) -> None:
+        super().__init__(
+            f"block rows [{block.r0}, {block.r1}) x columns [{block.c0}, {block.c1}) on {device}: "
+            f"{type(cause).__name__}: {cause}"
+        )
+        self.block, self.device = block, device
+
+
+def resolve_devices(devices: Sequence[torch.device | str | int] | str | None) -> list[torch.device]:
+    """``None``: every visible GPU, or without one the CPU (one worker per 2 cores, at most 4: each block's
+    torch operations are multi-threaded already); ``"all"``: every visible GPU; else the list (ints are CUDA
+    indices; ``"cpu"`` twice is two CPU workers). Raises ValueError for a device that is not there."""
+    if devices is None or devices == "all":
+        if torch.cuda.is_available():
+            return [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
+        if devices == "all":
+            raise ValueError("devices='all' asks for every visible GPU, and none is available")
+        return [torch.device("cpu")] * max(1, min(4, (os.cpu_count() or 1) // 2))  # threads over blocks
+    if isinstance(devices, (str, int, torch.device)):
+        devices = [devices]
+    out = []
+    for d in devices:
+        dev = torch.device("cuda", d) if isinstance(d, int) else torch.device(d)
+        if dev.type == "cuda":
+            if not torch.cuda.is_available():
+                raise ValueError(f"devices: {dev} asked for, and no CUDA GPU is available")
+            index = torch.cuda.current_device() if dev.index is None else dev.index
+            if index >= torch.cuda.device_count():
+                raise ValueError(f"devices: {dev}, but there are {torch.cuda.device_count()} CUDA devices")
+            dev = torch.device("cuda", index)
+        elif dev.type != "cpu":
+            raise ValueError(f"devices: {dev} is neither a CUDA device nor the CPU")
+        out.append(dev)
+    if not out:
+        raise ValueError("devices: an empty list")
+    return out
+
+
+def plan_for(
+    policy: BlockPolicy,
+    devices: Sequence[torch.device],
+    max_device_bytes: int | None,
+    triangle: str | None = None,
+    diagonal: bool = False,
+) -> BlockGrid:
+    """The plan of ``policy``'s output for ``devices``: the smallest free memory and SM count among them (a
+    CPU worker: CPU_BUDGET_BYTES and the core count)."""
+    free, sms = [], []
+    for dev in devices:
+        if dev.type == "cuda":
+            free.append(torch.cuda.mem_get_info(dev)[0])
+            sms.append(torch.cuda.get_device_properties(dev).multi_processor_count)
+        else:
+            free.append(CPU_BUDGET_BYTES * 5 // 4)  # 0.8 x this is the CPU budget
+            sms.append(os.cpu_count() or 1)
+    return plan_blocks(
+        policy.m,
+        policy.n,
+        value_dim=policy.value_dim,
+        elem_bytes=torch.empty((), dtype=policy.dtype).element_size(),
+        free_bytes=min(free),
+        max_device_bytes=max_device_bytes,
+        sm_count=min(sms),
+        n_gpus=len(devices),
+        rows_per_sm=1 if devices[0].type == "cpu" else 8,
+        operand_row_bytes=policy.operand_row_bytes,
+        operand_col_bytes=policy.operand_col_bytes,
+        triangle=triangle,  # type: ignore[arg-type]
+        diagonal=diagonal,
+    )
+
+
+class Progress:
+    """Blocks done, GB written and the rate: a tqdm bar when tqdm is installed, else one text line on stderr
+    redrawn at most twice a second; nothing when ``enabled`` is False."""
+
+    def __init__(self, total_blocks: int, enabled: bool) -> None:
+        self.total, self.enabled, self.done, self.bytes = total_blocks, enabled, 0, 0
+        self.start = self._last = time.perf_counter()
+        self._lock = threading.Lock()
+        self._bar = None
+        if enabled:
+            try:
+                from tqdm.auto import tqdm
+
+                self._bar = tqdm(total=total_blocks, unit="block", desc="semiring_ops.blocks")
+            except ImportError:
+                self._bar = None
+
+    def update(self, nbytes: int) -> None:
+        with self._lock:
+            self.done += 1
+            self.bytes += nbytes
+            if not self.enabled:
+                return
+            elapsed = max(time.perf_counter() - self.start, 1e-9)
+            rate = self.bytes / elapsed / 1e9
+            if self._bar is not None:
+                self._bar.set_postfix_str(f"{self.bytes / 1e9:.2f} GB, {rate:.2f} GB/s", refresh=False)
+                self._bar.update(1)
+            elif self.done == self.total or time.perf_counter() - self._last > 0.5:
+                self._last = time.perf_counter()
+                end = "\n" if self.done == self.total else ""
+                print(
+                    f"\rsemiring_ops.blocks: {self.done}/{self.total} blocks, {self.bytes / 1e9:.2f} GB written, "
+                    f"{rate:.2f} GB/s",
+                    end=end,
+                    file=sys.stderr,
+                    flush=True,
+                )
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def _halves(block: Block) -> list[Block]:
+    """A block cut in two along its longer side (for a retry after running out of memory)."""
+    if block.rows >= block.cols and block.rows > 1:
+        mid = block.r0 + block.rows // 2
+        return [replace(block, r1=mid), replace(block, r0=mid)]
+    if block.cols > 1:
+        mid = block.c0 + block.cols // 2
+        return [replace(block, c1=mid), replace(block, c0=mid)]
+    raise torch.cuda.OutOfMemoryError(f"a 1 x 1 block at ({block.r0}, {block.c0}) does not fit the device")
+
+
+class _Shared:
+    """The queue of blocks, the stop flag and the first error, shared by the workers."""
+
+    def __init__(self, blocks: Sequence[Block]) -> None:
+        self.queue: deque[Block] = deque(blocks)
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def take(self) -> Block | None:
+        with self.lock:
+            return None if self.stop.is_set() or not self.queue else self.queue.popleft()
+
+    def fail(self, exc: BaseException) -> None:
+        with self.lock:
+            if self.error is None:
+                self.error = exc
+        self.stop.set()
+
+
+def _is_oom(exc: BaseException) -> bool:
+    return isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc)
+
+
+def _compute_fitting(policy: BlockPolicy, state: Any, block: Block, device: torch.device) -> list:
+    """[(piece, values)] for ``block``: computed whole, or in halves (recursively) when the device runs out of
+    memory."""
+    try:
+        return [(block, policy.compute(state, block, device))]
+    except Exception as exc:
+        if device.type != "cuda" or not _is_oom(exc):
+            raise
+    torch.cuda.empty_cache()
+    return [pair for half in _halves(block) for pair in _compute_fitting(policy, state, half, device)]
+
+
+def _cpu_worker(policy, writer, device, shared: _Shared, progress: Progress) -> None:
+    state = policy.prepare(device)
+    while (block := shared.take()) is not None:
+        try:
+            values = policy.compute(state, block, device)
+            writer.write(block, values)
+            progress.update(values.numel() * values.element_size())
+        except BaseException as exc:
+            shared.fail(BlockError(block, device, exc))
+            return
+
+
+class _Slot:
+    """One half of a GPU worker's double buffer: pinned staging memory, and the event of its last copy."""
+
+    def __init__(self) -> None:
+        self.staging: torch.Tensor | None = None
+        self.event = torch.cuda.Event()
+        self.pending: list[tuple[Block, torch.Tensor]] = []  # (piece, staging view) copied, not yet written
+
+    def view(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        numel = 1
+        for s in shape:
+            numel *= s
+        if self.staging is None or self.staging.numel() < numel or self.staging.dtype != dtype:
+            self.staging = torch.empty(max(numel, 1), dtype=dtype, pin_memory=True)
+        return self.staging[:numel].view(shape)
+
+
+def _gpu_worker(policy, writer, device, shared: _Shared, progress: Progress) -> None:
+    block: Block | None = None
+    try:
+        with torch.cuda.device(device):
+            compute, copy = torch.cuda.Stream(device), torch.cuda.Stream(device)
+            with torch.cuda.stream(compute):
+                state = policy.prepare(device)
+            slots, k = [_Slot(), _Slot()], 0
+
+            def drain(slot: _Slot) -> None:  # the host writes what the slot's last copies brought
+                slot.event.synchronize()
+                for piece, host in slot.pending:
+                    writer.write(piece, host)
+                    progress.update(host.numel() * host.element_size())
+                slot.pending = []
+
+            while (block := shared.take()) is not None:
+                slot = slots[k % 2]
+                drain(slot)  # its previous block (k - 2) is written before its memory is reused
+                with torch.cuda.stream(compute):
+                    pieces = _compute_fitting(policy, state, block, device)
+                total = sum(v.numel() for _, v in pieces)
+                flat = slot.view((total,), policy.dtype)
+                copy.wait_stream(compute)
+                with torch.cuda.stream(copy):
+                    offset = 0
+                    for piece, values in pieces:
+                        host = flat[offset : offset + values.numel()].view(values.shape)
+                        host.copy_(values, non_blocking=True)
+                        values.record_stream(copy)
+                        slot.pending.append((piece, host))
+                        offset += values.numel()
+                    slot.event.record(copy)
+                k += 1
+                drain(slots[k % 2])  # block k - 1 is written by the host while block k copies
+            block = None
+            for slot in slots:
+                drain(slot)
+    except BaseException as exc:
+        shared.fail(BlockError(block, device, exc) if block is not None else exc)
+    finally:
+        with contextlib.suppress(RuntimeError):  # a broken context: the error already recorded says why
+            torch.cuda.synchronize(device)  # nothing left running on the worker's streams
+
+
+def run_blocks(
+    policy: BlockPolicy,
+    writer: BlockWriter,
+    grid: BlockGrid,
+    devices: Sequence[torch.device],
+    progress: bool | None = None,
+) -> None:
+    """Computes every block of ``grid`` with ``policy`` on ``devices`` (one worker thread each) and hands it
+    to ``writer``. ``progress``: None shows progress when stderr is a terminal and there are several blocks.
+    Raises BlockError (the first failure, from any worker) after every worker has stopped; Ctrl-C stops them
+    all, then goes on."""
+    if not grid.blocks:
+        return
+    shown = progress if progress is not None else (len(grid.blocks) > 1 and sys.stderr.isatty())
+    bar = Progress(len(grid.blocks), shown)
+    shared = _Shared(grid.blocks)
+    done = [threading.Event() for _ in devices]
+
+    def work(dev: torch.device, finished: threading.Event) -> None:
+        try:
+            (_gpu_worker if dev.type == "cuda" else _cpu_worker)(policy, writer, dev, shared, bar)
+        finally:
+            finished.set()
+
+    workers = [
+        threading.Thread(target=work, args=(dev, ev), name=f"semiring_ops.blocks {dev}", daemon=True)
+        for dev, ev in zip(devices, done, strict=True)
+    ]
+
+    def wait_all() -> None:  # timed waits on events, so that Ctrl-C reaches this thread (a join it cuts short
+        for ev in done:  # may return with the thread still running: the events say when a worker is done)
+            while not ev.wait(0.1):
+                pass
+        for w in workers:
+            w.join()
+
+    try:
+        for w in workers:
+            w.start()
+        wait_all()
+    except KeyboardInterrupt:
+        shared.stop.set()
+        wait_all()
+        raise
+    finally:
+        bar.close()
+    if shared.error is not None:
+        raise shared.error

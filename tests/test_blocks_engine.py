@@ -1,0 +1,211 @@
+"""The block engine (semiring_ops.blocks): dense / pdist / matmul against their one-shot references, with
+budgets that force many blocks and several CPU workers (the orchestration CI can run), out=, errors, a
+failing block, an out-of-memory split, Ctrl-C, progress."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+from conftest import CUDA
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.cluster.hierarchy import linkage
+from scipy.spatial.distance import pdist as scipy_pdist
+from scipy.spatial.distance import squareform
+
+from semiring_ops import semiring_matmul
+from semiring_ops.blocks import engine
+from semiring_ops.blocks.api import dense, matmul, pdist
+from semiring_ops.blocks.engine import BlockError, run_blocks
+from semiring_ops.blocks.policies import MatmulPolicy
+from semiring_ops.blocks.scheduler import Block, plan_blocks
+from semiring_ops.blocks.writers import DenseWriter
+from semiring_ops.lazy import Vi, Vj
+
+CPU3 = ["cpu", "cpu", "cpu"]  # three CPU workers sharing one queue
+
+
+def _gauss(x, y):
+    return (-((Vi(x) - Vj(y)) ** 2).sum(-1) / 2).exp()
+
+
+@settings(deadline=None, max_examples=12)
+@given(m=st.integers(1, 70), n=st.integers(1, 70), budget=st.integers(400, 40_000), seed=st.integers(0, 99))
+def test_dense_equals_the_one_shot_values_with_many_blocks(m, n, budget, seed):
+    g = torch.Generator().manual_seed(seed)
+    x, y = torch.randn(m, 3, generator=g, dtype=torch.float64), torch.randn(n, 3, generator=g, dtype=torch.float64)
+    out = torch.full((m, n), float("nan"), dtype=torch.float64)  # poisoned: every cell must be written
+    got = dense(_gauss(x, y), out, devices=CPU3, max_device_bytes=budget, progress=False)
+    assert got is out
+    torch.testing.assert_close(out, _gauss(x, y).dense()[..., 0], rtol=0, atol=0)
+
+
+def test_dense_of_a_vector_formula_keeps_its_value_dim():
+    x, y = torch.randn(41, 2), torch.randn(29, 2)
+    K = Vi(x) * Vj(y)  # (M, N, 2)
+    got = dense(K, devices=CPU3, max_device_bytes=2_000, progress=False)
+    assert got.shape == (41, 29, 2)
+    torch.testing.assert_close(got, K.dense())
+
+
+@pytest.mark.parametrize("diagonal", [False, True])
+@settings(deadline=None, max_examples=8)
+@given(n=st.integers(1, 90), budget=st.integers(300, 30_000), seed=st.integers(0, 99))
+def test_pdist_is_scipy_pdist_in_its_layout(diagonal, n, budget, seed):
+    x = torch.randn(n, 4, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    K = ((Vi(x) - Vj(x)) ** 2).sum(-1).sqrt()
+    got = pdist(K, diagonal=diagonal, devices=CPU3, max_device_bytes=budget, progress=False).numpy()
+    if diagonal:
+        full = K.dense()[..., 0].numpy()
+        np.testing.assert_allclose(got, full[np.triu_indices(n)], rtol=0, atol=1e-12)
+    else:
+        np.testing.assert_allclose(got, scipy_pdist(x.numpy()), rtol=1e-12, atol=1e-12)
+
+
+def test_pdist_feeds_squareform_and_hierarchical_clustering():
+    x = torch.randn(60, 3, dtype=torch.float64)
+    d = pdist(((Vi(x) - Vj(x)) ** 2).sum(-1).sqrt(), max_device_bytes=5_000, progress=False).numpy()
+    np.testing.assert_allclose(squareform(d), squareform(scipy_pdist(x.numpy())), atol=1e-12)
+    np.testing.assert_allclose(linkage(d, "average"), linkage(scipy_pdist(x.numpy()), "average"), atol=1e-9)
+
+
+def test_pdist_refuses_a_formula_of_two_point_sets():
+    x, y = torch.randn(5, 2), torch.randn(5, 2)
+    with pytest.raises(ValueError, match="Vi\\(x\\) and Vj\\(x\\) of the same x"):
+        pdist(((Vi(x) - Vj(y)) ** 2).sum(-1), progress=False)
+
+
+@pytest.mark.parametrize("semiring", ["log", "max", "min", "std"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_matmul_equals_semiring_matmul(semiring, dtype):
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.randn(67, 19, generator=g, dtype=dtype), torch.randn(19, 93, generator=g, dtype=dtype)
+    out = torch.full((67, 93), float("nan"), dtype=dtype)
+    matmul(a, b, semiring, out, devices=CPU3, max_device_bytes=8_000, progress=False)
+    torch.testing.assert_close(out, semiring_matmul(a, b, semiring))
+
+
+def test_empty_outputs():
+    assert dense(_gauss(torch.randn(0, 3), torch.randn(4, 3)), progress=False).shape == (0, 4)
+    assert pdist(((Vi(torch.randn(1, 2)) - Vj(torch.randn(1, 2))) ** 2).sum(-1), progress=False).shape == (0,)
+    assert matmul(torch.randn(3, 0), torch.randn(0, 0), "max", progress=False).shape == (3, 0)
+
+
+def test_out_is_checked_and_named():
+    a, b = torch.randn(4, 3), torch.randn(3, 5)
+    with pytest.raises(ValueError, match=r"out has shape \(5, 4\)"):
+        matmul(a, b, "log", torch.empty(5, 4), progress=False)
+    with pytest.raises(ValueError, match=r"out has shape .* torch.float64"):
+        matmul(a, b, "log", torch.empty(4, 5, dtype=torch.float64), progress=False)
+    with pytest.raises(ValueError, match="b must be a 2-D tensor"):
+        matmul(a, torch.randn(2, 3, 5), "log", progress=False)
+    with pytest.raises(ValueError, match="inner sizes differ"):
+        matmul(a, torch.randn(4, 5), "log", progress=False)
+    with pytest.raises(TypeError, match=r"K must be a semiring_ops\.lazy LazyTensor"):
+        dense(torch.randn(3, 3), progress=False)
+
+
+def test_devices_are_checked():
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA GPU"):
+            engine.resolve_devices(["cuda:0"])
+        with pytest.raises(ValueError, match="devices='all'"):
+            engine.resolve_devices("all")
+    with pytest.raises(ValueError, match="empty list"):
+        engine.resolve_devices([])
+    with pytest.raises(ValueError, match="neither a CUDA device nor the CPU"):
+        engine.resolve_devices(["meta"])
+
+
+class _Failing(MatmulPolicy):
+    """A product whose block starting at row `bad_row` raises; every block takes a little time."""
+
+    def __init__(self, a, b, bad_row):
+        super().__init__(a, b, "max")
+        self.bad_row, self.calls = bad_row, 0
+
+    def compute(self, state, block, device):
+        self.calls += 1
+        time.sleep(0.01)
+        if block.r0 == self.bad_row:
+            raise ArithmeticError("boom")
+        return super().compute(state, block, device)
+
+
+def test_a_failing_block_stops_the_pool_and_names_the_block():
+    a, b = torch.randn(200, 4), torch.randn(4, 200)
+    policy = _Failing(a, b, bad_row=0)
+    grid = plan_blocks(200, 200, free_bytes=None, max_device_bytes=4 * 4 * 20 * 20, sm_count=1, rows_per_sm=1)
+    assert len(grid.blocks) == 100
+    out = torch.zeros(200, 200)
+    with pytest.raises(BlockError, match=r"block rows \[0, 20\) x columns \[\d+, \d+\) on cpu: ArithmeticError: boom"):
+        run_blocks(policy, DenseWriter(out), grid, [torch.device("cpu")] * 2)
+    assert policy.calls < 100  # the others stopped at their next block
+    assert not any(t.name.startswith("semiring_ops.blocks") for t in threading.enumerate())
+
+
+def test_a_block_that_runs_out_of_memory_is_split_and_retried():
+    class Tight(MatmulPolicy):
+        def compute(self, state, block, device):
+            if block.rows * block.cols > 100:
+                raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+            return super().compute(state, block, torch.device("cpu"))
+
+    a, b = torch.randn(37, 5), torch.randn(5, 29)
+    policy = Tight(a, b, "log")
+    whole = Block(0, 0, 0, 0, 37, 0, 29, 37 * 29, False)
+    pieces = engine._compute_fitting(policy, None, whole, torch.device("cuda"))  # the device is only a label
+    assert len(pieces) > 1 and all(p.rows * p.cols <= 100 for p, _ in pieces)
+    out = torch.full((37, 29), float("nan"))
+    for piece, values in pieces:
+        DenseWriter(out).write(piece, values)
+    torch.testing.assert_close(out, semiring_matmul(a, b, "log"))
+
+
+@pytest.mark.skipif(os.name != "posix", reason="SIGINT to this process")
+def test_ctrl_c_stops_every_worker_and_goes_on():
+    class Slow(MatmulPolicy):
+        def compute(self, state, block, device):
+            time.sleep(0.05)
+            return super().compute(state, block, device)
+
+    policy = Slow(torch.randn(300, 3), torch.randn(3, 300), "max")
+    grid = plan_blocks(300, 300, max_device_bytes=4 * 4 * 10 * 10, sm_count=1, rows_per_sm=1)
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        run_blocks(policy, DenseWriter(torch.zeros(300, 300)), grid, [torch.device("cpu")] * 2, progress=False)
+    timer.join()
+    assert not any(t.name.startswith("semiring_ops.blocks") for t in threading.enumerate())
+
+
+def test_progress_line_without_tqdm(capsys, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "tqdm", None)  # as if tqdm were not installed
+    dense(_gauss(torch.randn(30, 2), torch.randn(30, 2)), devices=CPU3, max_device_bytes=2_000, progress=True)
+    err = capsys.readouterr().err
+    assert "semiring_ops.blocks:" in err and "blocks," in err and "GB/s" in err
+    dense(_gauss(torch.randn(30, 2), torch.randn(30, 2)), devices=CPU3, max_device_bytes=2_000, progress=False)
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("device", [CUDA])
+def test_cuda_pipeline_matches_the_cpu(device):
+    g = torch.Generator().manual_seed(5)
+    x, y = torch.randn(1001, 3, generator=g), torch.randn(777, 3, generator=g)
+    out = torch.full((1001, 777), float("nan"))
+    dense(_gauss(x, y), out, devices=[device], max_device_bytes=1 << 20, progress=False)
+    torch.testing.assert_close(out, _gauss(x, y).dense()[..., 0])
+    a, b = torch.randn(513, 64, generator=g), torch.randn(64, 1025, generator=g)
+    torch.testing.assert_close(
+        matmul(a, b, "max", devices=[device], max_device_bytes=1 << 20, progress=False),
+        semiring_matmul(a, b, "max"),
+    )
+    xs = torch.randn(900, 3, generator=g, dtype=torch.float64)
+    got = pdist(((Vi(xs) - Vj(xs)) ** 2).sum(-1).sqrt(), devices=[device], max_device_bytes=1 << 20, progress=False)
+    np.testing.assert_allclose(got.numpy(), scipy_pdist(xs.numpy()), atol=1e-10)

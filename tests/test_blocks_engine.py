@@ -209,3 +209,35 @@ def test_cuda_pipeline_matches_the_cpu(device):
     xs = torch.randn(900, 3, generator=g, dtype=torch.float64)
     got = pdist(((Vi(xs) - Vj(xs)) ** 2).sum(-1).sqrt(), devices=[device], max_device_bytes=1 << 20, progress=False)
     np.testing.assert_allclose(got.numpy(), scipy_pdist(xs.numpy()), atol=1e-10)
+
+
+def test_lazy_dense_with_out_routes_through_the_blocks():
+    x, y = torch.randn(57, 3, dtype=torch.float64), torch.randn(43, 3, dtype=torch.float64)
+    K = _gauss(x, y)
+    out = torch.full((57, 43, 1), float("nan"), dtype=torch.float64)
+    assert K.dense(out, max_device_bytes=3_000) is out  # (M, N, D), as dense() returns
+    torch.testing.assert_close(out, K.dense())
+    flat = torch.full((57, 43), float("nan"), dtype=torch.float64)
+    assert K.dense(flat, progress=False) is flat
+    torch.testing.assert_close(flat, K.dense()[..., 0])
+    torch.testing.assert_close(K.dense(max_device_bytes=3_000, progress=False), K.dense())  # a new host output
+
+
+def test_semiring_matmul_out_fills_a_host_output_block_by_block(monkeypatch):
+    from semiring_ops.blocks import api
+
+    calls = []
+    real = api.matmul
+    monkeypatch.setattr(api, "matmul", lambda *a, **k: calls.append(1) or real(*a, **k))
+    a, b = torch.randn(45, 7), torch.randn(7, 38)
+    out = torch.full((45, 38), float("nan"))
+    assert semiring_matmul(a, b, "min", out=out) is out
+    assert calls == [1]
+    torch.testing.assert_close(out, semiring_matmul(a, b, "min"))
+    batched = torch.empty(2, 45, 38)  # not 2-D: a copy of the result
+    semiring_matmul(a.expand(2, 45, 7), b, "log", out=batched)
+    torch.testing.assert_close(batched, semiring_matmul(a.expand(2, 45, 7), b, "log"))
+    with pytest.raises(RuntimeError, match="out= does not support automatic differentiation"):
+        semiring_matmul(a.requires_grad_(), b, "log", out=out)
+    with pytest.raises(ValueError, match="return_argmax"):
+        semiring_matmul(a.detach(), b, "max", out=out, return_argmax=True)

@@ -32,7 +32,7 @@ import torch
 
 from .scheduler import Block, BlockGrid, plan_blocks
 
-__all__ = ["BlockError", "BlockPolicy", "BlockWriter", "Progress", "resolve_devices", "run_blocks"]
+__all__ = ["BlockError", "BlockPolicy", "BlockWriter", "Progress", "cpu_workers", "resolve_devices", "run_blocks"]
 
 CPU_BUDGET_BYTES = 1 << 30  # a CPU worker's default budget (blocks of at most 256 MiB of output)
 
@@ -72,6 +72,11 @@ class BlockError(RuntimeError):
         self.block, self.device = block, device
 
 
+def cpu_workers() -> list[torch.device]:
+    """The CPU path's workers: one per 2 cores, at most 4 (each block's torch operations are multi-threaded)."""
+    return [torch.device("cpu")] * max(1, min(4, (os.cpu_count() or 1) // 2))
+
+
 def resolve_devices(devices: Sequence[torch.device | str | int] | str | None) -> list[torch.device]:
     """``None``: every visible GPU, or without one the CPU (one worker per 2 cores, at most 4: each block's
     torch operations are multi-threaded already); ``"all"``: every visible GPU; else the list (ints are CUDA
@@ -81,7 +86,7 @@ def resolve_devices(devices: Sequence[torch.device | str | int] | str | None) ->
             return [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
         if devices == "all":
             raise ValueError("devices='all' asks for every visible GPU, and none is available")
-        return [torch.device("cpu")] * max(1, min(4, (os.cpu_count() or 1) // 2))  # threads over blocks
+        return cpu_workers()
     if isinstance(devices, (str, int, torch.device)):
         devices = [devices]
     out = []

@@ -1121,12 +1121,40 @@ class LazyTensor:
 
     # ------------------------------------------------------------ dense
 
-    def dense(self) -> torch.Tensor:
-        """The formula evaluated at every (i, j) with torch: a (*batch, M, N, D) tensor (for small sizes)."""
+    def dense(
+        self,
+        out: torch.Tensor | None = None,
+        *,
+        devices: Any = None,
+        max_device_bytes: int | None = None,
+        progress: bool | None = None,
+    ) -> torch.Tensor:
+        """The formula evaluated at every (i, j): a (*batch, M, N, D) tensor.
+
+        Evaluated with torch on the formula's device, unless ``out`` (a host tensor (M, N, D), or (M, N) when
+        D = 1), ``devices``, ``max_device_bytes`` or ``progress`` is given, or the result (with torch's
+        temporaries, ~3x its size) would not fit the GPU's free memory: then semiring_ops.blocks.dense writes
+        it block by block into a host tensor (``out``, or a new one), on ``devices`` (default: the formula's
+        GPU, or CPU workers). The block path takes formulas without batch dimensions."""
         if self.device is None:
             raise ValueError("dense(): a formula of constants only")
+        extent = self._extent()
+        routed = out is not None or devices is not None or max_device_bytes is not None or progress is not None
+        if not routed and self.device.type == "cuda" and not extent.batch:
+            cells = extent.n_i * extent.n_j * self.formula.dim
+            routed = 3 * cells * self.dtype.itemsize > torch.cuda.mem_get_info(self.device)[0]
+        if routed:
+            from ..blocks.api import dense as blocks_dense
+            from ..blocks.engine import cpu_workers
+
+            d = self.formula.dim
+            if devices is None:
+                devices = [self.device] if self.device.type == "cuda" else cpu_workers()
+            target = out[..., 0] if out is not None and d == 1 and out.dim() == 3 else out
+            got = blocks_dense(self, target, devices=devices, max_device_bytes=max_device_bytes, progress=progress)
+            return out if out is not None else (got[..., None] if d == 1 else got)
         like = torch.empty(0, dtype=self.dtype, device=self.device)
-        return evaluate_dense(self.formula, self._extent(), like)
+        return evaluate_dense(self.formula, extent, like)
 
     @property
     def variables(self) -> list[torch.Tensor]:

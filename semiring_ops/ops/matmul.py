@@ -24,6 +24,7 @@ def semiring_matmul(
     *,
     return_argmax: bool = False,
     precision: str = "exact",
+    out: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """C = A (x) B over a semiring, with torch.matmul's shape rules.
 
@@ -45,8 +46,12 @@ def semiring_matmul(
             float64, the other semirings, older GPUs, and products under fast_log.MIN_CELLS = 2^29 cells,
             where the exact kernel is faster) runs exact; see docs/semiring_matmul.md.
 
+        out: a tensor to write C into (no autograd, no return_argmax). A host (CPU) ``out`` for 2-D a and b
+            is filled block by block by semiring_ops.blocks.matmul on a's GPU (or CPU workers), so C may be
+            larger than the device's memory; any other ``out`` receives a copy of the result.
+
     Returns:
-        (..., n, m) in a's dtype (16-bit inputs accumulate in float32), or (values, argmax).
+        (..., n, m) in a's dtype (16-bit inputs accumulate in float32), or (values, argmax); ``out`` when given.
 
     Under torch.autocast the log / max / min products run in float32 (like logsumexp), so inputs of
     mixed precision are accepted there; "std" follows autocast's matmul policy.
@@ -59,6 +64,8 @@ def semiring_matmul(
     b = check_tensor(fn, "b", b)
     if return_argmax and not S.selects:
         raise ValueError(f"{fn}: return_argmax=True needs a selecting semiring (max, min), not {S.name!r}")
+    if out is not None:
+        return _matmul_into(out, a, b, S, fn, return_argmax, precision)
     if S is StdSemiring:
         if not _autocast(a):
             check_same_device_and_dtype(fn, ("a", "b"), a, b)
@@ -89,6 +96,28 @@ def semiring_matmul(
     if return_argmax:
         return out, arg.reshape(out.shape)
     return out
+
+
+def _matmul_into(out: Tensor, a: Tensor, b: Tensor, S: type[Semiring], fn: str, return_argmax: bool, precision: str):
+    """semiring_matmul's ``out=``: a host output of a 2-D product block by block (semiring_ops.blocks), any
+    other a copy of the result."""
+    if not isinstance(out, Tensor):
+        raise TypeError(f"{fn}: out must be a torch.Tensor, got {type(out).__name__}")
+    if return_argmax:
+        raise ValueError(f"{fn}: out= with return_argmax=True is not supported")
+    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or out.requires_grad):
+        raise RuntimeError(f"{fn}: out= does not support automatic differentiation (torch's rule for out=)")
+    if out.device.type == "cpu" and a.dim() == 2 and b.dim() == 2 and a.device == b.device:
+        from ..blocks.api import matmul as blocks_matmul
+        from ..blocks.engine import cpu_workers
+
+        return blocks_matmul(a, b, S, out, devices=[a.device] if a.device.type == "cuda" else cpu_workers())
+    result = semiring_matmul(a, b, S, precision=precision)
+    if out.shape != result.shape or out.dtype != result.dtype:
+        raise ValueError(
+            f"{fn}: out has shape {tuple(out.shape)} and {out.dtype}; C has {tuple(result.shape)} and {result.dtype}"
+        )
+    return out.copy_(result)
 
 
 _AUTOCAST_DEVICE_TYPES = ("cpu", "cuda", "xpu", "hpu", "mps")  # a static set: dynamo traces it

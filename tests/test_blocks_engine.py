@@ -241,3 +241,11 @@ def test_semiring_matmul_out_fills_a_host_output_block_by_block(monkeypatch):
         semiring_matmul(a.requires_grad_(), b, "log", out=out)
     with pytest.raises(ValueError, match="return_argmax"):
         semiring_matmul(a.detach(), b, "max", out=out, return_argmax=True)
+
+
+def test_pdist_takes_two_views_of_the_same_points_and_refuses_a_strided_out():
+    x = torch.randn(80, 3, dtype=torch.float64)
+    got = pdist(((Vi(x[:50]) - Vj(x[:50])) ** 2).sum(-1).sqrt(), max_device_bytes=4_000, progress=False)
+    np.testing.assert_allclose(got.numpy(), scipy_pdist(x[:50].numpy()), atol=1e-12)
+    with pytest.raises(ValueError, match="out must be contiguous"):
+        pdist(((Vi(x) - Vj(x)) ** 2).sum(-1), out=torch.empty(2 * 3160, dtype=torch.float64)[::2], progress=False)

@@ -93,16 +93,25 @@ def pdist(
         out = _host_out(out, tuple(values.shape) if formula.dim > 1 else (values.shape[0],), dtype, "blocks.pdist")
         out.copy_(values.reshape(out.shape))
         return out
-    i_tensors = {id(v.tensor) for v in variables(formula) if v.cat == "i"}
-    j_tensors = {id(v.tensor) for v in variables(formula) if v.cat == "j"}
+
+    def same_data(cat: str) -> set:  # a tensor's data, not the object: x[:500] twice is the same x
+        return {
+            (v.tensor.data_ptr(), tuple(v.tensor.shape), v.tensor.stride(), v.tensor.dtype, v.tensor.device)
+            for v in variables(formula)
+            if v.cat == cat
+        }
+
+    i_tensors, j_tensors = same_data("i"), same_data("j")
     if m != n or not i_tensors or i_tensors != j_tensors:
         raise ValueError(
             f"blocks.pdist: K must be built from Vi(x) and Vj(x) of the same x (a symmetric formula); got "
-            f"{len(i_tensors)} i and {len(j_tensors)} j tensors, not the same, with M = {m}, N = {n}"
+            f"{len(i_tensors)} i and {len(j_tensors)} j tensors with different data, M = {m}, N = {n}"
         )
     policy = LazyDensePolicy(formula, m, n, dtype)
     size = condensed_size(n, diagonal)
     out = _host_out(out, (size,) if formula.dim == 1 else (size, formula.dim), dtype, "blocks.pdist")
+    if not out.is_contiguous():
+        raise ValueError("blocks.pdist: out must be contiguous (the condensed layout is written by position)")
     devs = resolve_devices(devices)
     grid = plan_for(policy, devs, max_device_bytes, triangle="upper", diagonal=diagonal)
     run_blocks(policy, CondensedWriter(out, n, diagonal), grid, devs, progress)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from .scheduler import Block, condensed_index
+from .scheduler import Block
 
 __all__ = ["CondensedWriter", "DenseWriter"]
 
@@ -26,21 +26,25 @@ class DenseWriter:
 
 
 class CondensedWriter:
-    """Into ``out`` (n (n - 1) / 2[, D]) in scipy.spatial.distance.pdist's layout: the pairs i < j row-major
-    (with ``diagonal``: i <= j, each row's diagonal entry first). Blocks come from an upper-triangle plan, so
-    a block's row i holds the consecutive entries of pairs (i, j) for j in [max(c0, i + 1), c1) (from i with
-    the diagonal)."""
+    """Into ``out`` (n (n - 1) / 2[, D]), contiguous, in scipy.spatial.distance.pdist's layout: the pairs i < j
+    row-major (with ``diagonal``: i <= j, each row's diagonal entry first). Blocks come from an upper-triangle
+    plan: a block's row i holds the consecutive entries of pairs (i, j), j in [max(c0, i + 1), c1) (from i
+    with the diagonal). One vectorised scatter per block (``index_copy_`` of its cells' condensed
+    positions; a block crossing the diagonal keeps only its side's cells)."""
 
     def __init__(self, out: torch.Tensor, n: int, diagonal: bool) -> None:
         self.out, self.n, self.diagonal = out, n, diagonal
+        self._rows = out.view(out.shape[0], -1)  # (size, D): one row per pair
 
     def write(self, block: Block, values: torch.Tensor) -> None:
-        first = 0 if self.diagonal else 1  # the first column of row i's side: i + first
-        for i in range(block.r0, block.r1):
-            j0 = max(block.c0, i + first)
-            if j0 >= block.c1:
-                continue  # (only on a diagonal block: this row has none of its pairs here)
-            start = condensed_index(i, j0, self.n, self.diagonal)
-            row = values[i - block.r0, j0 - block.c0 : block.c1 - block.c0]
-            view = self.out[start : start + row.shape[0]]
-            view.copy_(row.reshape(view.shape))
+        first = 0 if self.diagonal else 1  # row i's pairs start at column i + first
+        i = torch.arange(block.r0, block.r1, dtype=torch.int64)[:, None]
+        j = torch.arange(block.c0, block.c1, dtype=torch.int64)[None, :]
+        start = self.n * i - (i * (i - 1) // 2 if self.diagonal else i * (i + 1) // 2)  # condensed_row_start
+        dest = start + j - i - first  # (rows, cols): condensed_index of every cell
+        vals = values.reshape(block.rows * block.cols, -1)
+        if block.c0 >= block.r1 - 1 + first:  # wholly on the pairs' side of the diagonal
+            self._rows.index_copy_(0, dest.reshape(-1), vals)
+        else:
+            keep = (j >= i + first).reshape(-1)
+            self._rows.index_copy_(0, dest.reshape(-1)[keep], vals[keep])

@@ -58,7 +58,8 @@ class LazyDensePolicy:
 class MatmulPolicy:
     """A semiring product C = A (x) B of a (m, k) and b (k, n): a block is
     ``semiring_matmul(a[r0:r1], b[:, c0:c1], semiring)`` on the device (rows of a and columns of b uploaded
-    with each block unless the operand is on that device already)."""
+    with each block unless the operand is on that device already; a host b is transposed once, so a block's
+    columns are one contiguous upload)."""
 
     def __init__(self, a: torch.Tensor, b: torch.Tensor, semiring: Any) -> None:
         self.a, self.b, self.semiring = a, b, semiring
@@ -66,6 +67,8 @@ class MatmulPolicy:
         elem = a.element_size()
         self.operand_row_bytes = a.shape[1] * elem
         self.operand_col_bytes = b.shape[0] * elem
+        # a host b transposed once, so that a block's columns are one contiguous slice to upload
+        self._bt = b.t().contiguous() if b.device.type == "cpu" else None
 
     def prepare(self, device: torch.device) -> None:
         return None
@@ -74,5 +77,6 @@ class MatmulPolicy:
         from ..ops.matmul import semiring_matmul
 
         a = _to(self.a[block.r0 : block.r1], device)
-        b = _to(self.b[:, block.c0 : block.c1], device)
+        cols = self._bt[block.c0 : block.c1] if self._bt is not None else self.b[:, block.c0 : block.c1].t()
+        b = _to(cols, device).t()  # (k, cols), strided: the kernels take any strides
         return semiring_matmul(a, b, self.semiring)

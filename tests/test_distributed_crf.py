@@ -1,0 +1,116 @@
+"""LinearChainCRF and SemiringLinear under DistributedDataParallel (issue 17, item 2): gloo CPU ranks.
+
+Each rank takes its shard of one batch (uneven shards, each padded only to its own longest sentence) and
+minimises ``crf.nll(..., reduction="sum")`` over it. DDP all-reduces the gradients and divides by the world
+size, so every rank's gradient is exactly ``(1 / world) * grad(sum over the whole batch)``: the reference is
+one process on the concatenated batch with the loss ``nll_sum(batch) / world``. Compared in float64 to
+1e-10: every parameter's gradient after one backward, and the parameters after a few SGD steps.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from semiring_ops.nn import SemiringLinear
+from semiring_ops.structures import LinearChainCRF
+from tests.dist_util import run_ranks
+
+V, C, T, B = 11, 5, 7, 9
+LENGTHS = [7, 3, 5, 1, 6, 2, 7, 4, 3]  # uneven shards: 5+4 on 2 ranks, 3+3+3 on 3 ranks (tensor_split)
+STEPS, LR = 3, 0.05
+TOL = 1e-10
+
+
+class Tagger(nn.Module):
+    """Embedding -> SemiringLinear (log) -> Linear -> LinearChainCRF; forward returns the summed NLL."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(V, 6)
+        self.mix = SemiringLinear(6, 8, "log")
+        self.out = nn.Linear(8, C)
+        self.crf = LinearChainCRF(C, batch_first=True)
+
+    def emissions(self, words: torch.Tensor) -> torch.Tensor:
+        return self.out(self.mix(self.emb(words)))
+
+    def forward(self, words: torch.Tensor, tags: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.crf.nll(self.emissions(words), tags, mask, reduction="sum")
+
+
+def make_model() -> Tagger:
+    torch.manual_seed(0)
+    return Tagger().double()
+
+
+def make_batch(step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(100 + step)
+    lengths = torch.tensor(LENGTHS)
+    mask = torch.arange(T)[None, :] < lengths[:, None]
+    words = torch.randint(1, V, (B, T), generator=g).masked_fill(~mask, 0)
+    tags = torch.randint(0, C, (B, T), generator=g).masked_fill(~mask, 0)
+    return words, tags, mask
+
+
+def shard(batch, rank: int, world: int):
+    """This rank's rows of the batch, cut to its own longest sentence (so ranks' T differ)."""
+    words, tags, mask = (x.tensor_split(world)[rank] for x in batch)
+    t = int(mask.sum(1).max())
+    return words[:, :t], tags[:, :t], mask[:, :t]
+
+
+def reference(world: int) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """One process, whole batch, loss = nll_sum / world: (first step's grads, params after STEPS SGD steps)."""
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    grads = {}
+    for step in range(STEPS):
+        opt.zero_grad()
+        (model(*make_batch(step)) / world).backward()
+        if step == 0:
+            grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+        opt.step()
+    return grads, {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def ddp_rank(rank: int, world: int) -> tuple[dict, dict, list[list[int]]]:
+    model = nn.parallel.DistributedDataParallel(make_model())
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    grads = {}
+    for step in range(STEPS):
+        opt.zero_grad()
+        model(*shard(make_batch(step), rank, world)).backward()
+        if step == 0:
+            grads = {n: p.grad.numpy().copy() for n, p in model.module.named_parameters()}
+        opt.step()
+    words, _, mask = shard(make_batch(0), rank, world)
+    with torch.no_grad():
+        decoded = model.module.crf.decode(model.module.emissions(words), mask)
+    # numpy arrays, not tensors: run_ranks' torch queue sends a tensor as a shared-memory file descriptor that
+    # dies with the rank's process (FileNotFoundError in the parent); numpy arrays are pickled by value
+    return grads, {n: p.detach().numpy().copy() for n, p in model.module.named_parameters()}, decoded
+
+
+def _assert_close(got: dict, want: dict, what: str) -> None:
+    assert got.keys() == want.keys()
+    for n in want:
+        err = (torch.as_tensor(got[n]) - want[n]).abs().max().item()
+        assert err <= TOL, f"{what} {n}: max abs difference {err:.3g} > {TOL}"
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_ddp_matches_one_process(world: int) -> None:
+    ref_grads, ref_params = reference(world)
+    results = run_ranks(ddp_rank, world, timeout=120)
+    # the reference's decode of each shard, with the trained parameters
+    model = make_model()
+    model.load_state_dict(ref_params)
+    for rank, (grads, params, decoded) in enumerate(results):
+        _assert_close(grads, ref_grads, f"rank {rank}/{world} gradient of")
+        _assert_close(params, ref_params, f"rank {rank}/{world} after {STEPS} SGD steps,")
+        words, _, mask = shard(make_batch(0), rank, world)
+        with torch.no_grad():
+            assert decoded == model.crf.decode(model.emissions(words), mask)
+    assert all(p.abs().sum() > 0 for p in ref_grads.values())  # every parameter gets a gradient

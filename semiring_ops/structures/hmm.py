@@ -645,6 +645,7 @@ class HMM(nn.Module):
         stream: TextIO | None = None,
         params: str | None = None,
         monitor: ConvergenceMonitor | None = None,
+        group=None,
     ) -> HMM:
         """Baum-Welch EM from the current parameters on concatenated samples X (n_samples, ...).
 
@@ -658,7 +659,19 @@ class HMM(nn.Module):
         covariances); None: all; other letters are ignored. ``monitor``: a ConvergenceMonitor to report
         to (and stop by) instead of a new one from tol, n_iter and verbose (it is not reset).
         With ``log_emissions`` (n_samples, C) instead of X only start and transitions are re-estimated.
+        ``group``: a torch.distributed process group (e.g. ``torch.distributed.group.WORLD``) whose ranks
+        each call fit on their shard of the data: the E-step statistics and log-likelihood are summed
+        across ranks (one all_reduce per iteration), starting from rank 0's parameters, so every rank
+        ends with the model of a one-process fit on the union of the shards (hmm_distributed.py);
+        verbose / progress print on rank 0 only. None (default) or a group of one rank: local fit.
         """
+        if group is not None:
+            from .hmm_distributed import group_size
+
+            if group_size(group)[1] > 1:
+                return self._fit_distributed(
+                    X, lengths, n_iter, tol, verbose, progress, log_emissions, stream, params, monitor, group
+                )
         batch, _ = self._concatenated(X, lengths, log_emissions)
         if int(batch.lengths.sum()) == 0:
             name, shape = ("X", _shape(X)) if X is not None else ("log_emissions", _shape(log_emissions))
@@ -680,6 +693,95 @@ class HMM(nn.Module):
                     bad = torch.nonzero(~torch.isfinite(stats.log_likelihood)).flatten().tolist()
                     raise ValueError(f"X has zero probability under the model (sequences {bad[:10]})")
                 self._m_step(stats, batch, params)
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize(self.device)
+                line = monitor.report(log_prob, time.perf_counter() - tic)
+                if bar is not None:
+                    if verbose:
+                        bar.write(line)
+                    bar.update(monitor.iter, log_prob, final=monitor.converged)
+                if monitor.converged:
+                    break
+        finally:
+            if bar is not None:
+                bar.close()
+        return self
+
+    def _fit_distributed(
+        self, X, lengths, n_iter, tol, verbose, progress, log_emissions, stream, params, monitor, group
+    ):
+        """fit over the ranks of `group` (size > 1), each with its shard of the data (hmm_distributed.py)."""
+        import torch.distributed as dist
+
+        from . import hmm_distributed as hd
+
+        rank, _ = hd.group_size(group)
+        error: BaseException | None = None
+        batch = None
+        try:
+            if params is not None and not isinstance(params, str):
+                raise ValueError(f"params must be a string of parameter letters, got {params!r}")
+            batch, _ = self._concatenated(X, lengths, log_emissions)
+            fields = hd.emission_fields(self.emission)
+            if fields["emission model"] == 3.0:
+                hd.emission_stats(self.emission, None, None)  # raises: not supported
+        except (ValueError, NotImplementedError) as e:
+            error = e
+        n_iter = monitor.n_iter if monitor is not None else n_iter
+        dtypes = {torch.float16: 16, torch.bfloat16: 17, torch.float32: 32, torch.float64: 64}
+        fields = {
+            "n_states": self.n_states,
+            "n_iter": n_iter,
+            "tol": monitor.tol if monitor is not None else tol,
+            "params": -1 if not isinstance(params, str) else sum(1 << i for i, c in enumerate("stemc") if c in params),
+            "dtype": dtypes.get(self.log_startprob.dtype, 0),
+            "X or log_emissions": float(X is None),
+            **hd.emission_fields(self.emission),
+        }
+        n_local = int(batch.lengths.sum()) if batch is not None else 0
+        total = hd.check_agreement(fields, error, n_local, group, self.device)
+        if total == 0:
+            name, shape = ("X", _shape(X)) if X is not None else ("log_emissions", _shape(log_emissions))
+            raise ValueError(f"{name} has shape {shape} on every rank of the group: fit needs at least one sample")
+        hd.broadcast_parameters(self, group)  # every rank starts from rank 0's model
+        update_emissions = batch.x is not None and (params is None or bool(self.emission._updates(params)))
+        if monitor is None:
+            monitor = ConvergenceMonitor(tol, n_iter, verbose)
+        self.monitor_ = monitor
+        bar = _ProgressBar(n_iter, stream) if (verbose or progress) and rank == 0 else None
+        C = self.n_states
+        try:
+            for _ in range(n_iter):
+                tic = time.perf_counter()
+                if batch.x is not None:  # the emissions under the current (rank 0's, then re-estimated) parameters
+                    batch = self._with_emissions(batch.x, batch.lengths)
+                if n_local:
+                    stats = self._expectations(batch)
+                else:  # no data here: zero statistics, but this rank still takes part in the collectives
+                    em = batch.log_emissions
+                    stats = _Expectations(
+                        em.new_zeros(len(batch.lengths)), torch.zeros_like(em), em.new_zeros(C, C), em.new_zeros(C)
+                    )
+                parts = [stats.log_likelihood.sum().reshape(1), stats.starts, stats.transitions]
+                if update_emissions:
+                    B, T = batch.x.shape[:2]
+                    x = batch.x.reshape(B * T, *batch.x.shape[2:])
+                    parts += hd.emission_stats(self.emission, x, stats.posteriors.reshape(B * T, C))
+                flat = torch.cat([p.reshape(-1).to(self.log_startprob.dtype) for p in parts])
+                dist.all_reduce(flat, group=group)
+                summed = [
+                    s.reshape(p.shape) for s, p in zip(flat.split([p.numel() for p in parts]), parts, strict=True)
+                ]
+                log_prob = float(summed[0])
+                if not math.isfinite(log_prob):
+                    bad = torch.nonzero(~torch.isfinite(stats.log_likelihood)).flatten().tolist()
+                    raise ValueError(
+                        f"X has zero probability under the model (on some rank; this rank's sequences {bad[:10]})"
+                    )
+                chain = _Expectations(summed[0], None, summed[2], summed[1])
+                self._m_step(chain, _Batch(None, batch.log_emissions, batch.lengths), params)
+                if update_emissions:
+                    hd.emission_m_step(self.emission, summed[3:], params)
                 if self.device.type == "cuda":
                     torch.cuda.synchronize(self.device)
                 line = monitor.report(log_prob, time.perf_counter() - tic)

@@ -1,0 +1,159 @@
+"""HMM EM over data sharded across the ranks of a torch.distributed process group (``HMM.fit(group=g)``).
+
+Every rank runs the E-step on its own shard; the statistics the M-step needs (the log-likelihood, the
+expected start and transition counts and the emission model's sufficient statistics) are packed into one
+flat tensor and summed across ranks with one ``dist.all_reduce`` per iteration (gloo on CPU, NCCL on GPU),
+so every rank takes the same M-step: the model of a one-process fit on the union of the shards.
+
+Before EM, one ``dist.all_gather`` of a few numbers per rank checks that the ranks agree (model type and
+sizes, n_iter, tol, params) and that every rank's input passed its checks; a disagreement or a bad input on
+any rank raises ValueError on every rank (never a hang). Then rank 0's parameters are broadcast, so every
+rank starts from the same model.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from .hmm_emissions import CategoricalEmission, Emission, _per_state, _prior
+from .hmm_emissions_gaussian import GaussianDiagEmission, GaussianEmission, GaussianTiedEmission
+
+__all__ = ["broadcast_parameters", "check_agreement", "emission_m_step", "emission_stats", "group_size"]
+
+
+def group_size(group) -> tuple[int, int]:
+    """(this process's rank in `group`, the group's size)."""
+    return dist.get_rank(group), dist.get_world_size(group)
+
+
+def _src(group, group_rank: int) -> int:
+    return dist.get_global_rank(group, group_rank) if group is not dist.group.WORLD else group_rank
+
+
+def check_agreement(
+    fields: dict[str, float], error: BaseException | None, n_samples: int, group, device: torch.device
+) -> int:
+    """all_gather of `fields` (numbers that must be equal on every rank), an error flag and n_samples;
+    raises ValueError on every rank naming what differs (or re-raises `error` where it happened).
+    Returns the total number of samples over the group."""
+    world = dist.get_world_size(group)
+    names = list(fields)
+    mine = torch.tensor(
+        [float(error is not None), float(n_samples), *(float(fields[k]) for k in names)],
+        dtype=torch.float64,
+        device=device,
+    )
+    gathered = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(gathered, mine, group=group)
+    table = torch.stack(gathered).cpu()
+    failed = [r for r in range(world) if table[r, 0] != 0]
+    if failed:
+        if error is not None:
+            raise error
+        raise ValueError(f"distributed HMM.fit: the input of rank(s) {failed} failed its checks (see those ranks)")
+    for j, name in enumerate(names, start=2):
+        col = table[:, j].tolist()
+        if any(v != col[0] and not (math.isnan(v) and math.isnan(col[0])) for v in col):
+            raise ValueError(f"distributed HMM.fit: the ranks disagree on {name}: {dict(enumerate(col))} (rank: value)")
+    return int(table[:, 1].sum())
+
+
+def broadcast_parameters(module: torch.nn.Module, group, group_src: int = 0) -> None:
+    """Overwrite every rank's parameters of `module` with those of group rank `group_src`."""
+    src = _src(group, group_src)
+    with torch.no_grad():
+        for p in module.parameters():
+            buf = p.detach().clone()
+            dist.broadcast(buf, src, group=group)
+            p.copy_(buf)
+
+
+def emission_fields(emission: Emission | None) -> dict[str, float]:
+    """What must agree across ranks about the emission model."""
+    if emission is None:
+        return {"emission model": 0.0}
+    kind = {CategoricalEmission: 1.0}.get(type(emission), 2.0 if isinstance(emission, GaussianEmission) else 3.0)
+    out = {"emission model": kind}
+    if isinstance(emission, CategoricalEmission):
+        out["n_symbols"] = float(emission.n_symbols)
+    elif isinstance(emission, GaussianEmission):
+        out["n_features"] = float(emission.n_features)
+        out["covariance_type"] = float(("spherical", "diag", "full", "tied").index(emission.covariance_type))
+    return out
+
+
+def emission_stats(emission: Emission, x: Tensor, weights: Tensor) -> list[Tensor]:
+    """The sufficient statistics of the emission M-step from observations x (N, *event) and posteriors
+    weights (N, C), as tensors to be summed across ranks."""
+    C = emission.n_states
+    if isinstance(emission, CategoricalEmission):
+        return [weights.new_zeros(C, emission.n_symbols).index_add_(1, x, weights.T)]
+    if isinstance(emission, GaussianEmission):
+        post, obs = weights.sum(0), weights.T @ x
+        if isinstance(emission, GaussianDiagEmission):  # diag and spherical
+            second = weights.T @ x.square()  # (C, D)
+        else:  # full and tied: Σγ x xᵀ per state
+            N, D = len(x), emission.n_features
+            second = ((weights[:, :, None] * x[:, None, :]).reshape(N, C * D).T @ x).reshape(C, D, D)
+        return [post, obs, second]
+    raise NotImplementedError(
+        f"distributed HMM.fit supports categorical and Gaussian emissions, not {type(emission).__name__}"
+    )
+
+
+def emission_m_step(emission: Emission, stats: list[Tensor], params: str | None) -> None:
+    """The emission model's M-step from summed statistics (same formulas as its own ``m_step``)."""
+    letters = emission._updates(params)
+    if not letters:
+        return
+    if isinstance(emission, CategoricalEmission):
+        # counts[c, v] as the posteriors of one sample of each symbol: index_add reproduces them exactly
+        (counts,) = stats
+        symbols = torch.arange(emission.n_symbols, device=counts.device)
+        emission.m_step(symbols, counts.T.contiguous(), params)
+        return
+    C, D = emission.n_states, emission.n_features
+    post, obs, second = stats
+    seen = post > 0
+    means = emission.means.detach()
+    if "m" in letters:
+        w = _per_state(emission.means_weight, C, 2, "means_weight", means)
+        prior = _prior(emission.means_prior, (C, D), "means_prior", means)
+        means = torch.where(seen[:, None], (w * prior + obs) / (w + post[:, None]), means)
+    with torch.no_grad():
+        if "c" in letters:
+            if isinstance(emission, GaussianDiagEmission):
+                # one pseudo-sample per (state, feature): a unit vector weighted by Σγx², so the emission's
+                # own update sees exactly the summed second moments
+                eye = torch.eye(D, dtype=means.dtype, device=means.device)
+                xs = eye.repeat(C, 1)  # (C·D, D)
+                ws = torch.zeros(C * D, C, dtype=means.dtype, device=means.device)
+                ws[
+                    torch.arange(C * D, device=means.device), torch.arange(C, device=means.device).repeat_interleave(D)
+                ] = second.reshape(-1)
+                covars = emission._covars_m_step(xs, ws, post, obs, means)
+            else:
+                w, d = emission._mean_offsets(means)
+                sm = obs[:, :, None] * means[:, None, :]
+                mm = means[:, :, None] * means[:, None, :]
+                scatter = (
+                    w[..., None] * d[:, :, None] * d[:, None, :]
+                    + second
+                    - sm
+                    - sm.transpose(1, 2)
+                    + post[:, None, None] * mm
+                )
+                if isinstance(emission, GaussianTiedEmission):
+                    prior = _prior(emission.covars_prior, (D, D), "covars_prior", means)
+                    cw = _prior(emission.covars_weight, (), "covars_weight", means)
+                    covars = (prior + scatter.sum(0)) / ((cw - D).clamp_min(0) + post.sum())
+                else:
+                    prior = _prior(emission.covars_prior, (C, D, D), "covars_prior", means)
+                    cw = _per_state(emission.covars_weight, C, 3, "covars_weight", means)
+                    covars = (prior + scatter) / ((cw - D).clamp_min(0) + post[:, None, None])
+            emission._set_covars(covars, seen)
+        emission.means.copy_(means)

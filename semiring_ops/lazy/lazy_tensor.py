@@ -780,12 +780,19 @@ class LazyTensor:
         what: str,
         with_arg: bool = False,
         opts: ReduceOptions | None = None,
+        group: Any = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(values, indices or None) of a reduction over i or j, with KeOps' options ``opts`` applied: values
         (*batch, rows, D) (k-best: (*batch, rows, K[, D])), keepdim inserting the reduced axis. (None, not an
-        options object, is the default: torch 2.11's dynamo cannot wrap an object held in a default.)"""
+        options object, is the default: torch 2.11's dynamo cannot wrap an object held in a default.)
+        ``group``: a torch.distributed process group over whose ranks the reduced axis is sharded
+        (distributed.py)."""
         if opts is None:
             opts = _DEFAULT_OPTIONS
+        if group is not None:
+            from .distributed import reduce_sharded
+
+            return reduce_sharded(self, reduction, over, what, with_arg, opts, group)
         if over == "vector":
             raise ValueError(f"{what} over the vector dimension is not available; reduce over i or j")
         if self.device is None:
@@ -917,10 +924,12 @@ class LazyTensor:
         """Sum over i or j: (*batch, rows, D); over the vector dimension (-1): a LazyTensor. ``kwargs``: KeOps'
         reduction options (options.py), e.g. ``keepdim=True``, ``dtype_acc="float64"``, ``out=``."""
         over = self._axis(dim, axis, "sum")
+        group = kwargs.pop("group", None) if kwargs else None
         opts = parse_options("sum", kwargs) if kwargs else _DEFAULT_OPTIONS
         if over == "vector":
             return self._vector(F.VecSum, opts, "sum")
-        return self._output(self._reduce(semiring_reduction("std"), over, "sum", opts=opts)[0], opts, "sum")
+        vals = self._reduce(semiring_reduction("std"), over, "sum", opts=opts, group=group)[0]
+        return self._output(vals, opts, "sum")
 
     sum_reduction = sum
 
@@ -933,18 +942,19 @@ class LazyTensor:
                 raise ValueError("logsumexp: weight= and other= are the same argument; give one")
             weight = kwargs.pop("other")
         over = self._axis(dim, axis, "logsumexp")
+        group = kwargs.pop("group", None) if kwargs else None
         opts = parse_options("logsumexp", kwargs) if kwargs else _DEFAULT_OPTIONS
         if over == "vector":
             if weight is not None:
                 raise ValueError("logsumexp over the vector dimension takes no weight; reduce over i or j")
             return self._vector(F.VecLogSumExp, opts, "logsumexp")
         if weight is None:
-            vals = self._reduce(semiring_reduction("log"), over, "logsumexp", opts=opts)[0]
+            vals = self._reduce(semiring_reduction("log"), over, "logsumexp", opts=opts, group=group)[0]
             return self._output(vals, opts, "logsumexp")
         if self.formula.dim != 1:
             raise ValueError(f"logsumexp with a weight needs a scalar formula, got {self.describe()}")
         joined = self._nary("logsumexp(weight=)", F.Concat, weight)
-        vals = joined._reduce(weighted_logsumexp(), over, "logsumexp", opts=self._own_ranges(opts))[0]
+        vals = joined._reduce(weighted_logsumexp(), over, "logsumexp", opts=self._own_ranges(opts), group=group)[0]
         return self._output(vals, opts, "logsumexp")
 
     logsumexp_reduction = logsumexp
@@ -954,16 +964,20 @@ class LazyTensor:
         (*batch, rows, E). Two reductions: s = logsumexp of F, then the sum of exp(F_ij - s_i) w_ij (exactly 0
         for F = -inf; a row of -inf only gives 0); differentiable, twice, through both."""
         over = self._axis(dim, axis, "sumsoftmaxweight")
+        group = kwargs.pop("group", None) if kwargs else None
         opts = parse_options("sumsoftmaxweight", kwargs) if kwargs else _DEFAULT_OPTIONS
         if over == "vector":
             raise ValueError("sumsoftmaxweight over the vector dimension is not available; reduce over i or j")
         if self.formula.dim != 1:
             raise ValueError(f"sumsoftmaxweight needs a scalar formula, got {self.describe()}")
         inner = replace(opts, out=None)
-        s = self._reduce(semiring_reduction("log"), over, "sumsoftmaxweight", opts=replace(inner, keepdim=False))[0]
+        s = self._reduce(
+            semiring_reduction("log"), over, "sumsoftmaxweight", opts=replace(inner, keepdim=False), group=group
+        )[0]
         s_lazy = LazyTensor(s.unsqueeze(-2) if over == "j" else s.unsqueeze(-3))  # the rows' own variable
         terms = self._nary("sumsoftmaxweight", F.SoftmaxWeight, s_lazy)._nary("sumsoftmaxweight", F.Mul, weight)
-        vals = terms._reduce(semiring_reduction("std"), over, "sumsoftmaxweight", opts=self._own_ranges(inner))[0]
+        own = self._own_ranges(inner)
+        vals = terms._reduce(semiring_reduction("std"), over, "sumsoftmaxweight", opts=own, group=group)[0]
         return self._output(vals, opts, "sumsoftmaxweight")
 
     sumsoftmaxweight_reduction = sumsoftmaxweight
@@ -978,6 +992,8 @@ class LazyTensor:
         ``kwargs``: reduction options for the products (``out=`` receives a)."""
         if var is not None or not call:
             raise NotImplementedError("solve: var= and call=False (symbolic variables) are not supported")
+        if "group" in kwargs:
+            raise NotImplementedError("solve: group= (sharded reductions) is not supported; see docs/lazy.md")
         opts = parse_options("solve", kwargs) if kwargs else _DEFAULT_OPTIONS
         if self.formula.dim != 1 or self.device is None:
             raise ValueError(f"solve needs a scalar formula of tensors, got {self.describe()}")
@@ -1015,12 +1031,13 @@ class LazyTensor:
 
     def _extremum(self, dim, axis, largest: bool, values: bool, indices: bool, what: str, kwargs: dict[str, Any]):
         over = self._axis(dim, axis, what)
+        group = kwargs.pop("group", None) if kwargs else None
         opts = parse_options(what, kwargs) if kwargs else _DEFAULT_OPTIONS
         if over == "vector":
             if indices:
                 raise ValueError(f"{what} over the vector dimension is not available")
             return self._vector(F.VecMax, opts, what) if largest else -(-self)._vector(F.VecMax, opts, what)
-        vals, idx = self._reduce(semiring_reduction("max" if largest else "min"), over, what, True, opts)
+        vals, idx = self._reduce(semiring_reduction("max" if largest else "min"), over, what, True, opts, group)
         if values and indices:
             return self._output((vals, idx), opts, what)
         return self._output(vals if values else idx, opts, what)
@@ -1056,8 +1073,9 @@ class LazyTensor:
         if isinstance(K, bool) or not isinstance(K, int):
             raise TypeError(f"{what}: K must be an int, got {type(K).__name__}")
         over = self._axis(dim, axis, what)
+        group = kwargs.pop("group", None) if kwargs else None
         opts = parse_options(what, kwargs) if kwargs else _DEFAULT_OPTIONS
-        vals, idx = self._reduce(kbest(K, largest), over, what, opts=opts)
+        vals, idx = self._reduce(kbest(K, largest), over, what, opts=opts, group=group)
         result = (vals, idx)[pick]
         return self._output(result[0] if len(result) == 1 else result, opts, what)
 
@@ -1084,7 +1102,9 @@ class LazyTensor:
 
     def __matmul__(self, v: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         """sum_j K_ij v_j for a scalar formula K and v of shape (..., N, E): (..., M, E); v of shape (N,) gives
-        (..., M). ``kwargs``: KeOps' reduction options, as for sum (``K.__matmul__(v, backend="CPU")``)."""
+        (..., M). ``kwargs``: KeOps' reduction options, as for sum (``K.__matmul__(v, backend="CPU")``), and
+        ``group=`` (v and K's j data sharded over the group's ranks, distributed.py)."""
+        group = kwargs.pop("group", None) if kwargs else None
         opts = parse_options("@", kwargs) if kwargs else _DEFAULT_OPTIONS
         if not isinstance(v, torch.Tensor):
             raise TypeError(f"@: the right operand must be a tensor (..., N, E) or (N,), got {type(v).__name__}")
@@ -1098,6 +1118,7 @@ class LazyTensor:
         extent = self._extent()  # an axis without variables counts 1, as v_j's would then broadcast against
         if (
             v.dim() == 2
+            and group is None
             and (opts is _DEFAULT_OPTIONS or opts.is_plain)
             and self.ranges is None
             and not self.batch
@@ -1108,7 +1129,8 @@ class LazyTensor:
         ):  # the common case, without building K * v_j each call
             result = matmul_formula(self.formula, v, extent)
         else:
-            result = (self * Vj(v))._reduce(semiring_reduction("std"), "j", "@", opts=self._own_ranges(opts))[0]
+            own = self._own_ranges(opts)
+            result = (self * Vj(v))._reduce(semiring_reduction("std"), "j", "@", opts=own, group=group)[0]
         return self._output(result.squeeze(-1) if column else result, opts, "@")
 
     def matvec(self, v: torch.Tensor) -> torch.Tensor:

@@ -46,6 +46,18 @@ def _reductions(x, y, b, group):
     return out
 
 
+def _batched(x, y, group):
+    """A batch dimension (2, ., .): the shard is along each batch's j."""
+    xb = torch.stack([x, 2 * x])
+    yb = torch.stack([y, 0.5 * y])
+    d = ((Vi(xb) - Vj(yb)) ** 2).sum(-1)
+    return {
+        "b_sum": d.sum(2, group=group),
+        "b_min_argmin": d.min_argmin(2, group=group),
+        "b_Kmin_argKmin": d.Kmin_argKmin(2, 2, group=group),
+    }
+
+
 def _over_i(x, y, group):
     """Reductions over i (dim=0): the i data is the sharded one."""
     g, d = _gauss(x, y), _sqdist(x, y)
@@ -61,12 +73,16 @@ def _grads(x, y, b, group):
     """d/dx of sum, logsumexp and K @ v (this rank's contribution, then all-reduced), and d/db of K @ v."""
     out = {}
     b = b.detach().requires_grad_(True)
-    for name in ("sum", "logsumexp", "matmul"):
+    for name in ("sum", "logsumexp", "matmul", "min", "Kmin"):
         xg = x.detach().requires_grad_(True)
         if name == "sum":
             r = _gauss(xg, y).sum(1, group=group)
         elif name == "logsumexp":
             r = (-_sqdist(xg, y)).logsumexp(1, group=group)
+        elif name == "min":
+            r = _sqdist(xg, y).min(1, group=group)
+        elif name == "Kmin":
+            r = _sqdist(xg, y).Kmin(K_BEST, 1, group=group)
         else:
             r = _gauss(xg, y).__matmul__(b, group=group)
         w = torch.linspace(-1, 2, r.numel(), dtype=r.dtype).reshape(r.shape)
@@ -108,6 +124,7 @@ def _rank_fn(rank, world, x, y, b, sizes_j, sizes_i):
     out = _reductions(x, ys, bs, group)
     out.update(_grads(x, ys, bs, group))
     out.update(_over_i(_shard(x, sizes_i, rank), y, group))
+    out.update(_batched(x, ys, group))
     return _pack(out)
 
 
@@ -115,6 +132,7 @@ def _reference(x, y, b):
     out = _reductions(x, y, b, None)
     out.update(_grads(x, y, b, None))
     out.update(_over_i(x, y, None))
+    out.update(_batched(x, y, None))
     return out
 
 
@@ -164,7 +182,7 @@ def test_sharded_equals_one_process(world, sizes_j, sizes_i, dup):
     results = _run(_rank_fn, world, x, y, b, sizes_j, sizes_i)
     _check(results, ref, sizes_j)
     # the gradient for x on a rank is its shard's contribution: their sum is the one-process gradient
-    for name in ("sum", "logsumexp", "matmul"):
+    for name in ("sum", "logsumexp", "matmul", "min", "Kmin"):
         total = sum(r[f"dx_{name}_local"] for r in results)
         torch.testing.assert_close(total, ref[f"dx_{name}"], rtol=1e-10, atol=1e-12)
     if dup:  # the ties are real: the first half's indices win

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
-from .reductions import Reduction, _kbest_order, kbest
+from .reductions import Reduction, _kbest_order, kbest, semiring_reduction
 
 if TYPE_CHECKING:
     from .lazy_tensor import LazyTensor
@@ -136,7 +136,9 @@ def _kbest_combine(vals, idx, k: int, largest: bool, offset: int, n_total: int, 
     cand_v = torch.cat(list(all_v.unbind(0)), -2)  # (..., world K, D), rank-major
     cand_i = torch.cat(list(all_i.unbind(0)), -2)
     by_index = torch.sort(cand_i, dim=-2, stable=True).indices  # then a stable sort by value: ties by index
-    order = by_index.gather(-2, _kbest_order(cand_v.gather(-2, by_index), largest))[..., :k, :]
+    order = by_index.gather(-2, _kbest_order(cand_v.gather(-2, by_index), largest))
+    padded = (cand_i.gather(-2, order) >= n_total).to(torch.uint8)  # the padding last, even after NaN
+    order = order.gather(-2, torch.sort(padded, dim=-2, stable=True).indices)[..., :k, :]
     out_i = cand_i.gather(-2, order)
     src_rank, slot = order // k, order % k
     out_v = _pick(vals.gather(-2, slot), src_rank, rank, group)
@@ -178,11 +180,9 @@ def reduce_sharded(
             vals, idx = lazy._reduce(kbest(k_local, reduction.semiring == "max"), over, what, opts=local_opts)
             if d == 1:
                 vals, idx = vals.unsqueeze(-1), idx.unsqueeze(-1)
-        else:  # an empty shard: no candidates (padded by the combine)
-            ext = lazy._extent()
-            shape = (*ext.batch, ext.rows("j" if over == "i" else "i"), 0, d)
-            vals = torch.empty(shape, dtype=lazy.dtype, device=lazy.device)
-            idx = torch.empty(shape, dtype=torch.int64, device=lazy.device)
+        else:  # an empty shard: no candidates (padded by the combine), still on the autograd graph (zero gradients)
+            vals, idx = lazy._reduce(semiring_reduction(reduction.semiring), over, what, True, local_opts)
+            vals, idx = vals.unsqueeze(-2)[..., :0, :], idx.unsqueeze(-2)[..., :0, :]
         vals, idx = _kbest_combine(vals, idx, k, reduction.semiring == "max", offset, n_total, group)
         if d == 1:
             vals, idx = vals.squeeze(-1), idx.squeeze(-1)

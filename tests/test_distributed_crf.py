@@ -5,6 +5,11 @@ minimises ``crf.nll(..., reduction="sum")`` over it. DDP all-reduces the gradien
 size, so every rank's gradient is exactly ``(1 / world) * grad(sum over the whole batch)``: the reference is
 one process on the concatenated batch with the loss ``nll_sum(batch) / world``. Compared in float64 to
 1e-10: every parameter's gradient after one backward, and the parameters after a few SGD steps.
+
+FSDP runs on gloo CPU ranks with this torch (2.13), so the same comparison covers both FSDP APIs:
+``fully_shard`` (FSDP2, DTensor parameters; the CRF sharded as its own unit, its ``nll`` and ``decode``
+registered with ``register_fsdp_forward_method`` because they are called instead of its forward) and the
+older ``FullyShardedDataParallel`` wrapper (use_orig_params=True). Both average the gradients as DDP does.
 """
 
 from __future__ import annotations
@@ -83,7 +88,7 @@ def ddp_rank(rank: int, world: int) -> tuple[dict, dict, list[list[int]]]:
         opt.zero_grad()
         model(*shard(make_batch(step), rank, world)).backward()
         if step == 0:
-            grads = {n: p.grad.numpy().copy() for n, p in model.module.named_parameters()}
+            grads = {n: p.grad.clone().numpy() for n, p in model.module.named_parameters()}
         opt.step()
     words, _, mask = shard(make_batch(0), rank, world)
     with torch.no_grad():
@@ -93,6 +98,54 @@ def ddp_rank(rank: int, world: int) -> tuple[dict, dict, list[list[int]]]:
     return grads, {n: p.detach().numpy().copy() for n, p in model.module.named_parameters()}, decoded
 
 
+def fsdp2_rank(rank: int, world: int) -> tuple[dict, dict, list[list[int]]]:
+    from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
+
+    model = make_model()
+    fully_shard(model.crf)  # C = 5 transitions rows over 2 or 3 ranks: uneven shards
+    fully_shard(model)
+    # crf.nll / crf.decode are called, not crf.forward: without this the CRF's parameters stay sharded
+    # (RuntimeError: semiring_ops.crf_log_likelihood.default got mixed torch.Tensor and DTensor)
+    register_fsdp_forward_method(model.crf, "nll")
+    register_fsdp_forward_method(model.crf, "decode")
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    grads = {}
+    for step in range(STEPS):
+        opt.zero_grad()
+        model(*shard(make_batch(step), rank, world)).backward()
+        if step == 0:  # full_tensor() all-gathers: every rank calls it, in the same order
+            grads = {n: p.grad.full_tensor().numpy().copy() for n, p in model.named_parameters()}
+        opt.step()
+    params = {n: p.detach().full_tensor().numpy().copy() for n, p in model.named_parameters()}
+    words, _, mask = shard(make_batch(0), rank, world)
+    model.unshard()  # emissions() is not the root's forward either
+    with torch.no_grad():
+        decoded = model.crf.decode(model.emissions(words), mask)
+    model.reshard()
+    return grads, params, decoded
+
+
+def fsdp1_rank(rank: int, world: int) -> tuple[dict, dict, list[list[int]]]:
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    model = FSDP(make_model(), device_id=torch.device("cpu"), use_orig_params=True)
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    grads = {}
+    for step in range(STEPS):
+        opt.zero_grad()
+        model(*shard(make_batch(step), rank, world)).backward()
+        if step == 0:
+            with FSDP.summon_full_params(model, with_grads=True):  # clone first: .numpy() on the gathered
+                # view pins its storage, then FSDP cannot free it ("Trying to resize storage that is not resizable")
+                grads = {n: p.grad.clone().numpy() for n, p in model.module.named_parameters()}
+        opt.step()
+    words, _, mask = shard(make_batch(0), rank, world)
+    with FSDP.summon_full_params(model), torch.no_grad():
+        params = {n: p.detach().clone().numpy() for n, p in model.module.named_parameters()}
+        decoded = model.module.crf.decode(model.module.emissions(words), mask)
+    return grads, params, decoded
+
+
 def _assert_close(got: dict, want: dict, what: str) -> None:
     assert got.keys() == want.keys()
     for n in want:
@@ -100,16 +153,19 @@ def _assert_close(got: dict, want: dict, what: str) -> None:
         assert err <= TOL, f"{what} {n}: max abs difference {err:.3g} > {TOL}"
 
 
-@pytest.mark.parametrize("world", [2, 3])
-def test_ddp_matches_one_process(world: int) -> None:
+@pytest.mark.parametrize(
+    "wrapper, world", [("ddp", 2), ("ddp", 3), ("fully_shard", 2), ("fully_shard", 3), ("FSDP", 2)]
+)
+def test_data_parallel_matches_one_process(wrapper: str, world: int) -> None:
     ref_grads, ref_params = reference(world)
-    results = run_ranks(ddp_rank, world, timeout=120)
+    fn = {"ddp": ddp_rank, "fully_shard": fsdp2_rank, "FSDP": fsdp1_rank}[wrapper]
+    results = run_ranks(fn, world, timeout=120)
     # the reference's decode of each shard, with the trained parameters
     model = make_model()
     model.load_state_dict(ref_params)
     for rank, (grads, params, decoded) in enumerate(results):
-        _assert_close(grads, ref_grads, f"rank {rank}/{world} gradient of")
-        _assert_close(params, ref_params, f"rank {rank}/{world} after {STEPS} SGD steps,")
+        _assert_close(grads, ref_grads, f"{wrapper} rank {rank}/{world} gradient of")
+        _assert_close(params, ref_params, f"{wrapper} rank {rank}/{world} after {STEPS} SGD steps,")
         words, _, mask = shard(make_batch(0), rank, world)
         with torch.no_grad():
             assert decoded == model.crf.decode(model.emissions(words), mask)

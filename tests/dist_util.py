@@ -12,6 +12,7 @@ with that rank's traceback.
 from __future__ import annotations
 
 import datetime
+import io
 import queue
 import socket
 import traceback
@@ -42,7 +43,9 @@ def _rank_main(rank: int, world: int, port: int, timeout: float, fn: Callable, a
             timeout=datetime.timedelta(seconds=timeout),
         )
         try:
-            out.put((rank, True, fn(rank, world, *args)))
+            buffer = io.BytesIO()  # by value: a tensor sent as is would be a shared-memory handle, gone with
+            torch.save(fn(rank, world, *args), buffer)  # this process if it exits before the parent reads it
+            out.put((rank, True, buffer.getvalue()))
         finally:
             dist.destroy_process_group()
     except BaseException:  # reported to the parent, which raises it
@@ -72,7 +75,7 @@ def run_ranks(fn: Callable, world_size: int, *args: Any, timeout: float = 120.0)
                     f"{timeout + 60:.0f} s (a hang or a crash)"
                 ) from None
             if ok:
-                results[rank] = value
+                results[rank] = torch.load(io.BytesIO(value), weights_only=False)
             else:
                 errors.append(f"rank {rank}:\n{value}")
     finally:

@@ -88,14 +88,12 @@ def ddp_rank(rank: int, world: int) -> tuple[dict, dict, list[list[int]]]:
         opt.zero_grad()
         model(*shard(make_batch(step), rank, world)).backward()
         if step == 0:
-            grads = {n: p.grad.clone().numpy() for n, p in model.module.named_parameters()}
+            grads = {n: p.grad.clone() for n, p in model.module.named_parameters()}
         opt.step()
     words, _, mask = shard(make_batch(0), rank, world)
     with torch.no_grad():
         decoded = model.module.crf.decode(model.module.emissions(words), mask)
-    # numpy arrays, not tensors: run_ranks' torch queue sends a tensor as a shared-memory file descriptor that
-    # dies with the rank's process (FileNotFoundError in the parent); numpy arrays are pickled by value
-    return grads, {n: p.detach().numpy().copy() for n, p in model.module.named_parameters()}, decoded
+    return grads, {n: p.detach().clone() for n, p in model.module.named_parameters()}, decoded
 
 
 def fsdp2_rank(rank: int, world: int) -> tuple[dict, dict, list[list[int]]]:
@@ -114,9 +112,9 @@ def fsdp2_rank(rank: int, world: int) -> tuple[dict, dict, list[list[int]]]:
         opt.zero_grad()
         model(*shard(make_batch(step), rank, world)).backward()
         if step == 0:  # full_tensor() all-gathers: every rank calls it, in the same order
-            grads = {n: p.grad.full_tensor().numpy().copy() for n, p in model.named_parameters()}
+            grads = {n: p.grad.full_tensor() for n, p in model.named_parameters()}
         opt.step()
-    params = {n: p.detach().full_tensor().numpy().copy() for n, p in model.named_parameters()}
+    params = {n: p.detach().full_tensor() for n, p in model.named_parameters()}
     words, _, mask = shard(make_batch(0), rank, world)
     model.unshard()  # emissions() is not the root's forward either
     with torch.no_grad():
@@ -135,13 +133,12 @@ def fsdp1_rank(rank: int, world: int) -> tuple[dict, dict, list[list[int]]]:
         opt.zero_grad()
         model(*shard(make_batch(step), rank, world)).backward()
         if step == 0:
-            with FSDP.summon_full_params(model, with_grads=True):  # clone first: .numpy() on the gathered
-                # view pins its storage, then FSDP cannot free it ("Trying to resize storage that is not resizable")
-                grads = {n: p.grad.clone().numpy() for n, p in model.module.named_parameters()}
+            with FSDP.summon_full_params(model, with_grads=True):  # clone: the gathered views are freed
+                grads = {n: p.grad.clone() for n, p in model.module.named_parameters()}
         opt.step()
     words, _, mask = shard(make_batch(0), rank, world)
     with FSDP.summon_full_params(model), torch.no_grad():
-        params = {n: p.detach().clone().numpy() for n, p in model.module.named_parameters()}
+        params = {n: p.detach().clone() for n, p in model.module.named_parameters()}
         decoded = model.module.crf.decode(model.module.emissions(words), mask)
     return grads, params, decoded
 
@@ -149,7 +146,7 @@ def fsdp1_rank(rank: int, world: int) -> tuple[dict, dict, list[list[int]]]:
 def _assert_close(got: dict, want: dict, what: str) -> None:
     assert got.keys() == want.keys()
     for n in want:
-        err = (torch.as_tensor(got[n]) - want[n]).abs().max().item()
+        err = (got[n] - want[n]).abs().max().item()
         assert err <= TOL, f"{what} {n}: max abs difference {err:.3g} > {TOL}"
 
 

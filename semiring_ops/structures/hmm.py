@@ -693,14 +693,7 @@ class HMM(nn.Module):
                     bad = torch.nonzero(~torch.isfinite(stats.log_likelihood)).flatten().tolist()
                     raise ValueError(f"X has zero probability under the model (sequences {bad[:10]})")
                 self._m_step(stats, batch, params)
-                if self.device.type == "cuda":
-                    torch.cuda.synchronize(self.device)
-                line = monitor.report(log_prob, time.perf_counter() - tic)
-                if bar is not None:
-                    if verbose:
-                        bar.write(line)
-                    bar.update(monitor.iter, log_prob, final=monitor.converged)
-                if monitor.converged:
+                if self._iteration_done(monitor, bar, verbose, log_prob, tic):
                     break
         finally:
             if bar is not None:
@@ -782,19 +775,24 @@ class HMM(nn.Module):
                 self._m_step(chain, _Batch(None, batch.log_emissions, batch.lengths), params)
                 if update_emissions:
                     hd.emission_m_step(self.emission, summed[3:], params)
-                if self.device.type == "cuda":
-                    torch.cuda.synchronize(self.device)
-                line = monitor.report(log_prob, time.perf_counter() - tic)
-                if bar is not None:
-                    if verbose:
-                        bar.write(line)
-                    bar.update(monitor.iter, log_prob, final=monitor.converged)
-                if monitor.converged:
+                if self._iteration_done(monitor, bar, verbose, log_prob, tic):
                     break
         finally:
             if bar is not None:
                 bar.close()
         return self
+
+    def _iteration_done(self, monitor: ConvergenceMonitor, bar, verbose: bool, log_prob: float, tic: float) -> bool:
+        """The end of an EM iteration (both fits): the monitor's report (hmmlearn's line when verbose) and the
+        bar; whether EM has converged."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        line = monitor.report(log_prob, time.perf_counter() - tic)
+        if bar is not None:
+            if verbose:
+                bar.write(line)
+            bar.update(monitor.iter, log_prob, final=monitor.converged)
+        return monitor.converged
 
     def _m_step(self, stats: _Expectations, batch: _Batch, params: str | None = None) -> None:
         """hmmlearn's M-step (run under no_grad) of the parameters `params` names (None: all): start and

@@ -19,8 +19,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from .hmm_emissions import CategoricalEmission, Emission, _per_state, _prior
-from .hmm_emissions_gaussian import GaussianDiagEmission, GaussianEmission, GaussianTiedEmission
+from .hmm_emissions import CategoricalEmission, Emission
+from .hmm_emissions_gaussian import GaussianEmission
 
 __all__ = ["broadcast_parameters", "check_agreement", "emission_m_step", "emission_stats", "group_size"]
 
@@ -93,13 +93,7 @@ def emission_stats(emission: Emission, x: Tensor, weights: Tensor) -> list[Tenso
     if isinstance(emission, CategoricalEmission):
         return [weights.new_zeros(C, emission.n_symbols).index_add_(1, x, weights.T)]
     if isinstance(emission, GaussianEmission):
-        post, obs = weights.sum(0), weights.T @ x
-        if isinstance(emission, GaussianDiagEmission):  # diag and spherical
-            second = weights.T @ x.square()  # (C, D)
-        else:  # full and tied: Σγ x xᵀ per state
-            N, D = len(x), emission.n_features
-            second = ((weights[:, :, None] * x[:, None, :]).reshape(N, C * D).T @ x).reshape(C, D, D)
-        return [post, obs, second]
+        return list(emission.sufficient_stats(x, weights))
     raise NotImplementedError(
         f"distributed HMM.fit supports categorical and Gaussian emissions, not {type(emission).__name__}"
     )
@@ -116,44 +110,4 @@ def emission_m_step(emission: Emission, stats: list[Tensor], params: str | None)
         symbols = torch.arange(emission.n_symbols, device=counts.device)
         emission.m_step(symbols, counts.T.contiguous(), params)
         return
-    C, D = emission.n_states, emission.n_features
-    post, obs, second = stats
-    seen = post > 0
-    means = emission.means.detach()
-    if "m" in letters:
-        w = _per_state(emission.means_weight, C, 2, "means_weight", means)
-        prior = _prior(emission.means_prior, (C, D), "means_prior", means)
-        means = torch.where(seen[:, None], (w * prior + obs) / (w + post[:, None]), means)
-    with torch.no_grad():
-        if "c" in letters:
-            if isinstance(emission, GaussianDiagEmission):
-                # one pseudo-sample per (state, feature): a unit vector weighted by Σγx², so the emission's
-                # own update sees exactly the summed second moments
-                eye = torch.eye(D, dtype=means.dtype, device=means.device)
-                xs = eye.repeat(C, 1)  # (C·D, D)
-                ws = torch.zeros(C * D, C, dtype=means.dtype, device=means.device)
-                ws[
-                    torch.arange(C * D, device=means.device), torch.arange(C, device=means.device).repeat_interleave(D)
-                ] = second.reshape(-1)
-                covars = emission._covars_m_step(xs, ws, post, obs, means)
-            else:
-                w, d = emission._mean_offsets(means)
-                sm = obs[:, :, None] * means[:, None, :]
-                mm = means[:, :, None] * means[:, None, :]
-                scatter = (
-                    w[..., None] * d[:, :, None] * d[:, None, :]
-                    + second
-                    - sm
-                    - sm.transpose(1, 2)
-                    + post[:, None, None] * mm
-                )
-                if isinstance(emission, GaussianTiedEmission):
-                    prior = _prior(emission.covars_prior, (D, D), "covars_prior", means)
-                    cw = _prior(emission.covars_weight, (), "covars_weight", means)
-                    covars = (prior + scatter.sum(0)) / ((cw - D).clamp_min(0) + post.sum())
-                else:
-                    prior = _prior(emission.covars_prior, (C, D, D), "covars_prior", means)
-                    cw = _per_state(emission.covars_weight, C, 3, "covars_weight", means)
-                    covars = (prior + scatter) / ((cw - D).clamp_min(0) + post[:, None, None])
-            emission._set_covars(covars, seen)
-        emission.means.copy_(means)
+    emission.m_step_from_stats(*stats, params)  # Gaussian: the emission's own update, on the sums

@@ -197,8 +197,8 @@ class GaussianEmission(Emission):
         """Standard normal z (*batch, D) -> covariance-scaled noise for `states` (*batch,)."""
         raise NotImplementedError
 
-    def _covars_m_step(self, x: Tensor, weights: Tensor, post: Tensor, obs: Tensor, means: Tensor) -> Tensor:
-        """The new compact covariances from x (N, D), weights (N, C), n (C,), S (C, D), means (C, D)."""
+    def _covars_m_step(self, second: Tensor, post: Tensor, obs: Tensor, means: Tensor) -> Tensor:
+        """The new compact covariances from the second moments, n (C,), S (C, D), means (C, D)."""
         raise NotImplementedError
 
     def _from_data_covariance(self, cv: Tensor) -> Tensor:
@@ -277,11 +277,25 @@ class GaussianEmission(Emission):
 
     def m_step(self, x: Tensor, weights: Tensor, params: str | None = None) -> None:
         """hmmlearn's MAP update of the means ("m") and covariances ("c"); see the module docstring."""
+        if self._updates(params):
+            self.m_step_from_stats(*self.sufficient_stats(x, weights), params)
+
+    def sufficient_stats(self, x: Tensor, weights: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """What the M-step needs of observations x (N, D) with posteriors weights (N, C), sums over the
+        samples (so ranks holding shards of the data add theirs up, hmm_distributed.py): n = Σγ (C,),
+        S = Σγ x (C, D) and the second moments (Σγ x² (C, D) for diagonal types, Σγ x xᵀ (C, D, D) for
+        full ones)."""
+        return weights.sum(0), weights.T @ x, self._second_moment(x, weights)
+
+    def _second_moment(self, x: Tensor, weights: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def m_step_from_stats(self, post: Tensor, obs: Tensor, second: Tensor, params: str | None = None) -> None:
+        """The M-step from :meth:`sufficient_stats` (n, S, second moments)."""
         letters = self._updates(params)
         if not letters:
             return
         C, D = self.n_states, self.n_features
-        post, obs = weights.sum(0), weights.T @ x  # (C,), (C, D)
         seen = post > 0  # states with no posterior mass keep their parameters
         means = self.means.detach()
         if "m" in letters:
@@ -290,7 +304,7 @@ class GaussianEmission(Emission):
             means = torch.where(seen[:, None], (w * prior + obs) / (w + post[:, None]), means)
         with torch.no_grad():
             if "c" in letters:
-                self._set_covars(self._covars_m_step(x, weights, post, obs, means), seen)
+                self._set_covars(self._covars_m_step(second, post, obs, means), seen)
             self.means.copy_(means)
 
     def _mean_offsets(self, means: Tensor) -> tuple[Tensor, Tensor]:
@@ -327,9 +341,12 @@ class GaussianDiagEmission(GaussianEmission):
     def _variance_prior(self, like: Tensor) -> Tensor:
         return _prior(self.covars_prior, (self.n_states, self.n_features), "covars_prior", like)
 
-    def _covars_m_step(self, x: Tensor, weights: Tensor, post: Tensor, obs: Tensor, means: Tensor) -> Tensor:
+    def _second_moment(self, x: Tensor, weights: Tensor) -> Tensor:
+        return weights.T @ x.square()  # (C, D)
+
+    def _covars_m_step(self, second: Tensor, post: Tensor, obs: Tensor, means: Tensor) -> Tensor:
         w, d = self._mean_offsets(means)
-        numerator = w * d.square() + weights.T @ x.square() - 2 * means * obs + means.square() * post[:, None]
+        numerator = w * d.square() + second - 2 * means * obs + means.square() * post[:, None]
         cw = _per_state(self.covars_weight, self.n_states, 2, "covars_weight", means)
         covars = (self._variance_prior(means) + numerator) / ((cw - 1).clamp_min(0) + post[:, None]).clamp_min(1e-5)
         return covars.clamp_min(self.min_covar)
@@ -363,8 +380,8 @@ class GaussianSphericalEmission(GaussianDiagEmission):
     def _variance_prior(self, like: Tensor) -> Tensor:
         return _per_state(self.covars_prior, self.n_states, 2, "covars_prior", like)
 
-    def _covars_m_step(self, x: Tensor, weights: Tensor, post: Tensor, obs: Tensor, means: Tensor) -> Tensor:
-        return super()._covars_m_step(x, weights, post, obs, means).mean(-1)
+    def _covars_m_step(self, second: Tensor, post: Tensor, obs: Tensor, means: Tensor) -> Tensor:
+        return super()._covars_m_step(second, post, obs, means).mean(-1)
 
     def _from_data_covariance(self, cv: Tensor) -> Tensor:
         return cv.diagonal().mean().expand(self.n_states)
@@ -387,11 +404,13 @@ class _GaussianCholeskyEmission(GaussianEmission):
         L = self._factor().detach()
         return L @ L.transpose(-1, -2)
 
-    def _scatter(self, weights: Tensor, x: Tensor, post: Tensor, obs: Tensor, means: Tensor) -> Tensor:
-        """Numerator of the full update per state (C, D, D): w d dᵀ + Σγ x xᵀ − S μᵀ − μ Sᵀ + n μ μᵀ."""
+    def _second_moment(self, x: Tensor, weights: Tensor) -> Tensor:
         N, C, D = len(x), self.n_states, self.n_features
+        return ((weights[:, :, None] * x[:, None, :]).reshape(N, C * D).T @ x).reshape(C, D, D)  # Σγ x xᵀ
+
+    def _scatter(self, xx: Tensor, post: Tensor, obs: Tensor, means: Tensor) -> Tensor:
+        """Numerator of the full update per state (C, D, D): w d dᵀ + Σγ x xᵀ − S μᵀ − μ Sᵀ + n μ μᵀ."""
         w, d = self._mean_offsets(means)
-        xx = ((weights[:, :, None] * x[:, None, :]).reshape(N, C * D).T @ x).reshape(C, D, D)
         sm = obs[:, :, None] * means[:, None, :]
         mm = means[:, :, None] * means[:, None, :]
         return w[..., None] * d[:, :, None] * d[:, None, :] + xx - sm - sm.transpose(1, 2) + post[:, None, None] * mm
@@ -423,11 +442,11 @@ class GaussianFullEmission(_GaussianCholeskyEmission):
     def _build_covariance(self) -> None:
         self.covars_factor = nn.Parameter(torch.empty(self.n_states, self.n_features, self.n_features))
 
-    def _covars_m_step(self, x: Tensor, weights: Tensor, post: Tensor, obs: Tensor, means: Tensor) -> Tensor:
+    def _covars_m_step(self, second: Tensor, post: Tensor, obs: Tensor, means: Tensor) -> Tensor:
         C, D = self.n_states, self.n_features
         prior = _prior(self.covars_prior, (C, D, D), "covars_prior", means)
         cw = _per_state(self.covars_weight, C, 3, "covars_weight", means)
-        return (prior + self._scatter(weights, x, post, obs, means)) / ((cw - D).clamp_min(0) + post[:, None, None])
+        return (prior + self._scatter(second, post, obs, means)) / ((cw - D).clamp_min(0) + post[:, None, None])
 
     def _from_data_covariance(self, cv: Tensor) -> Tensor:
         return cv.expand(self.n_states, -1, -1)
@@ -445,11 +464,11 @@ class GaussianTiedEmission(_GaussianCholeskyEmission):
     def _build_covariance(self) -> None:
         self.covars_factor = nn.Parameter(torch.empty(self.n_features, self.n_features))
 
-    def _covars_m_step(self, x: Tensor, weights: Tensor, post: Tensor, obs: Tensor, means: Tensor) -> Tensor:
+    def _covars_m_step(self, second: Tensor, post: Tensor, obs: Tensor, means: Tensor) -> Tensor:
         D = self.n_features
         prior = _prior(self.covars_prior, (D, D), "covars_prior", means)
         cw = _prior(self.covars_weight, (), "covars_weight", means)
-        scatter = self._scatter(weights, x, post, obs, means).sum(0)
+        scatter = self._scatter(second, post, obs, means).sum(0)
         return (prior + scatter) / ((cw - D).clamp_min(0) + post.sum())
 
     def _from_data_covariance(self, cv: Tensor) -> Tensor:

@@ -19,6 +19,7 @@ writers.py).
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sys
 import threading
@@ -32,7 +33,16 @@ import torch
 
 from .scheduler import Block, BlockGrid, plan_blocks
 
-__all__ = ["BlockError", "BlockPolicy", "BlockWriter", "Progress", "cpu_workers", "resolve_devices", "run_blocks"]
+__all__ = [
+    "BlockError",
+    "BlockPolicy",
+    "BlockWriter",
+    "Progress",
+    "cpu_workers",
+    "home_devices",
+    "resolve_devices",
+    "run_blocks",
+]
 
 CPU_BUDGET_BYTES = 1 << 30  # a CPU worker's default budget (blocks of at most 256 MiB of output)
 
@@ -75,6 +85,11 @@ class BlockError(RuntimeError):
 def cpu_workers() -> list[torch.device]:
     """The CPU path's workers: one per 2 cores, at most 4 (each block's torch operations are multi-threaded)."""
     return [torch.device("cpu")] * max(1, min(4, (os.cpu_count() or 1) // 2))
+
+
+def home_devices(device: torch.device) -> list[torch.device]:
+    """The workers for data on ``device`` when the caller names none: that GPU, or the CPU workers."""
+    return [device] if device.type == "cuda" else cpu_workers()
 
 
 def resolve_devices(devices: Sequence[torch.device | str | int] | str | None) -> list[torch.device]:
@@ -253,9 +268,7 @@ class _Slot:
         self.pending: list[tuple[Block, torch.Tensor]] = []  # (piece, staging view) copied, not yet written
 
     def view(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        numel = 1
-        for s in shape:
-            numel *= s
+        numel = math.prod(shape)
         if self.staging is None or self.staging.numel() < numel or self.staging.dtype != dtype:
             self.staging = torch.empty(max(numel, 1), dtype=dtype, pin_memory=True)
         return self.staging[:numel].view(shape)

@@ -300,6 +300,12 @@ def condensed_row_start(i: int, n: int, diagonal: bool = False) -> int:
     _check_int("i", i, 0)
     if i > n:
         raise ValueError(f"i={i} must be in [0, n={n}]")
+    return row_start(i, n, diagonal)
+
+
+def row_start(i, n: int, diagonal: bool = False):
+    """condensed_row_start's arithmetic, unchecked: for an int i, or elementwise for an int64 tensor of rows
+    (writers.CondensedWriter places a whole block's cells with it)."""
     return n * i - i * (i - 1) // 2 if diagonal else n * i - i * (i + 1) // 2
 
 

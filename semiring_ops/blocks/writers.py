@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from .scheduler import Block
+from .scheduler import Block, row_start
 
 __all__ = ["CondensedWriter", "DenseWriter"]
 
@@ -40,8 +40,7 @@ class CondensedWriter:
         first = 0 if self.diagonal else 1  # row i's pairs start at column i + first
         i = torch.arange(block.r0, block.r1, dtype=torch.int64)[:, None]
         j = torch.arange(block.c0, block.c1, dtype=torch.int64)[None, :]
-        start = self.n * i - (i * (i - 1) // 2 if self.diagonal else i * (i + 1) // 2)  # condensed_row_start
-        dest = start + j - i - first  # (rows, cols): condensed_index of every cell
+        dest = row_start(i, self.n, self.diagonal) + j - i - first  # (rows, cols): condensed_index of every cell
         vals = values.reshape(block.rows * block.cols, -1)
         if block.c0 >= block.r1 - 1 + first:  # wholly on the pairs' side of the diagonal
             self._rows.index_copy_(0, dest.reshape(-1), vals)

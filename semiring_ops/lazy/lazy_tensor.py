@@ -1167,11 +1167,11 @@ class LazyTensor:
             routed = 3 * cells * self.dtype.itemsize > torch.cuda.mem_get_info(self.device)[0]
         if routed:
             from ..blocks.api import dense as blocks_dense
-            from ..blocks.engine import cpu_workers
+            from ..blocks.engine import home_devices
 
             d = self.formula.dim
             if devices is None:
-                devices = [self.device] if self.device.type == "cuda" else cpu_workers()
+                devices = home_devices(self.device)
             target = out[..., 0] if out is not None and d == 1 and out.dim() == 3 else out
             got = blocks_dense(self, target, devices=devices, max_device_bytes=max_device_bytes, progress=progress)
             return out if out is not None else (got[..., None] if d == 1 else got)

@@ -109,9 +109,9 @@ def _matmul_into(out: Tensor, a: Tensor, b: Tensor, S: type[Semiring], fn: str, 
         raise RuntimeError(f"{fn}: out= does not support automatic differentiation (torch's rule for out=)")
     if out.device.type == "cpu" and a.dim() == 2 and b.dim() == 2 and a.device == b.device:
         from ..blocks.api import matmul as blocks_matmul
-        from ..blocks.engine import cpu_workers
+        from ..blocks.engine import home_devices
 
-        return blocks_matmul(a, b, S, out, devices=[a.device] if a.device.type == "cuda" else cpu_workers())
+        return blocks_matmul(a, b, S, out, devices=home_devices(a.device))
     result = semiring_matmul(a, b, S, precision=precision)
     if out.shape != result.shape or out.dtype != result.dtype:
         raise ValueError(

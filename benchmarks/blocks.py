@@ -103,15 +103,15 @@ def mem_available() -> int | None:
     return None
 
 
-def fit_square(n: int, elem_bytes: int, what: str, notes: list[str]) -> int:
-    """n, or the largest n whose n x n output (+ RAM_MARGIN) fits the available host memory, with a note."""
+def fit_square(n: int, elem_bytes: int, what: str, notes: list[str], margin: float = RAM_MARGIN) -> int:
+    """n, or the largest n whose n x n output (+ margin) fits the available host memory, with a note."""
     avail = mem_available()
-    if avail is None or n * n * elem_bytes + RAM_MARGIN <= avail:
+    if avail is None or n * n * elem_bytes + margin <= avail:
         return n
-    fit = math.isqrt(max(int((avail - RAM_MARGIN) / elem_bytes), 1))
+    fit = math.isqrt(max(int((avail - margin) / elem_bytes), 1))
     fit = max(1, fit // 1000 * 1000 if fit >= 1000 else fit)
     note = (
-        f"NOTE: {what}: N = {n:,} needs {n * n * elem_bytes / 1e9:.1f} GB of host memory + {RAM_MARGIN / 1e9:.0f} GB "
+        f"NOTE: {what}: N = {n:,} needs {n * n * elem_bytes / 1e9:.1f} GB of host memory + {margin / 1e9:.0f} GB "
         f"margin; {avail / 1e9:.1f} GB available: N shrunk to {fit:,} ({fit * fit * elem_bytes / 1e9:.1f} GB)"
     )
     print(note, flush=True)
@@ -273,15 +273,46 @@ def torch_loop(x_dev: torch.Tensor, s: float, chunk: int) -> torch.Tensor:
 
 
 def median_wall(fn: Callable[[], torch.Tensor], devs, reps: int):
-    """(median seconds of reps wall-clock calls, the last call's result); each earlier result is freed before
-    the next call, so only one big output lives at a time."""
+    """(median seconds of reps wall-clock calls, the last call's result, the last call's engine note); each
+    earlier result is freed before the next call, so only one big output lives at a time."""
     times, result = [], None
     for _ in range(reps):
         result = None
         free()
+        for d in {d for d in devs if d.type == "cuda"}:
+            torch.cuda.reset_peak_memory_stats(d)
         seconds, result = wall(fn, devs)
         times.append(seconds)
-    return statistics.median(times), result
+    return statistics.median(times), result, engine_note(devs)
+
+
+def engine_note(devs: Sequence[torch.device]) -> dict:
+    """The last blocks call's RunStats (blocks.last_run()) and peak device memory (torch's allocator)."""
+    st = blocks.last_run()
+    gpus = sorted({d for d in devs if d.type == "cuda"}, key=str)
+    return {
+        "blocks": st.blocks,
+        "write_s": st.write_seconds,
+        "wait_s": st.wait_seconds,
+        "write_gbps": st.write_gb_per_s,
+        "peak_device_gb": max((torch.cuda.max_memory_allocated(d) / 1e9 for d in gpus), default=None),
+        "budget_gb": min((torch.cuda.mem_get_info(d)[1] * 0.8 / 1e9 for d in gpus), default=None),
+    }
+
+
+def print_engine(e: dict) -> None:
+    peak = (
+        ""
+        if e["peak_device_gb"] is None
+        else (
+            f"; peak device memory {e['peak_device_gb']:.2f} GB (budget: 0.8 x free, at most {e['budget_gb']:.1f} GB)"
+        )
+    )
+    print(
+        f"  engine (blocks.last_run()): {e['blocks']} blocks; writer {e['write_s']:.2f} s "
+        f"({e['write_gbps']:.1f} GB/s, first touch included), waiting for device-to-host copies {e['wait_s']:.2f} s"
+        f"{peak}"
+    )
 
 
 def run_dense(n, args, devs, loop_dev, d2h_sum, host_bw, gen, notes) -> tuple[dict, dict]:
@@ -301,7 +332,7 @@ def run_dense(n, args, devs, loop_dev, d2h_sum, host_bw, gen, notes) -> tuple[di
     compute = compute_only_s(policy, grid, devs)
     bounds = bound_parts(n * n * 4, compute, d2h_sum, host_bw)
 
-    ours, out = median_wall(
+    ours, out, engine = median_wall(
         lambda: blocks.dense(K, devices=devs, max_device_bytes=args.max_device_bytes, progress=args.progress),
         devs,
         args.reps,
@@ -314,7 +345,7 @@ def run_dense(n, args, devs, loop_dev, d2h_sum, host_bw, gen, notes) -> tuple[di
     loop_n = min(args.loop_n or n, n)
     xl = x[:loop_n].to(loop_dev)
     torch_loop(xl[: min(loop_n, 2 * args.chunk)], s, args.chunk)  # warm-up
-    loop_raw, lout = median_wall(lambda: torch_loop(xl, s, args.chunk), [loop_dev], args.reps)
+    loop_raw, lout, _ = median_wall(lambda: torch_loop(xl, s, args.chunk), [loop_dev], args.reps)
     checks.append(check_dense(lout, x[:loop_n], s, args.checks, gen, "torch loop vs float64"))
     lout = xl = None
     free()
@@ -345,6 +376,7 @@ def run_dense(n, args, devs, loop_dev, d2h_sum, host_bw, gen, notes) -> tuple[di
         "met": ours <= DENSE_TOTAL_X_BOUND * bounds["bound_s"] and loop / ours >= DENSE_X_LOOP,
         "met_bound": ours <= DENSE_TOTAL_X_BOUND * bounds["bound_s"],
         "met_loop": loop / ours >= DENSE_X_LOOP,
+        "engine": engine,
         "checks": checks,
     }
     print_dense(dense_row, d2h_sum, host_bw)
@@ -357,7 +389,7 @@ def run_dense(n, args, devs, loop_dev, d2h_sum, host_bw, gen, notes) -> tuple[di
     pgrid = plan_for(ppolicy, devs, args.max_device_bytes, triangle="upper")
     pcompute = compute_only_s(ppolicy, pgrid, devs)
     pbounds = bound_parts(size * 4, pcompute, d2h_sum, host_bw)
-    ptime, pout = median_wall(
+    ptime, pout, pengine = median_wall(
         lambda: blocks.pdist(Dk, devices=devs, max_device_bytes=args.max_device_bytes, progress=args.progress),
         devs,
         args.reps,
@@ -382,6 +414,7 @@ def run_dense(n, args, devs, loop_dev, d2h_sum, host_bw, gen, notes) -> tuple[di
         "x_dense": ptime / ours,
         "target": f"<= {PDIST_X_DENSE} x dense time",
         "met": ptime <= PDIST_X_DENSE * ours,
+        "engine": pengine,
         "checks": pchecks,
     }
     print_pdist(pdist_row, ours)
@@ -412,7 +445,7 @@ def run_matmul(n, args, devs, d2h_sum, host_bw, gen) -> dict:
     grid = plan_for(policy, devs, args.max_device_bytes)
     compute = compute_only_s(policy, grid, devs)
     bounds = bound_parts(n * n * 4, compute, d2h_sum, host_bw)
-    ours, out = median_wall(
+    ours, out, mengine = median_wall(
         lambda: blocks.matmul(
             a, b, "max", devices=devs, max_device_bytes=args.max_device_bytes, progress=args.progress
         ),
@@ -451,6 +484,7 @@ def run_matmul(n, args, devs, d2h_sum, host_bw, gen) -> dict:
         "ours_x_bound": ours / bounds["bound_s"],
         "target": "-",
         "met": None,
+        "engine": mengine,
         "checks": checks,
     }
     print_matmul(row, d2h_sum, host_bw)
@@ -515,6 +549,7 @@ def print_dense(r: dict, d2h_sum, host_bw) -> None:
         f"{_f(r['met_bound'])}; >= {DENSE_X_LOOP:g}x faster than the torch loop: {r['x_faster']:.2f}x: "
         f"{_f(r['met_loop'])}"
     )
+    print_engine(r["engine"])
     _checks(r)
 
 
@@ -535,6 +570,7 @@ def print_pdist(r: dict, dense_s: float) -> None:
         f"  target: pdist time <= {PDIST_X_DENSE} x dense time: {r['x_dense']:.2f} x: {_f(r['met'])}"
         f" (ours / bound = {r['ours_x_bound']:.2f})"
     )
+    print_engine(r["engine"])
     _checks(r)
 
 
@@ -545,6 +581,7 @@ def print_matmul(r: dict, d2h_sum, host_bw) -> None:
         [*_bound_rows(r, d2h_sum, host_bw, devs), ("ours: blocks.matmul", r["ours_s"], r["gbps"], "fresh out")],
     )
     print(f"  ours / bound = {r['ours_x_bound']:.2f} (no target set)")
+    print_engine(r["engine"])
     _checks(r)
 
 
@@ -678,7 +715,10 @@ def main() -> None:
         dense_row, pdist_row = run_dense(n, args, dense_devs, dense_devs[0], d2h_sum(dense_devs), host_bw, gen, notes)
         rows += [dense_row, pdist_row]
     if not args.no_matmul:
-        mn = fit_square(args.matmul_n or (GPU_MATMUL_N if gpu else CPU_MATMUL_N), 4, "matmul", notes)
+        # matmul's margin adds the pinned staging of its blocks (two per GPU) and the transposed copy of b
+        mn = fit_square(
+            args.matmul_n or (GPU_MATMUL_N if gpu else CPU_MATMUL_N), 4, "matmul", notes, RAM_MARGIN + 16e9 * len(devs)
+        )
         rows.append(run_matmul(mn, args, devs, d2h_sum(devs), host_bw, gen))
 
     summary(rows)

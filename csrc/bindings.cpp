@@ -53,6 +53,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("bmm_packed_select", &semiring_ops::bmm_packed_select,
         "Packed 16-bit max-plus (is_max) / min-plus bmm: a (B, n, k), b (B, k, m) -> out (B, n, m) float32",
         py::arg("a"), py::arg("b"), py::arg("is_max"));
+#else
+  m.def("condensed_scatter", &semiring_ops::condensed_scatter,
+        "A block of a symmetric (n, n) output into its condensed vector (scipy pdist's layout), in place",
+        py::arg("out"), py::arg("values"), py::arg("n"), py::arg("r0"), py::arg("c0"), py::arg("diagonal"));
 #endif
 
   m.def(

@@ -120,4 +120,11 @@ std::vector<at::Tensor> log_bmm_fast(const at::Tensor& a, const at::Tensor& b, i
 // float32 holding the correctly rounded 16-bit values of max_k (min_k) a[p,i,k] + b[p,k,j].
 at::Tensor bmm_packed_select(const at::Tensor& a, const at::Tensor& b, bool is_max);
 
+// Host memory only (the CPU extension): a block rows [r0, r0 + rows) x cols [c0, c0 + cols) of a symmetric
+// (n, n[, D]) output, values (rows, cols[, D]) contiguous, written into out, the contiguous condensed vector
+// of the pairs i < j (i <= j with diagonal) in scipy.spatial.distance.pdist's order: cell (i, j) of the block
+// goes to position row_start(i) + j - i - (diagonal ? 0 : 1) when j >= i + (diagonal ? 0 : 1), and the
+// block's cells on the other side of the diagonal are not written. One memcpy per row, rows in parallel.
+void condensed_scatter(at::Tensor& out, const at::Tensor& values, int64_t n, int64_t r0, int64_t c0, bool diagonal);
+
 }  // namespace semiring_ops

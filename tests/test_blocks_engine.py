@@ -19,8 +19,8 @@ from scipy.cluster.hierarchy import linkage
 from scipy.spatial.distance import pdist as scipy_pdist
 from scipy.spatial.distance import squareform
 
-from semiring_ops import semiring_matmul
-from semiring_ops.blocks import engine
+from semiring_ops import blocks, semiring_matmul
+from semiring_ops.blocks import engine, host_memory, writers
 from semiring_ops.blocks.api import dense, matmul, pdist
 from semiring_ops.blocks.engine import BlockError, run_blocks
 from semiring_ops.blocks.policies import MatmulPolicy
@@ -54,18 +54,52 @@ def test_dense_of_a_vector_formula_keeps_its_value_dim():
     torch.testing.assert_close(got, K.dense())
 
 
+@pytest.mark.parametrize("scatter", ["compiled", "index_copy"])  # the CPU extension's, or the fallback's
 @pytest.mark.parametrize("diagonal", [False, True])
 @settings(deadline=None, max_examples=8)
 @given(n=st.integers(1, 90), budget=st.integers(300, 30_000), seed=st.integers(0, 99))
-def test_pdist_is_scipy_pdist_in_its_layout(diagonal, n, budget, seed):
+def test_pdist_is_scipy_pdist_in_its_layout(scatter, diagonal, n, budget, seed):
+    if scatter == "compiled" and writers.compiled_condensed_scatter() is None:
+        pytest.skip("the CPU kernels are not compiled here")
     x = torch.randn(n, 4, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
     K = ((Vi(x) - Vj(x)) ** 2).sum(-1).sqrt()
-    got = pdist(K, diagonal=diagonal, devices=CPU3, max_device_bytes=budget, progress=False).numpy()
+    out = torch.full((n * (n + 1) // 2 if diagonal else n * (n - 1) // 2,), float("nan"), dtype=torch.float64)
+    with pytest.MonkeyPatch.context() as mp:
+        if scatter == "index_copy":
+            mp.setattr(writers, "compiled_condensed_scatter", lambda: None)
+        got = pdist(K, diagonal=diagonal, out=out, devices=CPU3, max_device_bytes=budget, progress=False).numpy()
     if diagonal:
         full = K.dense()[..., 0].numpy()
         np.testing.assert_allclose(got, full[np.triu_indices(n)], rtol=0, atol=1e-12)
     else:
         np.testing.assert_allclose(got, scipy_pdist(x.numpy()), rtol=1e-12, atol=1e-12)
+
+
+def test_condensed_scatter_checks_its_block():
+    scatter = writers.compiled_condensed_scatter()
+    if scatter is None:
+        pytest.skip("the CPU kernels are not compiled here")
+    out, values = torch.zeros(10), torch.ones(2, 3)  # n = 5: 10 pairs
+    with pytest.raises(RuntimeError, match="outside n = 5"):
+        scatter(out, values, 5, 4, 0, False)  # rows [4, 6)
+    with pytest.raises(RuntimeError, match="out holds 10 values; n = 6 needs 15"):
+        scatter(out, values, 6, 0, 0, False)
+    with pytest.raises(RuntimeError, match="out is Float and values Double"):
+        scatter(out, values.double(), 5, 0, 0, False)
+    scatter(out, values, 5, 0, 2, False)  # rows 0, 1 x cols 2..4: pairs (0, 2..4), (1, 2..4)
+    assert out.tolist() == [0, 1, 1, 1, 1, 1, 1, 0, 0, 0]
+
+
+def test_host_memory_empty_is_a_usable_output():
+    big = host_memory.empty((3000, 7000))  # 84 MB: an anonymous mapping with huge pages asked for
+    small = host_memory.empty((30, 7), torch.float64)
+    assert big.shape == (3000, 7000) and big.dtype == torch.float32 and big.is_contiguous()
+    assert small.shape == (30, 7) and small.dtype == torch.float64
+    big.fill_(2.5)
+    x = torch.randn(3000, 2)
+    got = dense(_gauss(x, x), big[:, :3000], devices=CPU3, progress=False)
+    torch.testing.assert_close(got, _gauss(x, x).dense()[..., 0])
+    assert big[:, 3000:].eq(2.5).all()  # nothing written outside the requested region
 
 
 def test_pdist_feeds_squareform_and_hierarchical_clustering():
@@ -249,3 +283,11 @@ def test_pdist_takes_two_views_of_the_same_points_and_refuses_a_strided_out():
     np.testing.assert_allclose(got.numpy(), scipy_pdist(x[:50].numpy()), atol=1e-12)
     with pytest.raises(ValueError, match="out must be contiguous"):
         pdist(((Vi(x) - Vj(x)) ** 2).sum(-1), out=torch.empty(2 * 3160, dtype=torch.float64)[::2], progress=False)
+
+
+def test_last_run_says_where_the_time_went():
+    x = torch.randn(50, 3)
+    out = dense(_gauss(x, x), devices=CPU3, max_device_bytes=2_000, progress=False)
+    stats = blocks.last_run()
+    assert stats.bytes == out.numel() * 4 and stats.blocks > 3 and stats.devices == ("cpu",) * 3
+    assert stats.write_seconds > 0 and stats.seconds > 0 and stats.wait_seconds == 0  # no GPU: no copy to wait on

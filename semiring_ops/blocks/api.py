@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from ..lazy.formula import variables
+from . import host_memory
 from .engine import plan_for, resolve_devices, run_blocks
 from .policies import LazyDensePolicy, MatmulPolicy
 from .scheduler import condensed_size
@@ -26,9 +27,10 @@ Devices = Sequence[torch.device | str | int] | str | None
 
 
 def _host_out(out: torch.Tensor | None, shape: tuple[int, ...], dtype: torch.dtype, what: str) -> torch.Tensor:
-    """``out`` checked (a CPU tensor of the result's shape and dtype), or a new one."""
+    """``out`` checked (a CPU tensor of the result's shape and dtype), or a new one (host_memory.empty: huge
+    pages, so its first touch is cheap)."""
     if out is None:
-        return torch.empty(shape, dtype=dtype)
+        return host_memory.empty(shape, dtype)
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"{what}: out must be a torch.Tensor, got {type(out).__name__}")
     if out.device.type != "cpu":

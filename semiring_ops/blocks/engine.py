@@ -26,7 +26,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import torch
@@ -38,8 +38,10 @@ __all__ = [
     "BlockPolicy",
     "BlockWriter",
     "Progress",
+    "RunStats",
     "cpu_workers",
     "home_devices",
+    "last_run",
     "resolve_devices",
     "run_blocks",
 ]
@@ -200,6 +202,40 @@ class Progress:
             self._bar.close()
 
 
+@dataclass
+class RunStats:
+    """Where one run_blocks call spent its time (``blocks.last_run()``): ``blocks`` written, output ``bytes``,
+    wall-clock ``seconds``; summed over the workers: ``write_seconds`` in the writer (the host copy into the
+    output, first touch of its pages included) and ``wait_seconds`` waiting for a block's device-to-host copy
+    (a GPU worker). A pipeline bound by the host write has write_seconds close to seconds x workers."""
+
+    blocks: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    write_seconds: float = 0.0
+    wait_seconds: float = 0.0
+    devices: tuple[str, ...] = ()
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, write: float = 0.0, wait: float = 0.0) -> None:
+        with self._lock:
+            self.write_seconds += write
+            self.wait_seconds += wait
+
+    @property
+    def write_gb_per_s(self) -> float:
+        """Output GB per second of writer time, per worker: the host write's own rate."""
+        return self.bytes / 1e9 / self.write_seconds if self.write_seconds else float("nan")
+
+
+_last_run = RunStats()
+
+
+def last_run() -> RunStats:
+    """The statistics of the last block engine run in this process (any thread)."""
+    return _last_run
+
+
 def _halves(block: Block) -> list[Block]:
     """A block cut in two along its longer side (for a retry after running out of memory)."""
     if block.rows >= block.cols and block.rows > 1:
@@ -247,12 +283,14 @@ def _compute_fitting(policy: BlockPolicy, state: Any, block: Block, device: torc
     return [pair for half in _halves(block) for pair in _compute_fitting(policy, state, half, device)]
 
 
-def _cpu_worker(policy, writer, device, shared: _Shared, progress: Progress) -> None:
+def _cpu_worker(policy, writer, device, shared: _Shared, progress: Progress, stats: RunStats) -> None:
     state = policy.prepare(device)
     while (block := shared.take()) is not None:
         try:
             values = policy.compute(state, block, device)
+            t0 = time.perf_counter()
             writer.write(block, values)
+            stats.add(write=time.perf_counter() - t0)
             progress.update(values.numel() * values.element_size())
         except BaseException as exc:
             shared.fail(BlockError(block, device, exc))
@@ -274,7 +312,7 @@ class _Slot:
         return self.staging[:numel].view(shape)
 
 
-def _gpu_worker(policy, writer, device, shared: _Shared, progress: Progress) -> None:
+def _gpu_worker(policy, writer, device, shared: _Shared, progress: Progress, stats: RunStats) -> None:
     block: Block | None = None
     try:
         with torch.cuda.device(device):
@@ -284,10 +322,13 @@ def _gpu_worker(policy, writer, device, shared: _Shared, progress: Progress) -> 
             slots, k = [_Slot(), _Slot()], 0
 
             def drain(slot: _Slot) -> None:  # the host writes what the slot's last copies brought
+                t0 = time.perf_counter()
                 slot.event.synchronize()
+                t1 = time.perf_counter()
                 for piece, host in slot.pending:
                     writer.write(piece, host)
                     progress.update(host.numel() * host.element_size())
+                stats.add(write=time.perf_counter() - t1, wait=t1 - t0)
                 slot.pending = []
 
             while (block := shared.take()) is not None:
@@ -325,13 +366,16 @@ def run_blocks(
     grid: BlockGrid,
     devices: Sequence[torch.device],
     progress: bool | None = None,
-) -> None:
+) -> RunStats:
     """Computes every block of ``grid`` with ``policy`` on ``devices`` (one worker thread each) and hands it
     to ``writer``. ``progress``: None shows progress when stderr is a terminal and there are several blocks.
-    Raises BlockError (the first failure, from any worker) after every worker has stopped; Ctrl-C stops them
-    all, then goes on."""
+    Returns the run's RunStats (also ``last_run()``). Raises BlockError (the first failure, from any worker)
+    after every worker has stopped; Ctrl-C stops them all, then goes on."""
+    global _last_run
+    stats = _last_run = RunStats(devices=tuple(str(d) for d in devices))
     if not grid.blocks:
-        return
+        return stats
+    start = time.perf_counter()
     shown = progress if progress is not None else (len(grid.blocks) > 1 and sys.stderr.isatty())
     bar = Progress(len(grid.blocks), shown)
     shared = _Shared(grid.blocks)
@@ -339,7 +383,7 @@ def run_blocks(
 
     def work(dev: torch.device, finished: threading.Event) -> None:
         try:
-            (_gpu_worker if dev.type == "cuda" else _cpu_worker)(policy, writer, dev, shared, bar)
+            (_gpu_worker if dev.type == "cuda" else _cpu_worker)(policy, writer, dev, shared, bar, stats)
         finally:
             finished.set()
 
@@ -365,5 +409,7 @@ def run_blocks(
         raise
     finally:
         bar.close()
+        stats.blocks, stats.bytes, stats.seconds = bar.done, bar.bytes, time.perf_counter() - start
     if shared.error is not None:
         raise shared.error
+    return stats

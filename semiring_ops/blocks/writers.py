@@ -8,9 +8,16 @@ from __future__ import annotations
 
 import torch
 
+from ..build.backends import backend_for
 from .scheduler import Block, row_start
 
-__all__ = ["CondensedWriter", "DenseWriter"]
+__all__ = ["CondensedWriter", "DenseWriter", "compiled_condensed_scatter"]
+
+
+def compiled_condensed_scatter():
+    """The CPU extension's ``condensed_scatter(out, values, n, r0, c0, diagonal)`` (csrc/ops.h), or None when
+    the CPU kernels are not compiled (the PyTorch reference backend)."""
+    return getattr(backend_for(torch.device("cpu")).module, "condensed_scatter", None)
 
 
 class DenseWriter:
@@ -29,14 +36,20 @@ class CondensedWriter:
     """Into ``out`` (n (n - 1) / 2[, D]), contiguous, in scipy.spatial.distance.pdist's layout: the pairs i < j
     row-major (with ``diagonal``: i <= j, each row's diagonal entry first). Blocks come from an upper-triangle
     plan: a block's row i holds the consecutive entries of pairs (i, j), j in [max(c0, i + 1), c1) (from i
-    with the diagonal). One vectorised scatter per block (``index_copy_`` of its cells' condensed
-    positions; a block crossing the diagonal keeps only its side's cells)."""
+    with the diagonal), so a block is one copy per row: the CPU extension's ``condensed_scatter`` (rows in
+    parallel, csrc/cpu/condensed_scatter_cpu.cpp); without a compiled CPU backend, one ``index_copy_`` of
+    the block's cells to their condensed positions (a block crossing the diagonal keeps only its side's)."""
 
     def __init__(self, out: torch.Tensor, n: int, diagonal: bool) -> None:
         self.out, self.n, self.diagonal = out, n, diagonal
         self._rows = out.view(out.shape[0], -1)  # (size, D): one row per pair
+        self._scatter = compiled_condensed_scatter()
 
     def write(self, block: Block, values: torch.Tensor) -> None:
+        if self._scatter is not None:
+            values = values.reshape(block.rows, block.cols, -1).contiguous()
+            self._scatter(self.out, values, self.n, block.r0, block.c0, self.diagonal)
+            return
         first = 0 if self.diagonal else 1  # row i's pairs start at column i + first
         i = torch.arange(block.r0, block.r1, dtype=torch.int64)[:, None]
         j = torch.arange(block.c0, block.c1, dtype=torch.int64)[None, :]

@@ -71,6 +71,7 @@ CPU_EXTENSION = ExtensionSpec(
         "cpu/log_contract_cpu.cpp",
         "cpu/chain_cpu.cpp",
         "cpu/sequence_cpu.cpp",
+        "cpu/condensed_scatter_cpu.cpp",
     ),
     # -fopenmp: at::parallel_for runs threads only in files built with it (resolves to torch's libgomp);
     # -fno-trapping-math: lets GCC if-convert (vectorise) the selects; no result changes, inf/NaN included

@@ -4,6 +4,7 @@ failing block, an out-of-memory split, Ctrl-C, progress."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import threading
@@ -228,8 +229,10 @@ def test_progress_line_without_tqdm(capsys, monkeypatch):
     assert capsys.readouterr().err == ""
 
 
+@pytest.mark.parametrize("chunk_bytes", [engine.STAGING_CHUNK_BYTES, 4096, 1000])  # whole blocks, many chunks
 @pytest.mark.parametrize("device", [CUDA])
-def test_cuda_pipeline_matches_the_cpu(device):
+def test_cuda_pipeline_matches_the_cpu(device, chunk_bytes, monkeypatch):
+    monkeypatch.setattr(engine, "STAGING_CHUNK_BYTES", chunk_bytes)
     g = torch.Generator().manual_seed(5)
     x, y = torch.randn(1001, 3, generator=g), torch.randn(777, 3, generator=g)
     out = torch.full((1001, 777), float("nan"))
@@ -243,6 +246,18 @@ def test_cuda_pipeline_matches_the_cpu(device):
     xs = torch.randn(900, 3, generator=g, dtype=torch.float64)
     got = pdist(((Vi(xs) - Vj(xs)) ** 2).sum(-1).sqrt(), devices=[device], max_device_bytes=1 << 20, progress=False)
     np.testing.assert_allclose(got.numpy(), scipy_pdist(xs.numpy()), atol=1e-10)
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 100, 4 * 7 * 3, 10**9])
+def test_row_chunks_cover_a_piece_in_order(chunk_bytes):
+    piece = Block(0, 1, 2, 10, 17, 5, 12, 49, False)
+    values = torch.arange(7 * 7 * 3, dtype=torch.float32).view(7, 7, 3)  # rows of 7 x 3 values: 84 bytes
+    parts = engine._row_chunks(piece, values, chunk_bytes)
+    assert parts[0][0].r0 == 10 and parts[-1][0].r1 == 17
+    assert all(a[0].r1 == b[0].r0 for a, b in itertools.pairwise(parts))
+    assert all(p.c0 == 5 and p.c1 == 12 and v.shape[0] == p.rows for p, v in parts)
+    assert all(v.numel() * 4 <= max(chunk_bytes, 84) for _, v in parts)
+    torch.testing.assert_close(torch.cat([v for _, v in parts]), values)
 
 
 def test_lazy_dense_with_out_routes_through_the_blocks():

@@ -5,10 +5,12 @@ writers.py).
 - **Devices.** One worker thread per device, all taking blocks from one queue, largest first, as they free
   up. ``"cpu"`` workers compute blocks directly (the CPU path: the same scheduler and queue, so the
   orchestration is tested where there is no GPU).
-- **Pipeline per GPU.** Two slots, each a pinned host staging buffer and an event: block k is computed on
-  the worker's compute stream and copied to its slot's staging buffer on a copy stream, while the host
-  writes block k - 1 from the other slot into the output (a multi-threaded copy). A slot is reused only
-  after the host has written what it held.
+- **Pipeline per GPU.** A ring of STAGING_SLOTS pinned staging chunks (STAGING_CHUNK_BYTES each), each
+  with an event: block k is computed on the worker's compute stream and downloaded in row ranges of at most
+  a chunk on a copy stream, while the host writes the oldest chunk into the output (a multi-threaded copy)
+  and block k + 1 computes. A chunk is reused only after the host has written what it held. The pinned
+  memory is a few chunks whatever the block size (pinning is slow: about 3 GB/s), and torch's pinned
+  allocator keeps it for the next call.
 - **Faults.** A block that runs out of device memory is split in two (its longer side halved) and its
   halves are computed in its place. An exception in any worker stops the others at their next block and is
   raised in the caller with the block's rows, columns and device. Ctrl-C stops every worker and waits for
@@ -132,7 +134,8 @@ def plan_for(
     diagonal: bool = False,
 ) -> BlockGrid:
     """The plan of ``policy``'s output for ``devices``: the smallest free memory and SM count among them (a
-    CPU worker: CPU_BUDGET_BYTES and the core count)."""
+    CPU worker: CPU_BUDGET_BYTES and the core count); on GPUs, bands of whole rows when they fit (rule 7:
+    one contiguous download and host write per block)."""
     free, sms = [], []
     for dev in devices:
         if dev.type == "cuda":
@@ -155,6 +158,7 @@ def plan_for(
         operand_col_bytes=policy.operand_col_bytes,
         triangle=triangle,  # type: ignore[arg-type]
         diagonal=diagonal,
+        full_rows=devices[0].type == "cuda",
     )
 
 
@@ -297,8 +301,12 @@ def _cpu_worker(policy, writer, device, shared: _Shared, progress: Progress, sta
             return
 
 
+STAGING_CHUNK_BYTES = 256 << 20  # a GPU worker's downloads and host writes: row ranges of at most this
+STAGING_SLOTS = 4  # pinned chunks per GPU worker: copies in flight while the host writes the oldest
+
+
 class _Slot:
-    """One half of a GPU worker's double buffer: pinned staging memory, and the event of its last copy."""
+    """One pinned staging chunk of a GPU worker's ring, the event of its last copy and what that copy brought."""
 
     def __init__(self) -> None:
         self.staging: torch.Tensor | None = None
@@ -312,6 +320,18 @@ class _Slot:
         return self.staging[:numel].view(shape)
 
 
+def _row_chunks(piece: Block, values: torch.Tensor, chunk_bytes: int) -> list[tuple[Block, torch.Tensor]]:
+    """``piece`` and its values cut into row ranges of at most ``chunk_bytes`` (at least one row each)."""
+    row_bytes = values[0].numel() * values.element_size() if piece.rows else 0
+    step = max(1, chunk_bytes // max(row_bytes, 1))
+    if step >= piece.rows:
+        return [(piece, values)]
+    return [
+        (replace(piece, r0=piece.r0 + i, r1=min(piece.r1, piece.r0 + i + step)), values[i : i + step])
+        for i in range(0, piece.rows, step)
+    ]
+
+
 def _gpu_worker(policy, writer, device, shared: _Shared, progress: Progress, stats: RunStats) -> None:
     block: Block | None = None
     try:
@@ -319,9 +339,9 @@ def _gpu_worker(policy, writer, device, shared: _Shared, progress: Progress, sta
             compute, copy = torch.cuda.Stream(device), torch.cuda.Stream(device)
             with torch.cuda.stream(compute):
                 state = policy.prepare(device)
-            slots, k = [_Slot(), _Slot()], 0
+            ring, k = [_Slot() for _ in range(STAGING_SLOTS)], 0
 
-            def drain(slot: _Slot) -> None:  # the host writes what the slot's last copies brought
+            def drain(slot: _Slot) -> None:  # the host writes what the slot's last copy brought
                 t0 = time.perf_counter()
                 slot.event.synchronize()
                 t1 = time.perf_counter()
@@ -332,27 +352,23 @@ def _gpu_worker(policy, writer, device, shared: _Shared, progress: Progress, sta
                 slot.pending = []
 
             while (block := shared.take()) is not None:
-                slot = slots[k % 2]
-                drain(slot)  # its previous block (k - 2) is written before its memory is reused
                 with torch.cuda.stream(compute):
                     pieces = _compute_fitting(policy, state, block, device)
-                total = sum(v.numel() for _, v in pieces)
-                flat = slot.view((total,), policy.dtype)
-                copy.wait_stream(compute)
-                with torch.cuda.stream(copy):
-                    offset = 0
-                    for piece, values in pieces:
-                        host = flat[offset : offset + values.numel()].view(values.shape)
-                        host.copy_(values, non_blocking=True)
-                        values.record_stream(copy)
-                        slot.pending.append((piece, host))
-                        offset += values.numel()
-                    slot.event.record(copy)
-                k += 1
-                drain(slots[k % 2])  # block k - 1 is written by the host while block k copies
+                copy.wait_stream(compute)  # block k's copies start when it is computed; block k + 1 computes meanwhile
+                for piece, values in pieces:
+                    for part, chunk in _row_chunks(piece, values, STAGING_CHUNK_BYTES):
+                        slot = ring[k % STAGING_SLOTS]
+                        drain(slot)  # the oldest copy is written by the host before its memory is reused
+                        host = slot.view(tuple(chunk.shape), policy.dtype)
+                        with torch.cuda.stream(copy):
+                            host.copy_(chunk, non_blocking=True)
+                            slot.event.record(copy)
+                        slot.pending.append((part, host))
+                        k += 1
+                    values.record_stream(copy)
             block = None
-            for slot in slots:
-                drain(slot)
+            for i in range(STAGING_SLOTS):  # the last copies, oldest first
+                drain(ring[(k + i) % STAGING_SLOTS])
     except BaseException as exc:
         shared.fail(BlockError(block, device, exc) if block is not None else exc)
     finally:

@@ -30,6 +30,12 @@ The rules (:func:`plan_blocks` applies them in this order):
 6. **Bands.** E is split into k bands whose sizes differ by at most one, the longer bands first
    (:func:`split_bands`): ``E % k`` bands of ``E // k + 1``, then bands of ``E // k``.
 
+7. **Full rows** (``full_rows=True``, full outputs only). When a band of ``min(M, min_side)`` whole rows
+   (all N columns) meets rule 1, the rows are cut into ``k = max(ceil(M / row_cap), min(target, max(1,
+   M // min_side)))`` bands of whole rows instead (row_cap: the most whole rows rule 1 allows), and there is
+   one column band: each block is then one contiguous range of a row-major output, which the block engine
+   downloads and writes in a few large copies.
+
 Triangle modes, for symmetric outputs such as pdist's (M = N = n, the same bands for rows and columns):
 ``triangle="lower"`` keeps the blocks on or below the diagonal (row band >= column band) and
 ``triangle="upper"`` those on or above it; the blocks wholly on the other side are skipped. A block on the
@@ -196,6 +202,7 @@ def plan_blocks(
     operand_col_bytes: int = 0,
     triangle: Triangle | None = None,
     diagonal: bool = False,
+    full_rows: bool = False,
 ) -> BlockGrid:
     """Plans the blocks of an (m, n[, value_dim]) output of ``elem_bytes``-byte values (module docstring:
     the rules).
@@ -205,7 +212,8 @@ def plan_blocks(
     needed. ``sm_count``: the device's multiprocessor count. ``operand_row_bytes`` / ``operand_col_bytes``:
     the operand bytes a block needs per output row / column (e.g. d x elem_bytes for pdist's X rows), 0 for
     operands kept whole on the device (subtract them from free_bytes instead). ``triangle`` ("lower",
-    "upper" or None) and ``diagonal``: the triangle modes, for square outputs only.
+    "upper" or None) and ``diagonal``: the triangle modes, for square outputs only. ``full_rows`` (rule 7,
+    full outputs only): bands of whole rows when they fit.
     """
     _check_int("m", m, 0)
     _check_int("n", n, 0)
@@ -267,6 +275,15 @@ def plan_blocks(
 
     row_bands = bands(m)
     col_bands = row_bands if triangle is not None else bands(n)
+    if full_rows and triangle is None:  # rule 7
+
+        def row_fits(h: int) -> bool:
+            return h * n * cell_bytes <= budget // 4 and h * operand_row_bytes + n * operand_col_bytes <= budget // 2
+
+        if row_fits(min(m, min_side)):
+            row_cap = _last_true(1, m, row_fits)
+            k = max(-(-m // row_cap), min(target, max(1, m // min_side)))
+            row_bands, col_bands = split_bands(m, k), ((0, n),)
     cells = []  # (work, row band, col band, on_diagonal)
     for i, (r0, r1) in enumerate(row_bands):
         for j, (c0, c1) in enumerate(col_bands):

@@ -8,8 +8,9 @@ Each tool is one compute-sanitizer process over `--workload` of every family (wi
 family, --jobs of them at once), each with its own time limit (--limit, 180 s) and its log written even when
 the limit kills it. Racecheck runs the workloads' light form (--light: it costs seconds per cluster launch of
 the chain kernel; the form drops C = 512, whose kernel is C = 260's template with one more block per
-cluster); initcheck runs them without k-best decoding (--no-topk: TOOL_WORKLOAD_FLAGS says why). The workloads first run once without the sanitizer, which checks their answers against float64
-references and leaves the kernels built and the lazy formulas compiled, so the sanitized runs time kernels,
+cluster); initcheck runs them without k-best decoding (--no-topk: TOOL_WORKLOAD_FLAGS says why). The
+workloads first run once without the sanitizer, which checks their answers against float64 references and
+leaves the kernels built and the lazy formulas compiled, so the sanitized runs time kernels,
 not compilers. PyTorch's caching allocator is off under the sanitizer (PYTORCH_NO_CUDA_MEMORY_CACHING=1), so
 initcheck sees every output as a fresh allocation: an output element a kernel forgets to write is a read of
 uninitialised memory in the check that follows. A run is clean when the sanitizer's summary reports 0 errors

@@ -248,6 +248,23 @@ def test_cuda_pipeline_matches_the_cpu(device, chunk_bytes, monkeypatch):
     np.testing.assert_allclose(got.numpy(), scipy_pdist(xs.numpy()), atol=1e-10)
 
 
+@pytest.mark.cuda
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+def test_two_gpus_share_the_blocks_and_match_the_cpu():
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(1500, 3, generator=g, dtype=torch.float64)
+    devs = ["cuda:0", "cuda:1"]
+    out = dense(_gauss(x, x), devices=devs, max_device_bytes=1 << 20, progress=False)
+    assert blocks.last_run().devices == ("cuda:0", "cuda:1") and blocks.last_run().blocks > 8
+    torch.testing.assert_close(out, _gauss(x, x).dense()[..., 0])
+    got = pdist(((Vi(x) - Vj(x)) ** 2).sum(-1).sqrt(), devices=devs, max_device_bytes=1 << 20, progress=False)
+    np.testing.assert_allclose(got.numpy(), scipy_pdist(x.numpy()), atol=1e-10)
+    a, b = torch.randn(700, 64, generator=g).cuda(1), torch.randn(64, 900, generator=g)  # a on the second GPU
+    torch.testing.assert_close(
+        matmul(a, b, "max", devices=devs, max_device_bytes=1 << 20, progress=False), semiring_matmul(a.cpu(), b, "max")
+    )
+
+
 @pytest.mark.parametrize("chunk_bytes", [1, 100, 4 * 7 * 3, 10**9])
 def test_row_chunks_cover_a_piece_in_order(chunk_bytes):
     piece = Block(0, 1, 2, 10, 17, 5, 12, 49, False)

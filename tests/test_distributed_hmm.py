@@ -136,3 +136,33 @@ def test_bad_input_raises_on_every_rank(case: str, message: str) -> None:
     assert message in text
     for r in range(world):  # every rank raised (none hung)
         assert f"rank {r}:" in text
+
+
+def _hmmlearn_model(seed_shift: int = 0):
+    from semiring_ops import hmm
+
+    model = hmm.GaussianHMM(3, covariance_type="diag", n_iter=N_ITER, tol=TOL, init_params="", params="stmc")
+    rng = np.random.default_rng(7 + seed_shift)
+    model.startprob_ = np.full(3, 1 / 3)
+    model.transmat_ = rng.dirichlet(np.ones(3), 3)
+    model.means_ = rng.normal(size=(3, 2)) * 2
+    model.covars_ = np.ones((3, 2))
+    return model
+
+
+def _hmmlearn_fit_rank(rank: int, world: int, X: np.ndarray, lengths: np.ndarray, shards: list) -> dict:
+    model = _hmmlearn_model(seed_shift=rank)  # different starts: rank 0's wins
+    X_r, L_r = _take(X, lengths, shards[rank])
+    model.fit(X_r, L_r, group=dist.group.WORLD)
+    return {"means": model.means_, "covars": model.covars_, "transmat": model.transmat_, "iter": model.monitor_.iter}
+
+
+def test_hmmlearn_interface_takes_the_group() -> None:
+    X, lengths = _data("diag", n_seq=16)
+    whole = _hmmlearn_model().fit(X, lengths)
+    results = run_ranks(_hmmlearn_fit_rank, 2, X, lengths, [list(range(0, 9)), list(range(9, 16))])
+    for r in results:
+        assert r["iter"] == whole.monitor_.iter
+        np.testing.assert_allclose(r["means"], whole.means_, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(r["covars"], whole.covars_, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(r["transmat"], whole.transmat_, rtol=1e-10, atol=1e-12)

@@ -110,7 +110,10 @@ def resolve_devices(devices: Sequence[torch.device | str | int] | str | None) ->
         devices = [devices]
     out = []
     for d in devices:
-        dev = torch.device("cuda", d) if isinstance(d, int) else torch.device(d)
+        try:
+            dev = torch.device("cuda", d) if isinstance(d, int) else torch.device(d)
+        except (RuntimeError, TypeError):
+            raise ValueError(f"devices: {d!r} is not a device (e.g. 'cuda:1', 1 or 'cpu')") from None
         if dev.type == "cuda":
             if not torch.cuda.is_available():
                 raise ValueError(f"devices: {dev} asked for, and no CUDA GPU is available")

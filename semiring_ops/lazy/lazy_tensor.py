@@ -28,6 +28,8 @@ from . import formula as F
 from . import formula_math as FM
 from .autograd import Extent, evaluate_dense, matmul_formula, reduce_formula
 from .formula import Formula, FormulaError, Var, substitute, variables
+from .multi_device import reduce_on_devices
+from .multi_device import resolve as resolve_devices
 from .options import DEFAULT as _DEFAULT_OPTIONS
 from .options import ReduceOptions, parse_options
 from .reductions import Reduction, kbest, semiring_reduction, weighted_logsumexp
@@ -781,14 +783,20 @@ class LazyTensor:
         with_arg: bool = False,
         opts: ReduceOptions | None = None,
         group: Any = None,
+        devices: Any = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(values, indices or None) of a reduction over i or j, with KeOps' options ``opts`` applied: values
         (*batch, rows, D) (k-best: (*batch, rows, K[, D])), keepdim inserting the reduced axis. (None, not an
         options object, is the default: torch 2.11's dynamo cannot wrap an object held in a default.)
         ``group``: a torch.distributed process group over whose ranks the reduced axis is sharded
-        (distributed.py)."""
+        (distributed.py). ``devices``: devices of this process over which the output axis is cut
+        (multi_device.py)."""
         if opts is None:
             opts = _DEFAULT_OPTIONS
+        if devices is not None:
+            if group is not None:
+                raise ValueError(f"{what}: give group= (ranks) or devices= (this process's devices), not both")
+            devices = resolve_devices(devices, what)
         if group is not None:
             from .distributed import reduce_sharded
 
@@ -818,7 +826,11 @@ class LazyTensor:
         ranges = opts.ranges if opts.ranges is not None else self.ranges
         if ranges is not None:
             ranges = parse_options(what, {"ranges": ranges}).ranges  # checked here too when set as an attribute
+            if devices is not None:
+                raise NotImplementedError(f"{what}: devices= with ranges= (block-sparse reductions) is not supported")
             vals, idx = self._reduce_ranges(formula, reduction, outer, with_arg, ranges, what)
+        elif devices is not None:
+            vals, idx = reduce_on_devices(formula, reduction, outer, extent, with_arg, devices)
         else:
             vals, idx = reduce_formula(formula, reduction, outer, extent, with_arg)
         if moved:
@@ -924,11 +936,11 @@ class LazyTensor:
         """Sum over i or j: (*batch, rows, D); over the vector dimension (-1): a LazyTensor. ``kwargs``: KeOps'
         reduction options (options.py), e.g. ``keepdim=True``, ``dtype_acc="float64"``, ``out=``."""
         over = self._axis(dim, axis, "sum")
-        group = kwargs.pop("group", None) if kwargs else None
+        group, devices = _pop_spread(kwargs)
         opts = parse_options("sum", kwargs) if kwargs else _DEFAULT_OPTIONS
         if over == "vector":
             return self._vector(F.VecSum, opts, "sum")
-        vals = self._reduce(semiring_reduction("std"), over, "sum", opts=opts, group=group)[0]
+        vals = self._reduce(semiring_reduction("std"), over, "sum", opts=opts, group=group, devices=devices)[0]
         return self._output(vals, opts, "sum")
 
     sum_reduction = sum
@@ -942,19 +954,23 @@ class LazyTensor:
                 raise ValueError("logsumexp: weight= and other= are the same argument; give one")
             weight = kwargs.pop("other")
         over = self._axis(dim, axis, "logsumexp")
-        group = kwargs.pop("group", None) if kwargs else None
+        group, devices = _pop_spread(kwargs)
         opts = parse_options("logsumexp", kwargs) if kwargs else _DEFAULT_OPTIONS
         if over == "vector":
             if weight is not None:
                 raise ValueError("logsumexp over the vector dimension takes no weight; reduce over i or j")
             return self._vector(F.VecLogSumExp, opts, "logsumexp")
         if weight is None:
-            vals = self._reduce(semiring_reduction("log"), over, "logsumexp", opts=opts, group=group)[0]
+            vals = self._reduce(semiring_reduction("log"), over, "logsumexp", opts=opts, group=group, devices=devices)[
+                0
+            ]
             return self._output(vals, opts, "logsumexp")
         if self.formula.dim != 1:
             raise ValueError(f"logsumexp with a weight needs a scalar formula, got {self.describe()}")
         joined = self._nary("logsumexp(weight=)", F.Concat, weight)
-        vals = joined._reduce(weighted_logsumexp(), over, "logsumexp", opts=self._own_ranges(opts), group=group)[0]
+        vals = joined._reduce(
+            weighted_logsumexp(), over, "logsumexp", opts=self._own_ranges(opts), group=group, devices=devices
+        )[0]
         return self._output(vals, opts, "logsumexp")
 
     logsumexp_reduction = logsumexp
@@ -964,7 +980,7 @@ class LazyTensor:
         (*batch, rows, E). Two reductions: s = logsumexp of F, then the sum of exp(F_ij - s_i) w_ij (exactly 0
         for F = -inf; a row of -inf only gives 0); differentiable, twice, through both."""
         over = self._axis(dim, axis, "sumsoftmaxweight")
-        group = kwargs.pop("group", None) if kwargs else None
+        group, devices = _pop_spread(kwargs)
         opts = parse_options("sumsoftmaxweight", kwargs) if kwargs else _DEFAULT_OPTIONS
         if over == "vector":
             raise ValueError("sumsoftmaxweight over the vector dimension is not available; reduce over i or j")
@@ -972,12 +988,19 @@ class LazyTensor:
             raise ValueError(f"sumsoftmaxweight needs a scalar formula, got {self.describe()}")
         inner = replace(opts, out=None)
         s = self._reduce(
-            semiring_reduction("log"), over, "sumsoftmaxweight", opts=replace(inner, keepdim=False), group=group
+            semiring_reduction("log"),
+            over,
+            "sumsoftmaxweight",
+            opts=replace(inner, keepdim=False),
+            group=group,
+            devices=devices,
         )[0]
         s_lazy = LazyTensor(s.unsqueeze(-2) if over == "j" else s.unsqueeze(-3))  # the rows' own variable
         terms = self._nary("sumsoftmaxweight", F.SoftmaxWeight, s_lazy)._nary("sumsoftmaxweight", F.Mul, weight)
         own = self._own_ranges(inner)
-        vals = terms._reduce(semiring_reduction("std"), over, "sumsoftmaxweight", opts=own, group=group)[0]
+        vals = terms._reduce(
+            semiring_reduction("std"), over, "sumsoftmaxweight", opts=own, group=group, devices=devices
+        )[0]
         return self._output(vals, opts, "sumsoftmaxweight")
 
     sumsoftmaxweight_reduction = sumsoftmaxweight
@@ -1031,13 +1054,15 @@ class LazyTensor:
 
     def _extremum(self, dim, axis, largest: bool, values: bool, indices: bool, what: str, kwargs: dict[str, Any]):
         over = self._axis(dim, axis, what)
-        group = kwargs.pop("group", None) if kwargs else None
+        group, devices = _pop_spread(kwargs)
         opts = parse_options(what, kwargs) if kwargs else _DEFAULT_OPTIONS
         if over == "vector":
             if indices:
                 raise ValueError(f"{what} over the vector dimension is not available")
             return self._vector(F.VecMax, opts, what) if largest else -(-self)._vector(F.VecMax, opts, what)
-        vals, idx = self._reduce(semiring_reduction("max" if largest else "min"), over, what, True, opts, group)
+        vals, idx = self._reduce(
+            semiring_reduction("max" if largest else "min"), over, what, True, opts, group, devices
+        )
         if values and indices:
             return self._output((vals, idx), opts, what)
         return self._output(vals if values else idx, opts, what)
@@ -1073,9 +1098,9 @@ class LazyTensor:
         if isinstance(K, bool) or not isinstance(K, int):
             raise TypeError(f"{what}: K must be an int, got {type(K).__name__}")
         over = self._axis(dim, axis, what)
-        group = kwargs.pop("group", None) if kwargs else None
+        group, devices = _pop_spread(kwargs)
         opts = parse_options(what, kwargs) if kwargs else _DEFAULT_OPTIONS
-        vals, idx = self._reduce(kbest(K, largest), over, what, opts=opts, group=group)
+        vals, idx = self._reduce(kbest(K, largest), over, what, opts=opts, group=group, devices=devices)
         result = (vals, idx)[pick]
         return self._output(result[0] if len(result) == 1 else result, opts, what)
 
@@ -1104,7 +1129,7 @@ class LazyTensor:
         """sum_j K_ij v_j for a scalar formula K and v of shape (..., N, E): (..., M, E); v of shape (N,) gives
         (..., M). ``kwargs``: KeOps' reduction options, as for sum (``K.__matmul__(v, backend="CPU")``), and
         ``group=`` (v and K's j data sharded over the group's ranks, distributed.py)."""
-        group = kwargs.pop("group", None) if kwargs else None
+        group, devices = _pop_spread(kwargs)
         opts = parse_options("@", kwargs) if kwargs else _DEFAULT_OPTIONS
         if not isinstance(v, torch.Tensor):
             raise TypeError(f"@: the right operand must be a tensor (..., N, E) or (N,), got {type(v).__name__}")
@@ -1119,6 +1144,7 @@ class LazyTensor:
         if (
             v.dim() == 2
             and group is None
+            and devices is None
             and (opts is _DEFAULT_OPTIONS or opts.is_plain)
             and self.ranges is None
             and not self.batch
@@ -1130,7 +1156,9 @@ class LazyTensor:
             result = matmul_formula(self.formula, v, extent)
         else:
             own = self._own_ranges(opts)
-            result = (self * Vj(v))._reduce(semiring_reduction("std"), "j", "@", opts=own, group=group)[0]
+            result = (self * Vj(v))._reduce(
+                semiring_reduction("std"), "j", "@", opts=own, group=group, devices=devices
+            )[0]
         return self._output(result.squeeze(-1) if column else result, opts, "@")
 
     def matvec(self, v: torch.Tensor) -> torch.Tensor:
@@ -1225,6 +1253,14 @@ def Pm(x: Any) -> LazyTensor:
 
 
 # ---------------------------------------------------------------- helpers of KeOps' API
+
+
+def _pop_spread(kwargs: dict[str, Any]) -> tuple[Any, Any]:
+    """(group, devices): a reduction's keywords that spread it over ranks (distributed.py) or over this
+    process's devices (multi_device.py), taken out of its KeOps options."""
+    if not kwargs:
+        return None, None
+    return kwargs.pop("group", None), kwargs.pop("devices", None)
 
 
 def _retargeted(formula: Formula, device: torch.device, dtype: torch.dtype) -> Formula:

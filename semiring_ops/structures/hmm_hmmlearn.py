@@ -232,10 +232,14 @@ class HMMLearnBase:
 
     # ------------------------------------------------------------ hmmlearn's calls
 
-    def fit(self, X: ArrayLike, lengths: ArrayLike | int | None = None) -> HMMLearnBase:
+    def fit(self, X: ArrayLike, lengths: ArrayLike | int | None = None, *, group: Any = None) -> HMMLearnBase:
         """Initialise (``init_params``) and run up to ``n_iter`` Baum-Welch EM iterations on the concatenated
         sequences X (lengths: their lengths, None: one sequence), re-estimating ``params``; ``monitor_``
-        records the log-likelihoods and stops EM at ``monitor_.tol``. Returns self."""
+        records the log-likelihoods and stops EM at ``monitor_.tol``. Returns self.
+
+        ``group`` (not in hmmlearn): a torch.distributed process group whose ranks each pass their shard of
+        the sequences (HMM.fit(group=)): every rank ends with the model of a one-process fit on the union.
+        The starting parameters are rank 0's: initialised from rank 0's shard when ``init_params`` asks."""
         X = self._check_X(X)
         lengths = self._lengths(lengths)
         self._init(X, lengths)
@@ -243,7 +247,9 @@ class HMMLearnBase:
         self.monitor_._reset()
         model = self._model()
         verbose = bool(getattr(self.monitor_, "verbose", self.verbose))
-        model.fit(X, lengths, n_iter=self.n_iter, verbose=verbose, params=self.params, monitor=self.monitor_)
+        model.fit(
+            X, lengths, n_iter=self.n_iter, verbose=verbose, params=self.params, monitor=self.monitor_, group=group
+        )
         if self.monitor_.iter:
             if "s" in self.params:
                 self.startprob_ = self._numpy(model.startprob_)

@@ -1,7 +1,8 @@
 """Runs a function on several CPU ranks of a gloo process group, each in a spawned process, under a timeout:
 a hang or a crash fails the calling test within ``timeout`` seconds instead of eating CI's time.
 
-    results = run_ranks(fn, world_size, *args, timeout=120)
+    results = run_ranks(fn, world_size, *args, timeout=120)            # gloo, CPU
+    results = run_ranks(fn, 2, *args, backend="nccl")                   # NCCL, rank r on cuda:r
 
 ``fn(rank, world_size, *args)`` must be a module-level function (it is pickled by reference); it runs after
 ``torch.distributed.init_process_group("gloo", ...)`` (the default group is the world) and its return value
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import io
+import os
 import queue
 import socket
 import traceback
@@ -32,15 +34,24 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _rank_main(rank: int, world: int, port: int, timeout: float, fn: Callable, args: tuple, out: Any) -> None:
+def _rank_main(
+    rank: int, world: int, port: int, timeout: float, fn: Callable, args: tuple, out: Any, backend: str
+) -> None:
     try:
         torch.set_num_threads(1)  # several ranks share the CI machine's cores
+        extra = {}
+        if backend == "nccl":  # rank r on cuda:r; NVLink SHARP / multicast off on the lent machines
+            os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+            os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+            torch.cuda.set_device(rank)
+            extra["device_id"] = torch.device("cuda", rank)
         dist.init_process_group(
-            "gloo",
+            backend,
             init_method=f"tcp://127.0.0.1:{port}",
             rank=rank,
             world_size=world,
             timeout=datetime.timedelta(seconds=timeout),
+            **extra,
         )
         try:
             buffer = io.BytesIO()  # by value: a tensor sent as is would be a shared-memory handle, gone with
@@ -52,13 +63,14 @@ def _rank_main(rank: int, world: int, port: int, timeout: float, fn: Callable, a
         out.put((rank, False, traceback.format_exc()))
 
 
-def run_ranks(fn: Callable, world_size: int, *args: Any, timeout: float = 120.0) -> list[Any]:
-    """fn(rank, world_size, *args) on ``world_size`` gloo ranks; their results in rank order (module doc)."""
+def run_ranks(fn: Callable, world_size: int, *args: Any, timeout: float = 120.0, backend: str = "gloo") -> list[Any]:
+    """fn(rank, world_size, *args) on ``world_size`` ranks of ``backend`` (gloo; "nccl": rank r on cuda:r);
+    their results in rank order (module doc)."""
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     port = _free_port()
     procs = [
-        ctx.Process(target=_rank_main, args=(r, world_size, port, timeout, fn, args, out), daemon=True)
+        ctx.Process(target=_rank_main, args=(r, world_size, port, timeout, fn, args, out, backend), daemon=True)
         for r in range(world_size)
     ]
     for p in procs:

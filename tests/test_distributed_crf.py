@@ -167,3 +167,27 @@ def test_data_parallel_matches_one_process(wrapper: str, world: int) -> None:
         with torch.no_grad():
             assert decoded == model.crf.decode(model.emissions(words), mask)
     assert all(p.abs().sum() > 0 for p in ref_grads.values())  # every parameter gets a gradient
+
+
+def ddp_nccl_rank(rank: int, world: int) -> tuple[dict, dict]:
+    """ddp_rank on cuda:rank over NCCL; gradients and parameters brought back to the CPU."""
+    dev = torch.device("cuda", rank)
+    model = nn.parallel.DistributedDataParallel(make_model().to(dev), device_ids=[rank])
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    grads = {}
+    for step in range(STEPS):
+        opt.zero_grad()
+        model(*(t.to(dev) for t in shard(make_batch(step), rank, world))).backward()
+        if step == 0:
+            grads = {n: p.grad.cpu() for n, p in model.module.named_parameters()}
+        opt.step()
+    return grads, {n: p.detach().cpu() for n, p in model.module.named_parameters()}
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+def test_ddp_over_nccl_matches_one_process() -> None:
+    ref_grads, ref_params = reference(2)
+    for rank, (grads, params) in enumerate(run_ranks(ddp_nccl_rank, 2, timeout=180, backend="nccl")):
+        _assert_close(grads, ref_grads, f"NCCL DDP rank {rank}/2 gradient of")
+        _assert_close(params, ref_params, f"NCCL DDP rank {rank}/2 after {STEPS} SGD steps,")

@@ -166,3 +166,28 @@ def test_hmmlearn_interface_takes_the_group() -> None:
         np.testing.assert_allclose(r["means"], whole.means_, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(r["covars"], whole.covars_, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(r["transmat"], whole.transmat_, rtol=1e-10, atol=1e-12)
+
+
+def _fit_rank_nccl(rank: int, world: int, cases: list, shards: list) -> list[dict]:
+    """_fit_rank with the model and its shard on cuda:rank (NCCL); states brought back to the CPU."""
+    dev = torch.device("cuda", rank)
+    out = []
+    for kind, dtype, X, lengths in cases:
+        model = _model(kind, seed=0 if rank == 0 else 100 + rank).to(dtype).to(dev)
+        X_r, L_r = _take(X, lengths, shards[rank])
+        model.fit(torch.as_tensor(X_r).to(dev), L_r, n_iter=N_ITER, tol=TOL, group=dist.group.WORLD)
+        out.append(_result(model.cpu()))
+    return out
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+def test_sharded_fit_over_nccl_equals_one_process_fit() -> None:
+    cases = [("categorical", torch.float64, *_data("categorical")), ("diag", torch.float64, *_data("diag"))]
+    shards = [list(range(0, 12)), list(range(12, 20))]
+    results = run_ranks(_fit_rank_nccl, 2, cases, shards, timeout=180, backend="nccl")
+    for i, (kind, dtype, X, lengths) in enumerate(cases):
+        whole = _model(kind).to(dtype)
+        whole.fit(X, lengths, n_iter=N_ITER, tol=TOL)
+        for r in results:
+            _assert_same(r[i], _result(whole), rtol=1e-9, atol=1e-11)

@@ -245,3 +245,24 @@ def test_kbest_larger_than_all_shards():
     x, y, _ = _data(4, 4, seed=5)
     for msg in run_ranks(_too_many_fn, 2, x, y, timeout=120):
         assert msg is not None and "over all ranks" in msg
+
+
+def _rank_fn_nccl(rank, world, x, y, b, sizes_j, sizes_i):
+    """_rank_fn on cuda:rank (NCCL), its tensors brought back to the CPU."""
+    dev = torch.device("cuda", rank)
+    packed = _rank_fn(rank, world, x.to(dev), y.to(dev), b.to(dev), sizes_j, sizes_i)
+    out = torch.load(io.BytesIO(packed), weights_only=False)
+    return _pack({k: tuple(t.cpu() for t in v) if isinstance(v, tuple) else v.cpu() for k, v in out.items()})
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+def test_sharded_equals_one_process_over_nccl():
+    sizes_j, sizes_i = [13, 22], [11, 19]
+    x, y, b = _data(sum(sizes_i), sum(sizes_j), seed=5)
+    ref = _reference(x, y, b)
+    results = [
+        torch.load(io.BytesIO(r), weights_only=False)
+        for r in run_ranks(_rank_fn_nccl, 2, x, y, b, sizes_j, sizes_i, timeout=180, backend="nccl")
+    ]
+    _check(results, ref, sizes_j)

@@ -92,7 +92,29 @@ class LogSemiring(Semiring):
 
     @staticmethod
     def sum(x: Tensor, dim: int = -1) -> Tensor:
-        return torch.logsumexp(x, dim=dim)
+        """logsumexp over ``dim``, whose gradient is 0 (not NaN) where every term is -inf."""
+        return _SafeLogSumExp.apply(x, dim)
+
+
+class _SafeLogSumExp(torch.autograd.Function):
+    """torch.logsumexp with the gradient exp(x - out) taken as 0 where out = -inf (all terms -inf: torch's own
+    gives exp(-inf - -inf) = NaN). The backward is made of differentiable operations on the input and the
+    saved output, so second derivatives work too."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, dim: int) -> Tensor:
+        out = torch.logsumexp(x, dim=dim)
+        ctx.dim = dim
+        ctx.save_for_backward(x, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        x, out = ctx.saved_tensors
+        dim = ctx.dim if ctx.dim >= 0 else ctx.dim + x.dim()
+        out_k = out.unsqueeze(dim)
+        safe = torch.where(torch.isneginf(out_k), torch.zeros_like(out_k), out_k)  # x - safe = -inf there: weight 0
+        return grad.unsqueeze(dim) * (x - safe).exp(), None
 
 
 class MaxSemiring(Semiring):

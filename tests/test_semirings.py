@@ -39,3 +39,17 @@ def test_empty_reductions_give_zero():
     assert torch.all(so.MinSemiring.sum(x, dim=-1) == math.inf)
     assert torch.all(so.LogSemiring.sum(x, dim=-1) == -math.inf)
     assert torch.all(so.StdSemiring.sum(x, dim=-1) == 0)
+
+
+def test_log_sum_of_an_all_minus_inf_row_has_zero_gradient():
+    from semiring_ops.semirings import LogSemiring
+
+    x = torch.tensor([[0.5, -1.0, 2.0], [-math.inf] * 3], dtype=torch.float64, requires_grad=True)
+    out = LogSemiring.sum(x, -1)
+    torch.testing.assert_close(out[0], torch.logsumexp(x[0].detach(), 0))
+    assert out[1] == -math.inf
+    (g,) = torch.autograd.grad(out[0] + 0 * out[1].clamp(min=-1e300), x, create_graph=True)
+    assert not g.isnan().any() and g[1].eq(0).all()
+    torch.testing.assert_close(g[0], torch.softmax(x[0].detach(), 0))
+    finite = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradgradcheck(lambda t: LogSemiring.sum(t, 0), (finite,))

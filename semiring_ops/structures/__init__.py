@@ -1,15 +1,19 @@
 """Structured prediction, written once and generic over the semiring (the chain engine first)."""
 
+from .base import Structure
 from .chain import chain_sum, chain_viterbi
 from .constraints import Constraints, allowed_transitions
 from .crf import LinearChainCRF
 from .factored import chain_sum_factored, chain_viterbi_factored
 from .hmm import HMM
+from .semimarkov import SemiMarkov
 
 __all__ = [
     "HMM",
     "Constraints",
     "LinearChainCRF",
+    "SemiMarkov",
+    "Structure",
     "allowed_transitions",
     "chain_sum",
     "chain_sum_factored",

@@ -1,0 +1,60 @@
+"""Semi-Markov CRF (torch-struct's SemiMarkov layout): segmentations of a sequence into labelled segments.
+
+Potentials ``edge`` (B, N - 1, K, C, C): edge[b, n, k, c, c'] scores a segment boundary at position n with
+label c' followed by the next boundary at n + k with label c (1 <= k < K; k = 0 is never used). A structure is
+a chain of boundaries 0 = p_0 < p_1 < ... < p_m = L - 1 (L: the item's length, default N) with gaps below K and
+a label z_i at each; its score is the semiring product of edge[b, p_{i-1}, p_i - p_{i-1}, z_i, z_{i-1}].
+
+    beta[0, c] = one;  beta[n, c] = (+)_{1 <= k < K, k <= n} (+)_{c'} beta[n - k, c'] (x) edge[n - k, k, c, c']
+    total = (+)_c beta[L - 1, c]
+
+One semiring matrix-vector product per position (all K durations at once), on the semiring kernels.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..semirings import Semiring
+from .base import Structure
+
+__all__ = ["SemiMarkov"]
+
+
+class SemiMarkov(Structure):
+    """The semi-Markov dynamic program (module docstring), generic over the semiring."""
+
+    name = "semi-Markov"
+
+    @staticmethod
+    def check(edge: Tensor, lengths: Tensor | None) -> tuple[int, int, int, int, Tensor]:
+        """(B, N, K, C, lengths (B,) int64 on edge's device), or ValueError naming the argument."""
+        if not isinstance(edge, Tensor) or edge.dim() != 5 or edge.shape[3] != edge.shape[4]:
+            got = tuple(edge.shape) if isinstance(edge, Tensor) else type(edge).__name__
+            raise ValueError(f"SemiMarkov: edge must be (B, N - 1, K, C, C), got {got}")
+        B, N1, K, C, _ = edge.shape
+        N = N1 + 1
+        if K < 2:
+            raise ValueError(f"SemiMarkov: edge's K = {K}: segments need K >= 2 (lengths 1 .. K - 1)")
+        if lengths is None:
+            return B, N, K, C, torch.full((B,), N, dtype=torch.int64, device=edge.device)
+        lengths = torch.as_tensor(lengths, device=edge.device)
+        if lengths.shape != (B,) or lengths.dtype.is_floating_point:
+            raise ValueError(f"SemiMarkov: lengths must be (B,) = ({B},) integers, got {tuple(lengths.shape)}")
+        if B and (int(lengths.min()) < 1 or int(lengths.max()) > N):
+            raise ValueError(f"SemiMarkov: lengths must be in [1, N = {N}], got {lengths.tolist()}")
+        return B, N, K, C, lengths.long()
+
+    def logpartition(self, edge: Tensor, lengths: Tensor | None, semiring: type[Semiring]) -> Tensor:
+        B, N, K, C, lengths = self.check(edge, lengths)
+        S = semiring
+        beta = [torch.full((B, C), S.one, dtype=edge.dtype, device=edge.device)]
+        for n in range(1, N):
+            ks = torch.arange(1, min(K - 1, n) + 1, device=edge.device)  # durations ending at n
+            prev = torch.stack([beta[n - int(k)] for k in ks], 1)  # (B, k, C')
+            e = edge[:, n - ks, ks]  # (B, k, C, C'): [c, c']
+            beta.append(S.sum(S.matmul(e, prev.unsqueeze(-1)).squeeze(-1), 1))  # (B, C)
+        chart = torch.stack(beta, 1)  # (B, N, C)
+        last = chart.gather(1, (lengths - 1).view(B, 1, 1).expand(B, 1, C)).squeeze(1)
+        return S.sum(last, -1)

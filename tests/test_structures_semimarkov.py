@@ -4,8 +4,6 @@ count), with lengths; gradcheck; torch-struct's SemiMarkov where it is exact; ba
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 import torch
 from hypothesis import given, settings
@@ -13,44 +11,14 @@ from hypothesis import strategies as st
 
 from semiring_ops.semirings import StdSemiring
 from semiring_ops.structures.semimarkov import SemiMarkov
+from tests.structure_enumeration import expectations, segmentations
 
 SM = SemiMarkov()
 
 
-def enumerate_parts(N: int, K: int, C: int, L: int) -> list[torch.Tensor]:
-    """Every segmentation of a length-L item as a 0 / 1 tensor (N - 1, K, C, C) of its parts."""
-    out = []
-    inner = range(1, L - 1)
-    for r in range(L - 1 if L > 1 else 0):
-        for cut in itertools.combinations(inner, r):
-            ps = [0, *cut, L - 1]
-            if any(not 1 <= q - p < K for p, q in itertools.pairwise(ps)):
-                continue
-            for labels in itertools.product(range(C), repeat=len(ps)):
-                parts = torch.zeros(N - 1, K, C, C, dtype=torch.float64)
-                for i, (p, q) in enumerate(itertools.pairwise(ps)):
-                    parts[p, q - p, labels[i + 1], labels[i]] = 1
-                out.append(parts)
-    if L == 1:  # one boundary and no segment: the empty product, once per label of position 0
-        out = [torch.zeros(N - 1, K, C, C, dtype=torch.float64) for _ in range(C)]
-    return out
-
-
 def brute(edge: torch.Tensor, lengths: list[int]) -> dict[str, torch.Tensor]:
-    B, N1, K, C, _ = edge.shape
-    rows = {"logz": [], "max": [], "marginals": [], "argmax": [], "entropy": [], "count": []}
-    for b in range(B):
-        parts = torch.stack(enumerate_parts(N1 + 1, K, C, lengths[b]))
-        scores = (parts * edge[b]).flatten(1).sum(-1)
-        logz = torch.logsumexp(scores, 0)
-        p = (scores - logz).exp()
-        rows["logz"].append(logz)
-        rows["max"].append(scores.max())
-        rows["marginals"].append((p[:, None] * parts.flatten(1)).sum(0).view_as(edge[b]))
-        rows["argmax"].append(parts[scores.argmax()])
-        rows["entropy"].append(-(p * (scores - logz)).sum())
-        rows["count"].append(torch.tensor(float(len(parts)), dtype=torch.float64))
-    return {k: torch.stack(v) for k, v in rows.items()}
+    _, N1, K, C, _ = edge.shape
+    return expectations(list(edge), [segmentations(N1 + 1, K, C, L) for L in lengths])
 
 
 @settings(deadline=None, max_examples=25)

@@ -4,6 +4,7 @@ from .base import Structure
 from .chain import chain_sum, chain_viterbi
 from .constraints import Constraints, allowed_transitions
 from .crf import LinearChainCRF
+from .dependency import DependencyTree
 from .factored import chain_sum_factored, chain_viterbi_factored
 from .hmm import HMM
 from .semimarkov import SemiMarkov
@@ -11,6 +12,7 @@ from .semimarkov import SemiMarkov
 __all__ = [
     "HMM",
     "Constraints",
+    "DependencyTree",
     "LinearChainCRF",
     "SemiMarkov",
     "Structure",

@@ -1,0 +1,73 @@
+"""Brute-force references for the structures' tests: every structure of a tiny item as a 0 / 1 tensor of its
+parts (in the potentials' layout), and what the structures layer derives, computed from that list."""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+
+def expectations(potentials: list[torch.Tensor], structures: list[list[torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """For each batch item b (potentials[b], structures[b]: its parts tensors): log Z, the best score, the
+    marginals, the best structure's parts, the entropy and the number of structures, stacked over b."""
+    rows: dict[str, list[torch.Tensor]] = {k: [] for k in ("logz", "max", "marginals", "argmax", "entropy", "count")}
+    for pot, parts_list in zip(potentials, structures, strict=True):
+        parts = torch.stack(parts_list)
+        scores = (parts * pot).flatten(1).sum(-1)
+        logz = torch.logsumexp(scores, 0)
+        p = (scores - logz).exp()
+        rows["logz"].append(logz)
+        rows["max"].append(scores.max())
+        rows["marginals"].append((p[:, None] * parts.flatten(1)).sum(0).view_as(pot))
+        rows["argmax"].append(parts[scores.argmax()])
+        rows["entropy"].append(-(p * (scores - logz)).sum())
+        rows["count"].append(torch.tensor(float(len(parts)), dtype=torch.float64))
+    return {k: torch.stack(v) for k, v in rows.items()}
+
+
+def segmentations(N: int, K: int, C: int, L: int) -> list[torch.Tensor]:
+    """Every segmentation of a length-L item (structures/semimarkov.py) as parts (N - 1, K, C, C)."""
+    if L == 1:  # one boundary and no segment: the empty product, once per label of position 0
+        return [torch.zeros(N - 1, K, C, C, dtype=torch.float64) for _ in range(C)]
+    out = []
+    for r in range(L - 1):
+        for cut in itertools.combinations(range(1, L - 1), r):
+            ps = [0, *cut, L - 1]
+            if any(not 1 <= q - p < K for p, q in itertools.pairwise(ps)):
+                continue
+            for labels in itertools.product(range(C), repeat=len(ps)):
+                parts = torch.zeros(N - 1, K, C, C, dtype=torch.float64)
+                for i, (p, q) in enumerate(itertools.pairwise(ps)):
+                    parts[p, q - p, labels[i + 1], labels[i]] = 1
+                out.append(parts)
+    return out
+
+
+def projective_trees(N: int, L: int, multiroot: bool) -> list[torch.Tensor]:
+    """Every projective dependency tree of a length-L item (structures/dependency.py) as arcs (N, N): [h, m]
+    head h of word m, [m, m] the root heading m."""
+    out = []
+    for heads in itertools.product(range(L + 1), repeat=L):  # heads[m]: 0 the root, h + 1 word h
+        if any(heads[m] == m + 1 for m in range(L)) or (not multiroot and heads.count(0) != 1):
+            continue
+        if not all(_reaches_root(heads, m + 1) for m in range(L)):
+            continue
+        arcs = [tuple(sorted((heads[m], m + 1))) for m in range(L)]
+        if any(a < c < b < d or c < a < d < b for (a, b), (c, d) in itertools.combinations(arcs, 2)):
+            continue
+        parts = torch.zeros(N, N, dtype=torch.float64)
+        for m, h in enumerate(heads):
+            parts[m if h == 0 else h - 1, m] = 1
+        out.append(parts)
+    return out
+
+
+def _reaches_root(heads: tuple[int, ...], node: int) -> bool:
+    seen = set()
+    while node != 0:
+        if node in seen:
+            return False
+        seen.add(node)
+        node = heads[node - 1]
+    return True

@@ -71,3 +71,21 @@ def _reaches_root(heads: tuple[int, ...], node: int) -> bool:
         seen.add(node)
         node = heads[node - 1]
     return True
+
+
+def binary_trees(N: int, NT: int, L: int) -> list[torch.Tensor]:
+    """Every labelled full binary bracketing of a length-L item (structures/cky.py) as spans (N, N, NT)."""
+    out = []
+    for spans in _bracketings(0, L - 1):
+        for labels in itertools.product(range(NT), repeat=len(spans)):
+            parts = torch.zeros(N, N, NT, dtype=torch.float64)
+            for (i, j), t in zip(spans, labels, strict=True):
+                parts[i, j, t] = 1
+            out.append(parts)
+    return out
+
+
+def _bracketings(i: int, j: int) -> list[list[tuple[int, int]]]:
+    if i == j:
+        return [[(i, i)]]
+    return [[(i, j), *a, *b] for k in range(i, j) for a in _bracketings(i, k) for b in _bracketings(k + 1, j)]

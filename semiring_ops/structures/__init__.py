@@ -2,6 +2,7 @@
 
 from .base import Structure
 from .chain import chain_sum, chain_viterbi
+from .cky import CKYTree
 from .constraints import Constraints, allowed_transitions
 from .crf import LinearChainCRF
 from .dependency import DependencyTree
@@ -11,6 +12,7 @@ from .semimarkov import SemiMarkov
 
 __all__ = [
     "HMM",
+    "CKYTree",
     "Constraints",
     "DependencyTree",
     "LinearChainCRF",

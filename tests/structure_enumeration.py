@@ -89,3 +89,18 @@ def _bracketings(i: int, j: int) -> list[list[tuple[int, int]]]:
     if i == j:
         return [[(i, i)]]
     return [[(i, j), *a, *b] for k in range(i, j) for a in _bracketings(i, k) for b in _bracketings(k + 1, j)]
+
+
+def spanning_trees(N: int, L: int, multiroot: bool) -> list[torch.Tensor]:
+    """Every dependency tree of a length-L item, crossing arcs allowed (structures/nonprojective.py), as arcs
+    (N, N) in the layout of projective_trees."""
+    out = []
+    for heads in itertools.product(range(L + 1), repeat=L):
+        if any(heads[m] == m + 1 for m in range(L)) or (not multiroot and heads.count(0) != 1):
+            continue
+        if all(_reaches_root(heads, m + 1) for m in range(L)):
+            parts = torch.zeros(N, N, dtype=torch.float64)
+            for m, h in enumerate(heads):
+                parts[m if h == 0 else h - 1, m] = 1
+            out.append(parts)
+    return out

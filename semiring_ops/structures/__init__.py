@@ -8,6 +8,7 @@ from .crf import LinearChainCRF
 from .dependency import DependencyTree
 from .factored import chain_sum_factored, chain_viterbi_factored
 from .hmm import HMM
+from .nonprojective import NonProjectiveDependencyTree
 from .semimarkov import SemiMarkov
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "Constraints",
     "DependencyTree",
     "LinearChainCRF",
+    "NonProjectiveDependencyTree",
     "SemiMarkov",
     "Structure",
     "allowed_transitions",

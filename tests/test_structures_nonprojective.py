@@ -1,0 +1,64 @@
+"""Non-projective dependency trees (structures/nonprojective.py: the matrix-tree theorem, Chu-Liu-Edmonds)
+against enumeration of every spanning tree, multi- and single-root, with lengths; gradcheck; torch-struct;
+bad input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from semiring_ops.semirings import MaxSemiring
+from semiring_ops.structures.nonprojective import NonProjectiveDependencyTree
+from tests.structure_enumeration import expectations, spanning_trees
+
+
+@pytest.mark.parametrize("multiroot", [True, False])
+@settings(deadline=None, max_examples=15)
+@given(B=st.integers(1, 3), N=st.integers(1, 4), seed=st.integers(0, 999), scale=st.sampled_from([1.0, 30.0]))
+def test_every_quantity_equals_enumeration(multiroot, B, N, seed, scale):
+    g = torch.Generator().manual_seed(seed)
+    arc = torch.randn(B, N, N, generator=g, dtype=torch.float64) * scale  # scale 30: exp would overflow unshifted
+    lengths = torch.randint(1, N + 1, (B,), generator=g)
+    tree = NonProjectiveDependencyTree(multiroot)
+    want = expectations(list(arc), [spanning_trees(N, L, multiroot) for L in lengths.tolist()])
+    torch.testing.assert_close(tree.partition(arc, lengths), want["logz"])
+    torch.testing.assert_close(tree.marginals(arc, lengths), want["marginals"], rtol=1e-6, atol=1e-8)
+    torch.testing.assert_close(tree.entropy(arc, lengths), want["entropy"], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(tree.max(arc, lengths), want["max"])
+    best = tree.argmax(arc, lengths)
+    assert best.sum((1, 2)).tolist() == lengths.double().tolist()
+    if not multiroot:
+        assert torch.diagonal(best, 0, 1, 2).sum(1).tolist() == [1.0] * B  # one root child
+
+
+def test_gradcheck_and_gradgradcheck():
+    g = torch.Generator().manual_seed(1)
+    arc = torch.randn(2, 4, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    lengths = torch.tensor([4, 2])
+    for multiroot in (True, False):
+        tree = NonProjectiveDependencyTree(multiroot)
+        assert torch.autograd.gradcheck(lambda a, t=tree: t.partition(a, lengths), (arc,))
+        assert torch.autograd.gradgradcheck(lambda a, t=tree: t.partition(a, lengths), (arc,))
+
+
+def test_torch_struct_differs_by_its_eps_only():
+    ts = pytest.importorskip("torch_struct")
+    g = torch.Generator().manual_seed(2)
+    arc = torch.randn(3, 5, 5, generator=g, dtype=torch.float64)
+    ours = NonProjectiveDependencyTree(multiroot=False).partition(arc)
+    theirs = ts.NonProjectiveDependencyCRF(arc.clone(), multiroot=False).partition.detach()
+    # torch-struct adds eps = 1e-5 to every exp(score) in its Laplacian (../shared/ANCHORS.md): close, not equal
+    torch.testing.assert_close(ours, theirs, rtol=1e-3, atol=1e-3)
+    assert not torch.allclose(ours, theirs, rtol=1e-9, atol=0)
+
+
+def test_bad_input_is_named():
+    tree = NonProjectiveDependencyTree()
+    with pytest.raises(NotImplementedError, match="matrix-tree theorem sums over trees"):
+        tree.logpartition(torch.randn(1, 3, 3), None, MaxSemiring)
+    with pytest.raises(ValueError, match=r"arc must be \(B, N, N\), got \(1, 3, 3, 2\)"):
+        tree.partition(torch.randn(1, 3, 3, 2))
+    with pytest.raises(ValueError, match=r"lengths must be in \[1, N = 3\]"):
+        tree.partition(torch.randn(2, 3, 3), torch.tensor([3, 4]))

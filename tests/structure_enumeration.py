@@ -13,6 +13,13 @@ def expectations(potentials: list[torch.Tensor], structures: list[list[torch.Ten
     marginals, the best structure's parts, the entropy and the number of structures, stacked over b."""
     rows: dict[str, list[torch.Tensor]] = {k: [] for k in ("logz", "max", "marginals", "argmax", "entropy", "count")}
     for pot, parts_list in zip(potentials, structures, strict=True):
+        if not parts_list:  # no structure at all: log Z = max = -inf, no part used; entropy NaN (undefined)
+            none = torch.zeros_like(pot)
+            for key, value in (("logz", -torch.inf), ("max", -torch.inf), ("entropy", torch.nan), ("count", 0.0)):
+                rows[key].append(torch.tensor(value, dtype=torch.float64))
+            rows["marginals"].append(none)
+            rows["argmax"].append(none)
+            continue
         parts = torch.stack(parts_list)
         scores = (parts * pot).flatten(1).sum(-1)
         logz = torch.logsumexp(scores, 0)
@@ -102,5 +109,36 @@ def spanning_trees(N: int, L: int, multiroot: bool) -> list[torch.Tensor]:
             parts = torch.zeros(N, N, dtype=torch.float64)
             for m, h in enumerate(heads):
                 parts[m if h == 0 else h - 1, m] = 1
+            out.append(parts)
+    return out
+
+
+def alignments(N: int, M: int, L: int, local: bool, max_gap: int | None) -> list[torch.Tensor]:
+    """Every alignment path (structures/alignment.py) of an item of first length L as parts (N, M, 3): global
+    from (0, 0) to (L - 1, M - 1), local from any cell to any cell (rows < L); cells in the band only."""
+    moves = {(0, 1): 0, (1, 1): 1, (1, 0): 2}
+
+    def ok(i: int, j: int) -> bool:
+        return i < L and j < M and (max_gap is None or abs(i - j) <= max_gap)
+
+    def paths(i: int, j: int):  # paths from (i, j) (already entered), as lists of (i, j, op) after it
+        yield []
+        for (di, dj), op in moves.items():
+            if ok(i + di, j + dj):
+                for rest in paths(i + di, j + dj):
+                    yield [(i + di, j + dj, op), *rest]
+
+    starts = [(i, j) for i in range(L) for j in range(M) if ok(i, j)] if local else [(0, 0)]
+    out = []
+    for si, sj in starts:
+        if not ok(si, sj):
+            continue
+        for rest in paths(si, sj):
+            cells = [(si, sj, 1), *rest]
+            if not local and cells[-1][:2] != (L - 1, M - 1):
+                continue
+            parts = torch.zeros(N, M, 3, dtype=torch.float64)
+            for i, j, op in cells:
+                parts[i, j, op] = 1
             out.append(parts)
     return out

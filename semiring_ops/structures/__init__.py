@@ -1,5 +1,6 @@
 """Structured prediction, written once and generic over the semiring (the chain engine first)."""
 
+from .alignment import Alignment
 from .base import Structure
 from .chain import chain_sum, chain_viterbi
 from .cky import CKYTree
@@ -13,6 +14,7 @@ from .semimarkov import SemiMarkov
 
 __all__ = [
     "HMM",
+    "Alignment",
     "CKYTree",
     "Constraints",
     "DependencyTree",

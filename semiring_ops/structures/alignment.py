@@ -1,0 +1,95 @@
+"""Monotone alignments of two sequences (torch-struct's AlignmentCRF potentials): Needleman-Wunsch (global)
+or Smith-Waterman (local), optionally banded.
+
+Potentials ``match`` (B, N, M, 3): match[b, i, j, op] scores entering cell (i, j) by op 0 from (i, j - 1)
+(a skip in the first sequence), op 1 from (i - 1, j - 1) (a match) or op 2 from (i - 1, j) (a skip in the
+second). A global alignment of an item whose first sequence has length L is a path of cells from (0, 0) to
+(L - 1, M - 1) by those moves, its first cell entered by op 1; a local one starts (by op 1) and ends at any
+cells. Its score: the semiring product of the potentials of the ops that enter its cells. ``max_gap``: cells
+with |i - j| > max_gap are not allowed (a band).
+
+    alpha[i, j] = (alpha[i, j - 1] (x) m[i, j, 0]) (+) (alpha[i - 1, j - 1] (x) m[i, j, 1])
+                  (+) (alpha[i - 1, j] (x) m[i, j, 2])
+    with alpha[-1, -1] = one (local: one before every cell);
+    total = alpha[L - 1, M - 1] (local: (+) of every cell)
+
+One step per anti-diagonal i + j (all its cells at once): N + M - 1 steps, memory O(B N M).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..semirings import Semiring
+from .base import Structure
+
+__all__ = ["Alignment"]
+
+
+class Alignment(Structure):
+    """The alignment dynamic program (module docstring), generic over the semiring."""
+
+    name = "alignment"
+
+    def __init__(self, local: bool = False, max_gap: int | None = None) -> None:
+        if max_gap is not None and (isinstance(max_gap, bool) or not isinstance(max_gap, int) or max_gap < 0):
+            raise ValueError(f"Alignment: max_gap must be None or an int >= 0, got {max_gap!r}")
+        self.local, self.max_gap = local, max_gap
+
+    @staticmethod
+    def check(match: Tensor, lengths: Tensor | None) -> tuple[int, int, int, Tensor]:
+        """(B, N, M, lengths (B,) int64 on match's device), or ValueError naming the argument."""
+        if not isinstance(match, Tensor) or match.dim() != 4 or match.shape[3] != 3:
+            got = tuple(match.shape) if isinstance(match, Tensor) else type(match).__name__
+            raise ValueError(f"Alignment: match must be (B, N, M, 3), got {got}")
+        B, N, M, _ = match.shape
+        if N < 1 or M < 1:
+            raise ValueError(f"Alignment: match must have N, M >= 1, got {tuple(match.shape)}")
+        if lengths is None:
+            return B, N, M, torch.full((B,), N, dtype=torch.int64, device=match.device)
+        lengths = torch.as_tensor(lengths, device=match.device)
+        if lengths.shape != (B,) or lengths.dtype.is_floating_point:
+            raise ValueError(f"Alignment: lengths must be (B,) = ({B},) integers, got {tuple(lengths.shape)}")
+        if B and (int(lengths.min()) < 1 or int(lengths.max()) > N):
+            raise ValueError(f"Alignment: lengths must be in [1, N = {N}], got {lengths.tolist()}")
+        return B, N, M, lengths.long()
+
+    def logpartition(self, match: Tensor, lengths: Tensor | None, semiring: type[Semiring]) -> Tensor:
+        S = semiring
+        B, N, M, lengths = self.check(match, lengths)
+        i = torch.arange(N, device=match.device)
+        zero_row = torch.full((B, 1), S.zero, dtype=match.dtype, device=match.device)
+        zero = torch.full((B, N), S.zero, dtype=match.dtype, device=match.device)
+        one = torch.full((B, N), S.one, dtype=match.dtype, device=match.device)
+        live = i[None, :] < lengths[:, None]  # (B, N): rows within the first sequence's length
+
+        def shift(a: Tensor) -> Tensor:  # row i takes row i - 1's value (row 0: zero)
+            return torch.cat([zero_row, a[:, :-1]], 1)
+
+        prev2, prev1, diagonals = zero, zero, []
+        for d in range(N + M - 1):
+            j = d - i
+            ok = (j >= 0) & (j < M)
+            if self.max_gap is not None:
+                ok = ok & ((i - j).abs() <= self.max_gap)
+            cell = match[:, i, j.clamp(0, M - 1)]  # (B, N, 3): the diagonal's cells (row i, column d - i)
+            m = torch.where(ok[None, :, None], cell, torch.full_like(cell, S.zero))
+            start = one if self.local else (one if d == 0 else zero)  # alpha[-1, -1] = one before (0, 0)
+            terms = [
+                S.times(prev1, m[..., 0]),  # from (i, j - 1)
+                S.times(shift(prev2) if d else start, m[..., 1]),  # from (i - 1, j - 1)
+                S.times(shift(prev1), m[..., 2]),  # from (i - 1, j)
+            ]
+            if self.local and d:
+                terms.append(S.times(start, m[..., 1]))
+            cur = S.sum(torch.stack(terms, -1), -1)
+            diagonals.append(cur)
+            prev2, prev1 = prev1, cur
+        chart = torch.stack(diagonals, 1)  # (B, N + M - 1, N): [diagonal, row]
+        if self.local:
+            live_cells = live[:, None, :].expand_as(chart)
+            return S.sum(torch.where(live_cells, chart, torch.full_like(chart, S.zero)).flatten(1), -1)
+        end_d = lengths - 1 + M - 1
+        at_end = chart.gather(1, end_d.view(B, 1, 1).expand(B, 1, N)).squeeze(1)  # (B, N)
+        return at_end.gather(1, (lengths - 1).unsqueeze(1)).squeeze(1)

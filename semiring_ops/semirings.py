@@ -136,7 +136,9 @@ class MaxSemiring(Semiring):
 
     @staticmethod
     def sum(x: Tensor, dim: int = -1) -> Tensor:
-        return torch.amax(x, dim=dim) if x.size(dim) else _empty_reduce(x, dim, -math.inf)
+        """max over ``dim``; its gradient goes to one term, the first of tied maxima (the kernels' rule), and
+        is 0 where every term is -inf."""
+        return _select(x, dim, largest=True) if x.size(dim) else _empty_reduce(x, dim, -math.inf)
 
 
 class MinSemiring(Semiring):
@@ -158,7 +160,8 @@ class MinSemiring(Semiring):
 
     @staticmethod
     def sum(x: Tensor, dim: int = -1) -> Tensor:
-        return torch.amin(x, dim=dim) if x.size(dim) else _empty_reduce(x, dim, math.inf)
+        """min over ``dim``; its gradient goes to the first of tied minima, and is 0 where every term is +inf."""
+        return _select(x, dim, largest=False) if x.size(dim) else _empty_reduce(x, dim, math.inf)
 
 
 class StdSemiring(Semiring):
@@ -180,6 +183,14 @@ class StdSemiring(Semiring):
     @staticmethod
     def sum(x: Tensor, dim: int = -1) -> Tensor:
         return torch.sum(x, dim=dim)
+
+
+def _select(x: Tensor, dim: int, largest: bool) -> Tensor:
+    """max (min) over ``dim`` whose gradient reaches one term, the first of tied extrema (torch.max / torch.min
+    with a dim), and none where the extremum is the semiring's zero (every term -inf / +inf)."""
+    value = (x.max(dim) if largest else x.min(dim)).values
+    empty = torch.isneginf(value) if largest else torch.isposinf(value)
+    return torch.where(empty, value.detach(), value)
 
 
 def _empty_reduce(x: Tensor, dim: int, value: float) -> Tensor:

@@ -142,3 +142,29 @@ def alignments(N: int, M: int, L: int, local: bool, max_gap: int | None) -> list
                 parts[i, j, op] = 1
             out.append(parts)
     return out
+
+
+def assert_derived(structure, potentials, lengths, want: dict[str, torch.Tensor], *, count: bool = True) -> None:
+    """log Z, max, marginals, entropy, the count (standard semiring, unless ``count=False``) and the best
+    structure's score against the enumeration's ``want``; entropy and the best score on items that have a
+    structure. The argmax is 0 / 1."""
+    from semiring_ops.semirings import StdSemiring
+
+    torch.testing.assert_close(structure.partition(potentials, lengths), want["logz"])
+    torch.testing.assert_close(structure.max(potentials, lengths), want["max"])
+    torch.testing.assert_close(structure.marginals(potentials, lengths), want["marginals"])
+    if count:
+        ones = torch.ones_like(potentials)
+        torch.testing.assert_close(structure.logpartition(ones, lengths, StdSemiring), want["count"])
+    some = want["count"] > 0
+    torch.testing.assert_close(structure.entropy(potentials, lengths)[some], want["entropy"][some])
+    best = structure.argmax(potentials, lengths)
+    assert set(best.unique().tolist()) <= {0.0, 1.0}
+    torch.testing.assert_close(structure.score(potentials, best)[some], want["max"][some])
+
+
+def assert_twice_differentiable(structures, potentials: torch.Tensor, lengths: torch.Tensor) -> None:
+    """gradcheck and gradgradcheck of each structure's log Z (float64 potentials requiring grad)."""
+    for s in structures:
+        assert torch.autograd.gradcheck(lambda p, s=s: s.partition(p, lengths), (potentials,))
+        assert torch.autograd.gradgradcheck(lambda p, s=s: s.partition(p, lengths), (potentials,))

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from semiring_ops.semirings import StdSemiring
 from semiring_ops.structures.cky import CKYTree
-from tests.structure_enumeration import binary_trees, expectations
+from tests.structure_enumeration import assert_derived, assert_twice_differentiable, binary_trees, expectations
 
 CKY = CKYTree()
 
@@ -24,13 +24,8 @@ def test_every_quantity_equals_enumeration(B, N, NT, seed):
     span = torch.randn(B, N, N, NT, generator=g, dtype=torch.float64)
     lengths = torch.randint(1, N + 1, (B,), generator=g)
     want = expectations(list(span), [binary_trees(N, NT, L) for L in lengths.tolist()])
-    torch.testing.assert_close(CKY.partition(span, lengths), want["logz"])
-    torch.testing.assert_close(CKY.max(span, lengths), want["max"])
-    torch.testing.assert_close(CKY.marginals(span, lengths), want["marginals"])
-    torch.testing.assert_close(CKY.entropy(span, lengths), want["entropy"])
-    torch.testing.assert_close(CKY.logpartition(torch.ones_like(span), lengths, StdSemiring), want["count"])
+    assert_derived(CKY, span, lengths, want)
     best = CKY.argmax(span, lengths)
-    torch.testing.assert_close(CKY.score(span, best), want["max"])
     assert best.sum((1, 2, 3)).tolist() == (2 * lengths - 1).double().tolist()  # 2L - 1 spans, one label each
 
 
@@ -57,8 +52,7 @@ def test_gradcheck_and_gradgradcheck():
     g = torch.Generator().manual_seed(1)
     span = torch.randn(2, 4, 4, 2, generator=g, dtype=torch.float64, requires_grad=True)
     lengths = torch.tensor([4, 3])
-    assert torch.autograd.gradcheck(lambda s: CKY.partition(s, lengths), (span,))
-    assert torch.autograd.gradgradcheck(lambda s: CKY.partition(s, lengths), (span,))
+    assert_twice_differentiable([CKY], span, lengths)
 
 
 @pytest.mark.parametrize(

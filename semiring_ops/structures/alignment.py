@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from ..semirings import Semiring
-from .base import Structure
+from .base import Structure, check_lengths
 
 __all__ = ["Alignment"]
 
@@ -46,14 +46,7 @@ class Alignment(Structure):
         B, N, M, _ = match.shape
         if N < 1 or M < 1:
             raise ValueError(f"Alignment: match must have N, M >= 1, got {tuple(match.shape)}")
-        if lengths is None:
-            return B, N, M, torch.full((B,), N, dtype=torch.int64, device=match.device)
-        lengths = torch.as_tensor(lengths, device=match.device)
-        if lengths.shape != (B,) or lengths.dtype.is_floating_point:
-            raise ValueError(f"Alignment: lengths must be (B,) = ({B},) integers, got {tuple(lengths.shape)}")
-        if B and (int(lengths.min()) < 1 or int(lengths.max()) > N):
-            raise ValueError(f"Alignment: lengths must be in [1, N = {N}], got {lengths.tolist()}")
-        return B, N, M, lengths.long()
+        return B, N, M, check_lengths(lengths, B, N, match.device, "Alignment")
 
     def logpartition(self, match: Tensor, lengths: Tensor | None, semiring: type[Semiring]) -> Tensor:
         S = semiring

@@ -20,7 +20,20 @@ from torch import Tensor
 
 from ..semirings import LogSemiring, MaxSemiring, Semiring
 
-__all__ = ["Structure"]
+__all__ = ["Structure", "check_lengths"]
+
+
+def check_lengths(lengths: Tensor | None, B: int, N: int, device: torch.device, what: str) -> Tensor:
+    """``lengths`` as (B,) int64 on ``device``, each in [1, N] (None: every item N long), or ValueError
+    naming the structure (``what``)."""
+    if lengths is None:
+        return torch.full((B,), N, dtype=torch.int64, device=device)
+    lengths = torch.as_tensor(lengths, device=device)
+    if lengths.shape != (B,) or lengths.dtype.is_floating_point:
+        raise ValueError(f"{what}: lengths must be (B,) = ({B},) integers, got {tuple(lengths.shape)}")
+    if B and (int(lengths.min()) < 1 or int(lengths.max()) > N):
+        raise ValueError(f"{what}: lengths must be in [1, N = {N}], got {lengths.tolist()}")
+    return lengths.long()
 
 
 class Structure:

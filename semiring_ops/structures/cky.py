@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from ..semirings import Semiring
-from .base import Structure
+from .base import Structure, check_lengths
 
 __all__ = ["CKYTree"]
 
@@ -34,14 +34,7 @@ class CKYTree(Structure):
             got = tuple(span.shape) if isinstance(span, Tensor) else type(span).__name__
             raise ValueError(f"CKYTree: span must be (B, N, N, NT), got {got}")
         B, N = span.shape[:2]
-        if lengths is None:
-            return B, N, torch.full((B,), N, dtype=torch.int64, device=span.device)
-        lengths = torch.as_tensor(lengths, device=span.device)
-        if lengths.shape != (B,) or lengths.dtype.is_floating_point:
-            raise ValueError(f"CKYTree: lengths must be (B,) = ({B},) integers, got {tuple(lengths.shape)}")
-        if B and (int(lengths.min()) < 1 or int(lengths.max()) > N):
-            raise ValueError(f"CKYTree: lengths must be in [1, N = {N}], got {lengths.tolist()}")
-        return B, N, lengths.long()
+        return B, N, check_lengths(lengths, B, N, span.device, "CKYTree")
 
     def logpartition(self, span: Tensor, lengths: Tensor | None, semiring: type[Semiring]) -> Tensor:
         S = semiring

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from ..semirings import Semiring
-from .base import Structure
+from .base import Structure, check_lengths
 
 __all__ = ["DependencyTree"]
 
@@ -44,14 +44,7 @@ class DependencyTree(Structure):
             got = tuple(arc.shape) if isinstance(arc, Tensor) else type(arc).__name__
             raise ValueError(f"DependencyTree: arc must be (B, N, N) or (B, N, N, labels), got {got}")
         B, N = arc.shape[:2]
-        if lengths is None:
-            return B, N, torch.full((B,), N, dtype=torch.int64, device=arc.device)
-        lengths = torch.as_tensor(lengths, device=arc.device)
-        if lengths.shape != (B,) or lengths.dtype.is_floating_point:
-            raise ValueError(f"DependencyTree: lengths must be (B,) = ({B},) integers, got {tuple(lengths.shape)}")
-        if B and (int(lengths.min()) < 1 or int(lengths.max()) > N):
-            raise ValueError(f"DependencyTree: lengths must be in [1, N = {N}], got {lengths.tolist()}")
-        return B, N, lengths.long()
+        return B, N, check_lengths(lengths, B, N, arc.device, "DependencyTree")
 
     @staticmethod
     def _with_root(arc: Tensor, S: type[Semiring]) -> Tensor:

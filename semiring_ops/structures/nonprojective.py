@@ -5,12 +5,13 @@ Potentials ``arc`` (B, N, N): arc[b, h, m] scores word h heading word m (h != m)
 heading m. A structure of an item of length L is any spanning tree over the root and words 0 .. L - 1 (crossing
 arcs allowed); ``multiroot=False`` (torch-struct's default here) allows one child of the root.
 
-With A[h, m] = exp(arc[h, m] - c) for words h != m and r[m] = exp(arc[m, m] - c) (c: the item's largest
-finite score, so exp cannot overflow), the Laplacian Lap[m, m] = sum_h A[h, m], Lap[h, m] = -A[h, m] gives
+With A[h, m] = exp(arc[h, m] - c_m) for words h != m and r[m] = exp(arc[m, m] - c_m) (c_m: the largest
+finite score of an arc into m, so that every column's largest entry is 1 and the determinant keeps its
+precision at scores of any scale), the Laplacian Lap[m, m] = sum_h A[h, m], Lap[h, m] = -A[h, m] gives
 (Koo et al., 2007)
 
     multi-root:  Z = det(Lap + diag(r));     single root:  Z = det(Lap with row 0 replaced by r)
-    log Z = log |det| + L c
+    log Z = log |det| + sum_m c_m
 
 Words past the length get identity rows and columns. Unlike the dynamic programs this is not a semiring
 computation: ``logpartition`` takes LogSemiring only, ``max`` / ``argmax`` run Chu-Liu-Edmonds (on the host,
@@ -51,16 +52,18 @@ class NonProjectiveDependencyTree(Structure):
         live = torch.arange(N, device=arc.device)[None, :] < lengths[:, None]  # (B, N) words within the length
         pair = live[:, :, None] & live[:, None, :]
         finite = torch.where(pair & torch.isfinite(arc), arc, torch.full_like(arc, -math.inf))
-        c = finite.flatten(1).amax(1).clamp(min=-1e300)  # (B,)
+        # column m holds the arcs into word m only (its root arc on the diagonal): scaling it by exp(-c_m), c_m its
+        # largest score, multiplies the determinant by exp(-c_m) and keeps every column's largest entry 1
+        c = finite.amax(1)  # (B, N)
         c = torch.where(torch.isfinite(c), c, torch.zeros_like(c)).detach()
-        scaled = torch.where(pair, (arc - c[:, None, None]).exp(), torch.zeros_like(arc))
+        scaled = torch.where(pair, (arc - c[:, None, :]).exp(), torch.zeros_like(arc))
         eye = torch.eye(N, dtype=torch.bool, device=arc.device)
         A = scaled.masked_fill(eye, 0)
         r = torch.diagonal(scaled, 0, 1, 2)  # (B, N)
         lap = torch.diag_embed(A.sum(1)) - A + torch.diag_embed((~live).to(arc.dtype))  # identity past L
         # multi-root: the root's arcs on the diagonal; one root child: row 0 replaced by them
         lap = lap + torch.diag_embed(r) if self.multiroot else torch.cat([r.unsqueeze(1), lap[:, 1:]], 1)
-        return torch.linalg.slogdet(lap)[1] + lengths.to(arc.dtype) * c
+        return torch.linalg.slogdet(lap)[1] + torch.where(live, c, torch.zeros_like(c)).sum(1)
 
     def argmax(self, arc: Tensor, lengths: Tensor | None = None) -> Tensor:
         """The best tree's arcs, 0 / 1 (B, N, N), by Chu-Liu-Edmonds."""

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from ..semirings import Semiring
-from .base import Structure
+from .base import Structure, check_lengths
 
 __all__ = ["SemiMarkov"]
 
@@ -37,14 +37,7 @@ class SemiMarkov(Structure):
         N = N1 + 1
         if K < 2:
             raise ValueError(f"SemiMarkov: edge's K = {K}: segments need K >= 2 (lengths 1 .. K - 1)")
-        if lengths is None:
-            return B, N, K, C, torch.full((B,), N, dtype=torch.int64, device=edge.device)
-        lengths = torch.as_tensor(lengths, device=edge.device)
-        if lengths.shape != (B,) or lengths.dtype.is_floating_point:
-            raise ValueError(f"SemiMarkov: lengths must be (B,) = ({B},) integers, got {tuple(lengths.shape)}")
-        if B and (int(lengths.min()) < 1 or int(lengths.max()) > N):
-            raise ValueError(f"SemiMarkov: lengths must be in [1, N = {N}], got {lengths.tolist()}")
-        return B, N, K, C, lengths.long()
+        return B, N, K, C, check_lengths(lengths, B, N, edge.device, "SemiMarkov")
 
     def logpartition(self, edge: Tensor, lengths: Tensor | None, semiring: type[Semiring]) -> Tensor:
         B, N, K, C, lengths = self.check(edge, lengths)

@@ -53,3 +53,14 @@ def test_log_sum_of_an_all_minus_inf_row_has_zero_gradient():
     torch.testing.assert_close(g[0], torch.softmax(x[0].detach(), 0))
     finite = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradgradcheck(lambda t: LogSemiring.sum(t, 0), (finite,))
+
+
+def test_max_and_min_sums_send_the_gradient_to_one_term():
+    from semiring_ops.semirings import MaxSemiring, MinSemiring
+
+    x = torch.tensor([[1.0, 3.0, 3.0], [-math.inf] * 3, [2.0, 0.0, 0.0]], requires_grad=True)
+    (g,) = torch.autograd.grad(MaxSemiring.sum(x, -1)[:2].sum() + MinSemiring.sum(x, -1)[2], x)
+    assert g.tolist() == [[0, 1, 0], [0, 0, 0], [0, 1, 0]]  # the first of tied extrema; none for an all -inf row
+    y = torch.tensor([[math.inf, math.inf]], requires_grad=True)
+    (g,) = torch.autograd.grad(MinSemiring.sum(y, -1).clamp(max=1e30).sum(), y)
+    assert g.tolist() == [[0, 0]]

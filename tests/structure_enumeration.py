@@ -168,3 +168,14 @@ def assert_twice_differentiable(structures, potentials: torch.Tensor, lengths: t
     for s in structures:
         assert torch.autograd.gradcheck(lambda p, s=s: s.partition(p, lengths), (potentials,))
         assert torch.autograd.gradgradcheck(lambda p, s=s: s.partition(p, lengths), (potentials,))
+
+
+def label_sequences(N: int, C: int, L: int) -> list[torch.Tensor]:
+    """Every label sequence of a length-L item (structures/linear_chain.py) as parts (N - 1, C, C)."""
+    out = []
+    for labels in itertools.product(range(C), repeat=L):
+        parts = torch.zeros(N - 1, C, C, dtype=torch.float64)
+        for n in range(L - 1):
+            parts[n, labels[n + 1], labels[n]] = 1
+        out.append(parts)
+    return out

@@ -9,6 +9,7 @@ from .crf import LinearChainCRF
 from .dependency import DependencyTree
 from .factored import chain_sum_factored, chain_viterbi_factored
 from .hmm import HMM
+from .linear_chain import LinearChain
 from .nonprojective import NonProjectiveDependencyTree
 from .semimarkov import SemiMarkov
 
@@ -18,6 +19,7 @@ __all__ = [
     "CKYTree",
     "Constraints",
     "DependencyTree",
+    "LinearChain",
     "LinearChainCRF",
     "NonProjectiveDependencyTree",
     "SemiMarkov",

@@ -45,6 +45,11 @@ class Semiring:
     """True when plus picks one of its operands (max, min): such semirings have an argmax and their
     gradient flows to the selected term only."""
 
+    lead: ClassVar[int] = 0
+    """How many leading dimensions a value carries besides the potentials' own (0 here; KMax(k): one, of size k;
+    the entropy semiring: one, of size 2). Structures index their charts from the right (``x[..., i]``, negative
+    dims), so the same dynamic program runs over values of any lead."""
+
     def __init__(self) -> None:  # pragma: no cover - guard
         raise TypeError(f"{type(self).__name__} is used as a class, not instantiated")
 
@@ -66,6 +71,36 @@ class Semiring:
         from .ops.matmul import semiring_matmul
 
         return semiring_matmul(a, b, semiring=cls)
+
+    @classmethod
+    def convert(cls, potentials: Tensor) -> Tensor:
+        """Potentials (*shape) as semiring values (*lead sizes, *shape)."""
+        return potentials
+
+    @classmethod
+    def unconvert(cls, value: Tensor) -> Tensor:
+        """A structure's result (*lead sizes, B) back as what the semiring reports (here: itself)."""
+        return value
+
+    @classmethod
+    def zeros(cls, shape: tuple[int, ...], like: Tensor) -> Tensor:
+        """Values (*lead sizes, *shape) equal to the semiring's zero, with ``like``'s dtype and device."""
+        return torch.full(shape, cls.zero, dtype=like.dtype, device=like.device)
+
+    @classmethod
+    def ones(cls, shape: tuple[int, ...], like: Tensor) -> Tensor:
+        """Values (*lead sizes, *shape) equal to the semiring's one."""
+        return torch.full(shape, cls.one, dtype=like.dtype, device=like.device)
+
+    @classmethod
+    def mask(cls, keep: Tensor, x: Tensor) -> Tensor:
+        """x where ``keep`` (a bool tensor broadcast against x's trailing dims), the semiring's zero elsewhere."""
+        return torch.where(keep, x, cls.zeros((1,) * (x.dim() - cls.lead), like=x))
+
+    @classmethod
+    def dot(cls, a: Tensor, b: Tensor) -> Tensor:
+        """(+)_i a[..., i] (x) b[..., i]: the semiring inner product over the last dim."""
+        return cls.sum(cls.times(a, b), -1)
 
     @classmethod
     def identity(cls, n: int, *, dtype: torch.dtype | None = None, device=None) -> Tensor:

@@ -23,6 +23,7 @@ from torch import Tensor
 
 from ..semirings import Semiring
 from .base import Structure, check_lengths
+from .spans import at_length
 
 __all__ = ["Alignment"]
 
@@ -38,27 +39,26 @@ class Alignment(Structure):
         self.local, self.max_gap = local, max_gap
 
     @staticmethod
-    def check(match: Tensor, lengths: Tensor | None) -> tuple[int, int, int, Tensor]:
-        """(B, N, M, lengths (B,) int64 on match's device), or ValueError naming the argument."""
-        if not isinstance(match, Tensor) or match.dim() != 4 or match.shape[3] != 3:
-            got = tuple(match.shape) if isinstance(match, Tensor) else type(match).__name__
+    def check(match: Tensor, lengths: Tensor | None, lead: int = 0) -> tuple[int, int, int, Tensor]:
+        """(B, N, M, lengths (B,) int64 on match's device), or ValueError naming the argument; ``lead``: the
+        semiring value's leading dims, skipped."""
+        shape = tuple(match.shape[lead:]) if isinstance(match, Tensor) else None
+        if shape is None or len(shape) != 4 or shape[3] != 3:
+            got = shape if isinstance(match, Tensor) else type(match).__name__
             raise ValueError(f"Alignment: match must be (B, N, M, 3), got {got}")
-        B, N, M, _ = match.shape
+        B, N, M, _ = shape
         if N < 1 or M < 1:
-            raise ValueError(f"Alignment: match must have N, M >= 1, got {tuple(match.shape)}")
+            raise ValueError(f"Alignment: match must have N, M >= 1, got {shape}")
         return B, N, M, check_lengths(lengths, B, N, match.device, "Alignment")
 
     def logpartition(self, match: Tensor, lengths: Tensor | None, semiring: type[Semiring]) -> Tensor:
         S = semiring
-        B, N, M, lengths = self.check(match, lengths)
+        B, N, M, lengths = self.check(match, lengths, S.lead)
         i = torch.arange(N, device=match.device)
-        zero_row = torch.full((B, 1), S.zero, dtype=match.dtype, device=match.device)
-        zero = torch.full((B, N), S.zero, dtype=match.dtype, device=match.device)
-        one = torch.full((B, N), S.one, dtype=match.dtype, device=match.device)
-        live = i[None, :] < lengths[:, None]  # (B, N): rows within the first sequence's length
+        zero, one, zero_row = S.zeros((B, N), like=match), S.ones((B, N), like=match), S.zeros((B, 1), like=match)
 
         def shift(a: Tensor) -> Tensor:  # row i takes row i - 1's value (row 0: zero)
-            return torch.cat([zero_row, a[:, :-1]], 1)
+            return torch.cat([zero_row, a[..., :-1]], -1)
 
         prev2, prev1, diagonals = zero, zero, []
         for d in range(N + M - 1):
@@ -66,8 +66,7 @@ class Alignment(Structure):
             ok = (j >= 0) & (j < M)
             if self.max_gap is not None:
                 ok = ok & ((i - j).abs() <= self.max_gap)
-            cell = match[:, i, j.clamp(0, M - 1)]  # (B, N, 3): the diagonal's cells (row i, column d - i)
-            m = torch.where(ok[None, :, None], cell, torch.full_like(cell, S.zero))
+            m = S.mask(ok[:, None], match[..., i, j.clamp(0, M - 1), :])  # (..., B, N, 3): row i, column d - i
             start = one if self.local else (one if d == 0 else zero)  # alpha[-1, -1] = one before (0, 0)
             terms = [
                 S.times(prev1, m[..., 0]),  # from (i, j - 1)
@@ -79,10 +78,10 @@ class Alignment(Structure):
             cur = S.sum(torch.stack(terms, -1), -1)
             diagonals.append(cur)
             prev2, prev1 = prev1, cur
-        chart = torch.stack(diagonals, 1)  # (B, N + M - 1, N): [diagonal, row]
+        chart = torch.stack(diagonals, -2)  # (..., B, N + M - 1, N): [diagonal, row]
         if self.local:
-            live_cells = live[:, None, :].expand_as(chart)
-            return S.sum(torch.where(live_cells, chart, torch.full_like(chart, S.zero)).flatten(1), -1)
-        end_d = lengths - 1 + M - 1
-        at_end = chart.gather(1, end_d.view(B, 1, 1).expand(B, 1, N)).squeeze(1)  # (B, N)
-        return at_end.gather(1, (lengths - 1).unsqueeze(1)).squeeze(1)
+            live = i[None, :] < lengths[:, None]  # (B, N): rows within the first sequence's length
+            return S.sum(S.mask(live[:, None, :], chart).flatten(-2), -1)
+        batch = torch.arange(B, device=match.device)
+        at_end = chart[..., batch, lengths - 1 + M - 1, :]  # (..., B, N): the last diagonal of each item
+        return at_length(at_end, lengths - 1)

@@ -8,7 +8,8 @@ its score is the semiring product of its labelled spans' potentials.
     beta[i, i] = s[i, i];   beta[i, j] = ((+)_{i <= k < j} beta[i, k] (x) beta[k + 1, j]) (x) s[i, j];
     total = beta[0, L - 1]      (s[i, j] = (+)_t span[i, j, t])
 
-O(N^3) semiring operations, each width's spans at once; memory O(B N^2).
+O(N^3) semiring operations in N steps (each width's spans at once, one dot product over split points on the
+span charts of spans.py); memory O(B N^2).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from torch import Tensor
 
 from ..semirings import Semiring
 from .base import Structure, check_lengths
+from .spans import SpanChart, at_length
 
 __all__ = ["CKYTree"]
 
@@ -28,22 +30,23 @@ class CKYTree(Structure):
     name = "binary span tree"
 
     @staticmethod
-    def check(span: Tensor, lengths: Tensor | None) -> tuple[int, int, Tensor]:
-        """(B, N, lengths (B,) int64 on span's device), or ValueError naming the argument."""
-        if not isinstance(span, Tensor) or span.dim() != 4 or span.shape[1] != span.shape[2]:
-            got = tuple(span.shape) if isinstance(span, Tensor) else type(span).__name__
+    def check(span: Tensor, lengths: Tensor | None, lead: int = 0) -> tuple[int, int, Tensor]:
+        """(B, N, lengths (B,) int64 on span's device), or ValueError naming the argument; ``lead``: the semiring
+        value's leading dims, skipped."""
+        shape = tuple(span.shape[lead:]) if isinstance(span, Tensor) else None
+        if shape is None or len(shape) != 4 or shape[1] != shape[2]:
+            got = shape if isinstance(span, Tensor) else type(span).__name__
             raise ValueError(f"CKYTree: span must be (B, N, N, NT), got {got}")
-        B, N = span.shape[:2]
+        B, N = shape[:2]
         return B, N, check_lengths(lengths, B, N, span.device, "CKYTree")
 
     def logpartition(self, span: Tensor, lengths: Tensor | None, semiring: type[Semiring]) -> Tensor:
         S = semiring
-        _, N, lengths = self.check(span, lengths)
-        s = S.sum(span, -1)  # (B, N, N)
-        beta = [torch.diagonal(s, 0, 1, 2)]  # [width] -> (B, N - width): spans i .. i + width
-        for w in range(1, N):
-            n = N - w
-            splits = torch.stack([S.times(beta[k][:, :n], beta[w - 1 - k][:, k + 1 : k + 1 + n]) for k in range(w)])
-            beta.append(S.times(S.sum(splits, 0), torch.diagonal(s, w, 1, 2)))
-        tops = torch.stack([beta[w][:, 0] for w in range(N)], 1)  # (B, N): the span 0 .. L - 1
-        return tops.gather(1, (lengths - 1).unsqueeze(1)).squeeze(1)
+        B, N, lengths = self.check(span, lengths, S.lead)
+        s = S.sum(span, -1)  # (..., B, N, N)
+        beta = SpanChart(S, (B,), N, span)  # beta[i, i + w]
+        beta.set_width0(torch.diagonal(s, 0, -2, -1))
+        for w in range(1, N):  # k = i + j: beta[i, k] (x) beta[k + 1, i + w]
+            splits = S.dot(beta.by_start(w, 0, w), beta.by_end(w, 0, w).flip(-1))
+            beta.write(w, S.times(splits, torch.diagonal(s, w, -2, -1)))
+        return at_length(beta.start[..., 0, :], lengths - 1)  # beta[0, L - 1]

@@ -25,10 +25,18 @@ class LinearChain(Structure):
     name = "linear chain"
 
     def logpartition(self, edge: Tensor, lengths: Tensor | None, semiring: type[Semiring]) -> Tensor:
-        if not isinstance(edge, Tensor) or edge.dim() != 4 or edge.shape[2] != edge.shape[3]:
-            got = tuple(edge.shape) if isinstance(edge, Tensor) else type(edge).__name__
+        S = semiring
+        shape = tuple(edge.shape[S.lead :]) if isinstance(edge, Tensor) else None
+        if shape is None or len(shape) != 4 or shape[2] != shape[3]:
+            got = shape if isinstance(edge, Tensor) else type(edge).__name__
             raise ValueError(f"LinearChain: edge must be (B, N - 1, C, C), got {got}")
-        B, N1, C, _ = edge.shape
+        B, N1, C, _ = shape
         lengths = check_lengths(lengths, B, N1 + 1, edge.device, "LinearChain")
-        start = torch.full((B, C), semiring.one, dtype=edge.dtype, device=edge.device)
-        return chain_sum(start, edge.transpose(-1, -2), None, lengths, semiring)  # the engine's [from, to]
+        if S.kernel_id is not None and S.lead == 0:  # the four semirings of the compiled kernels
+            start = S.ones((B, C), like=edge)
+            return chain_sum(start, edge.transpose(-1, -2), None, lengths, S)  # the engine's [from, to]
+        alphas = [S.ones((B, C), like=edge)]  # any other semiring: the recursion written with its operations
+        for n in range(N1):
+            alphas.append(S.sum(S.times(alphas[-1].unsqueeze(-2), edge[..., n, :, :]), -1))
+        chart = torch.stack(alphas, -2)  # (..., B, N, C)
+        return S.sum(chart[..., torch.arange(B, device=edge.device), lengths - 1, :], -1)

@@ -28,26 +28,27 @@ class SemiMarkov(Structure):
     name = "semi-Markov"
 
     @staticmethod
-    def check(edge: Tensor, lengths: Tensor | None) -> tuple[int, int, int, int, Tensor]:
-        """(B, N, K, C, lengths (B,) int64 on edge's device), or ValueError naming the argument."""
-        if not isinstance(edge, Tensor) or edge.dim() != 5 or edge.shape[3] != edge.shape[4]:
-            got = tuple(edge.shape) if isinstance(edge, Tensor) else type(edge).__name__
+    def check(edge: Tensor, lengths: Tensor | None, lead: int = 0) -> tuple[int, int, int, int, Tensor]:
+        """(B, N, K, C, lengths (B,) int64 on edge's device), or ValueError naming the argument; ``lead``: the
+        semiring value's leading dims, skipped."""
+        shape = tuple(edge.shape[lead:]) if isinstance(edge, Tensor) else None
+        if shape is None or len(shape) != 5 or shape[3] != shape[4]:
+            got = shape if isinstance(edge, Tensor) else type(edge).__name__
             raise ValueError(f"SemiMarkov: edge must be (B, N - 1, K, C, C), got {got}")
-        B, N1, K, C, _ = edge.shape
+        B, N1, K, C, _ = shape
         N = N1 + 1
         if K < 2:
             raise ValueError(f"SemiMarkov: edge's K = {K}: segments need K >= 2 (lengths 1 .. K - 1)")
         return B, N, K, C, check_lengths(lengths, B, N, edge.device, "SemiMarkov")
 
     def logpartition(self, edge: Tensor, lengths: Tensor | None, semiring: type[Semiring]) -> Tensor:
-        B, N, K, C, lengths = self.check(edge, lengths)
         S = semiring
-        beta = [torch.full((B, C), S.one, dtype=edge.dtype, device=edge.device)]
+        B, N, K, C, lengths = self.check(edge, lengths, S.lead)
+        beta = [S.ones((B, C), like=edge)]
         for n in range(1, N):
             ks = torch.arange(1, min(K - 1, n) + 1, device=edge.device)  # durations ending at n
-            prev = torch.stack([beta[n - int(k)] for k in ks], 1)  # (B, k, C')
-            e = edge[:, n - ks, ks]  # (B, k, C, C'): [c, c']
-            beta.append(S.sum(S.matmul(e, prev.unsqueeze(-1)).squeeze(-1), 1))  # (B, C)
-        chart = torch.stack(beta, 1)  # (B, N, C)
-        last = chart.gather(1, (lengths - 1).view(B, 1, 1).expand(B, 1, C)).squeeze(1)
-        return S.sum(last, -1)
+            prev = torch.stack([beta[n - int(k)] for k in ks], -2)  # (..., B, k, C')
+            e = edge[..., n - ks, ks, :, :]  # (..., B, k, C, C'): [c, c']
+            beta.append(S.sum(S.matmul(e, prev.unsqueeze(-1)).squeeze(-1), -2))  # (..., B, C)
+        chart = torch.stack(beta, -2)  # (..., B, N, C)
+        return S.sum(chart[..., torch.arange(B, device=edge.device), lengths - 1, :], -1)

@@ -202,6 +202,32 @@ def sequence(light: bool) -> None:
     assert got[2].item() == -1, "a mask with a hole is marked"
 
 
+def span(light: bool) -> None:
+    """The span kernels (Eisner's and CKY's inside and adjoint) under log, max and min, float32 and float64,
+    mixed lengths straddling the warp width, one-root and multi-root, against the PyTorch programs."""
+    from semiring_ops.semirings import LogSemiring, MaxSemiring, MinSemiring
+    from semiring_ops.structures import CKYTree, DependencyTree
+    from semiring_ops.structures.fused import generic_only
+
+    B, N = (3, 37) if light else (4, 45)
+    lengths = torch.tensor([N, 1, 33, 17][:B], device="cuda")
+    for dtype in (torch.float32, torch.float64):
+        arc = torch.randn(B, N, N, device="cuda", dtype=dtype)
+        span_scores = torch.randn(B, N, N, 3, device="cuda", dtype=dtype)
+        for structure, pot in ((DependencyTree(True), arc), (DependencyTree(False), arc), (CKYTree(), span_scores)):
+            for semiring in (LogSemiring, MaxSemiring, MinSemiring):
+                p = pot.clone().requires_grad_()
+                total = structure.logpartition(p, lengths, semiring)
+                (grad,) = torch.autograd.grad(total.sum(), p)
+                if dtype == torch.float64 and not light:
+                    with generic_only():
+                        q = pot.clone().requires_grad_()
+                        want = structure.logpartition(q, lengths, semiring)
+                        (want_grad,) = torch.autograd.grad(want.sum(), q)
+                    _close(total, want, f"span {structure.name} {semiring.name}", 1e-8)
+                    _close(grad, want_grad, f"span {structure.name} {semiring.name} grad", 1e-8)
+
+
 FAMILIES: dict[str, Callable[[bool], None]] = {
     "bmm": bmm,
     "packed": packed,
@@ -209,6 +235,7 @@ FAMILIES: dict[str, Callable[[bool], None]] = {
     "chain": chain,
     "lazy": lazy,
     "sequence": sequence,
+    "span": span,
 }
 
 

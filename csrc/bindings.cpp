@@ -45,6 +45,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("mask"), py::arg("lengths"), py::arg("tags"), py::arg("batch"), py::arg("steps"), py::arg("num_tags"),
         py::arg("raise_errors"));
 
+  m.def("span_inside", &semiring_ops::span_inside,
+        "Inside algorithm over spans (0: Eisner, 1: CKY) in one launch -> [total (B,), charts (B, K, P, P)]",
+        py::arg("potentials"), py::arg("lengths"), py::arg("structure"), py::arg("semiring_id"),
+        py::arg("multiroot"));
+  m.def("span_adjoint", &semiring_ops::span_adjoint,
+        "Gradient of sum_b grad[b] * total[b] w.r.t. the potentials, from span_inside's charts -> (B, N, N)",
+        py::arg("potentials"), py::arg("lengths"), py::arg("structure"), py::arg("semiring_id"), py::arg("multiroot"),
+        py::arg("charts"), py::arg("grad"));
 #ifdef SEMIRING_OPS_WITH_CUDA  // defined for the CUDA extension only (semiring_ops/build/jit.py, CUDA_EXTENSION)
   m.def("log_bmm_fast", &semiring_ops::log_bmm_fast,
         "Fast-mode log bmm on tensor cores: a (B, n, k), b (B, k, m) -> [out (B, n, m) float32, flags (B, n, m) "

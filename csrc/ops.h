@@ -127,4 +127,23 @@ at::Tensor bmm_packed_select(const at::Tensor& a, const at::Tensor& b, bool is_m
 // block's cells on the other side of the diagonal are not written. One memcpy per row, rows in parallel.
 void condensed_scatter(at::Tensor& out, const at::Tensor& values, int64_t n, int64_t r0, int64_t c0, bool diagonal);
 
+// The inside algorithm over spans of one structure, for a batch of items of lengths 1..N, in one launch
+// (csrc/span_dp.h has the dynamic programs), in the semiring S of semiring_id (log, max or min):
+//   structure 0 (Eisner's projective dependency trees): potentials (B, N, N) arc scores [head, modifier], the
+//     root's arc into m on the diagonal; charts (B, 4, N + 1, N + 1) = C<-, C->, I<-, I-> by [start, end]
+//     over positions 0 (the root) .. N; total = C->[0, L] (multiroot) or the one-root-child sum;
+//   structure 1 (CKY's binary span trees): potentials (B, N, N) span scores [i, j] (labels already summed);
+//     charts (B, 1, N, N); total = beta[0, L - 1].
+// potentials: float32 or float64, any strides; lengths (B,) int64 in 1..N on the same device (an item with a
+// length outside that range gets a NaN total and a zero gradient). Chart entries the program does not reach
+// (past an item's length, below the diagonal) are 0. Returns {total (B,), charts}.
+std::vector<at::Tensor> span_inside(const at::Tensor& potentials, const at::Tensor& lengths, int64_t structure,
+                                    int64_t semiring_id, bool multiroot);
+
+// The gradient of sum_b grad[b] * total[b] with respect to the potentials (the marginals under log; the
+// best structure's 0 / 1 parts under max / min), from span_inside's charts (arguments as span_inside, plus
+// charts and grad (B,), any strides). Returns (B, N, N) contiguous.
+at::Tensor span_adjoint(const at::Tensor& potentials, const at::Tensor& lengths, int64_t structure,
+                        int64_t semiring_id, bool multiroot, const at::Tensor& charts, const at::Tensor& grad);
+
 }  // namespace semiring_ops

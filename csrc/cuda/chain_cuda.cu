@@ -35,6 +35,7 @@
 #include "checks.h"
 #include "ops.h"
 #include "semiring.h"
+#include "warp_merge.cuh"
 
 namespace semiring_ops {
 namespace cuda {
@@ -176,23 +177,6 @@ template <class T> __device__ __forceinline__ void store_async(uint32_t remote, 
                  : "memory");
   }
 #endif
-}
-
-// Shuffles an accumulator (a few 32-bit words) across the lanes of a warp.
-template <class Acc> __device__ __forceinline__ Acc shfl_xor(const Acc& a, int mask) {
-  static_assert(sizeof(Acc) % 4 == 0, "accumulators are made of 32-bit words");
-  unsigned words[sizeof(Acc) / 4];
-  memcpy(words, &a, sizeof(Acc));
-#pragma unroll
-  for (int w = 0; w < int(sizeof(Acc) / 4); ++w) words[w] = __shfl_xor_sync(0xffffffffu, words[w], mask);
-  Acc r;
-  memcpy(&r, words, sizeof(Acc));
-  return r;
-}
-
-template <class Acc> __device__ __forceinline__ void warp_merge(Acc& a) {
-#pragma unroll
-  for (int mask = 16; mask > 0; mask >>= 1) a.merge(shfl_xor(a, mask));
 }
 
 // exp(x) for the gradient epilogue, as one ex2 of x scaled to base 2 (x = -inf gives 0).

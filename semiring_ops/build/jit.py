@@ -72,6 +72,7 @@ CPU_EXTENSION = ExtensionSpec(
         "cpu/chain_cpu.cpp",
         "cpu/sequence_cpu.cpp",
         "cpu/condensed_scatter_cpu.cpp",
+        "cpu/span_cpu.cpp",
     ),
     # -fopenmp: at::parallel_for runs threads only in files built with it (resolves to torch's libgomp);
     # -fno-trapping-math: lets GCC if-convert (vectorise) the selects; no result changes, inf/NaN included
@@ -90,6 +91,7 @@ CUDA_EXTENSION = ExtensionSpec(
         "cuda/sequence_cuda.cu",
         "cuda/log_bmm_fast_cuda.cu",
         "cuda/packed_select_cuda.cu",
+        "cuda/span_cuda.cu",
     ),
     cflags=("-O3", "-DSEMIRING_OPS_WITH_CUDA"),  # bindings.cpp binds the CUDA-only entry points (log_bmm_fast)
     cuda_cflags=("-O3", "-lineinfo"),

@@ -17,8 +17,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..ops.span_ops import CKY
 from ..semirings import Semiring
 from .base import Structure, check_lengths
+from .fused import span_fast_path, span_totals
 from .spans import SpanChart, at_length
 
 __all__ = ["CKYTree"]
@@ -42,9 +44,17 @@ class CKYTree(Structure):
 
     def logpartition(self, span: Tensor, lengths: Tensor | None, semiring: type[Semiring]) -> Tensor:
         S = semiring
-        B, N, lengths = self.check(span, lengths, S.lead)
-        s = S.sum(span, -1)  # (..., B, N, N)
-        beta = SpanChart(S, (B,), N, span)  # beta[i, i + w]
+        _, _, lengths = self.check(span, lengths, S.lead)
+        return self.inside(S.sum(span, -1), lengths, S)
+
+    def inside(self, s: Tensor, lengths: Tensor, semiring: type[Semiring]) -> Tensor:
+        """The semiring sum (*lead, B) over the trees of label-summed span scores ``s`` (*lead, B, N, N), lengths
+        (B,) int64: the fused kernel when one serves the semiring (fused.py), else the program below."""
+        S = semiring
+        if span_fast_path(s, S):
+            return span_totals(s, lengths, CKY, S, False)
+        B, N = s.shape[-3], s.shape[-1]
+        beta = SpanChart(S, (B,), N, s)  # beta[i, i + w]
         beta.set_width0(torch.diagonal(s, 0, -2, -1))
         for w in range(1, N):  # k = i + j: beta[i, k] (x) beta[k + 1, i + w]
             splits = S.dot(beta.by_start(w, 0, w), beta.by_end(w, 0, w).flip(-1))

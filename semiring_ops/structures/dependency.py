@@ -23,8 +23,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..ops.span_ops import EISNER
 from ..semirings import Semiring
 from .base import Structure, check_lengths
+from .fused import span_fast_path, span_totals
 from .spans import SpanChart, at_length
 
 __all__ = ["DependencyTree"]
@@ -65,9 +67,18 @@ class DependencyTree(Structure):
 
     def logpartition(self, arc: Tensor, lengths: Tensor | None, semiring: type[Semiring]) -> Tensor:
         S = semiring
-        B, N, lengths = self.check(arc, lengths, S.lead)
+        _, _, lengths = self.check(arc, lengths, S.lead)
         if arc.dim() - S.lead == 4:
             arc = S.sum(arc, -1)
+        return self.inside(arc, lengths, S)
+
+    def inside(self, arc: Tensor, lengths: Tensor, semiring: type[Semiring]) -> Tensor:
+        """The semiring sum (*lead, B) over the trees of label-summed ``arc`` (*lead, B, N, N), lengths (B,) int64:
+        the fused kernel when one serves the semiring (fused.py), else Eisner's program below."""
+        S = semiring
+        if span_fast_path(arc, S):
+            return span_totals(arc, lengths, EISNER, S, self.multiroot)
+        B, N = arc.shape[-3], arc.shape[-1]
         full = self._with_root(arc, S)
         cl, cr, il, ir = (SpanChart(S, (B,), N + 1, arc) for _ in range(4))
         cl.set_width0(S.ones((B, N + 1), like=arc))

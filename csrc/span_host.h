@@ -1,0 +1,94 @@
+// The host-side bodies of span_inside and span_adjoint (contracts in ops.h) that the backends share:
+// argument checks, output allocation and the semiring x dtype dispatch. A backend checks its device, then
+// passes its launcher, called as run(S{}, scalar_t{}) with the semiring S (log, max or min) and the dtype.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+
+#include <vector>
+
+#include "checks.h"
+#include "semiring.h"
+#include "span_dp.h"
+
+namespace semiring_ops {
+
+inline int64_t span_charts(int64_t structure) { return structure == kSpanEisner ? 4 : 1; }
+inline int64_t span_positions(int64_t structure, int64_t N) { return structure == kSpanEisner ? N + 1 : N; }
+
+inline void check_span_args(const char* who, const at::Tensor& pot, const at::Tensor& lengths, int64_t structure) {
+  TORCH_CHECK(structure == kSpanEisner || structure == kSpanCky, who, ": unknown structure id ", structure);
+  TORCH_CHECK(pot.dim() == 3 && pot.size(1) == pot.size(2), who, ": potentials must be (B, N, N), got ",
+              describe(pot));
+  TORCH_CHECK(pot.scalar_type() == at::kFloat || pot.scalar_type() == at::kDouble, who,
+              ": float32 or float64 only, got potentials ", describe(pot));
+  TORCH_CHECK(lengths.dim() == 1 && lengths.size(0) == pot.size(0) && lengths.scalar_type() == at::kLong &&
+                  lengths.device() == pot.device(),
+              who, ": lengths must be (B,) int64 on the potentials' device: lengths ", describe(lengths),
+              ", potentials ", describe(pot));
+  TORCH_CHECK(pot.size(1) < (int64_t(1) << 15), who, ": N must be below 32768, got potentials ", describe(pot));
+}
+
+// Calls run(S{}, scalar_t{}) for the log, max or min semiring of semiring_id and the potentials' dtype.
+template <class Run> void span_dispatch(const char* who, const at::Tensor& pot, int64_t semiring_id, Run run) {
+  bool additive = false;
+  const bool found = dispatch_semiring(semiring_id, [&](auto semiring) {
+    using S = decltype(semiring);
+    if constexpr (S::kId == LogSemiring::kId || S::kId == MaxSemiring::kId || S::kId == MinSemiring::kId) {
+      additive = true;
+      AT_DISPATCH_FLOATING_TYPES(pot.scalar_type(), "semiring_span", [&] { run(semiring, scalar_t{}); });
+    }
+  });
+  TORCH_CHECK(found && additive, who, ": semiring id ", semiring_id, " is not log, max or min");
+}
+
+// Checks, allocates and fills SpanArgs for span_inside (adjoint = false: charts and total allocated) or
+// span_adjoint (charts given; dcharts and dpot zeroed), then calls run(S{}, args) under the dispatch.
+template <class Run>
+std::vector<at::Tensor> span_host(const char* who, const at::Tensor& pot, const at::Tensor& lengths, int64_t structure,
+                                  int64_t semiring_id, bool multiroot, const at::Tensor* charts_in,
+                                  const at::Tensor* grad, Run run) {
+  check_span_args(who, pot, lengths, structure);
+  const int64_t B = pot.size(0), N = pot.size(1), K = span_charts(structure), P = span_positions(structure, N);
+  std::vector<at::Tensor> out;
+  at::Tensor charts, dcharts, total, dpot;
+  if (charts_in == nullptr) {
+    charts = at::zeros({B, K, P, P}, pot.options());  // entries the DP does not reach: 0 (deterministic)
+    total = new_output({B}, pot.options());
+    out = {total, charts};
+  } else {
+    TORCH_CHECK(charts_in->sizes() == at::IntArrayRef({B, K, P, P}) && charts_in->is_contiguous() &&
+                    charts_in->scalar_type() == pot.scalar_type() && charts_in->device() == pot.device(),
+                who, ": charts must be span_inside's (B, K, P, P) = (", B, ", ", K, ", ", P, ", ", P, "), got ",
+                describe(*charts_in));
+    TORCH_CHECK(grad->dim() == 1 && grad->size(0) == B && grad->scalar_type() == pot.scalar_type() &&
+                    grad->device() == pot.device(),
+                who, ": grad must be (B,) = (", B, ",) like the potentials, got ", describe(*grad));
+    charts = *charts_in;
+    dcharts = at::zeros({B, K, P, P}, pot.options());
+    dpot = at::zeros({B, N, N}, pot.options());
+    out = {dpot};
+  }
+  span_dispatch(who, pot, semiring_id, [&](auto semiring, auto scalar) {
+    using T = decltype(scalar);
+    SpanArgs<T> a{};
+    a.pot = pot.data_ptr<T>();
+    a.ps0 = pot.stride(0), a.ps1 = pot.stride(1), a.ps2 = pot.stride(2);
+    a.lengths = lengths.data_ptr<int64_t>();
+    a.N = N, a.P = P, a.K = K, a.structure = structure, a.multiroot = multiroot;
+    a.charts = charts.data_ptr<T>();
+    if (charts_in == nullptr) {
+      a.total = total.data_ptr<T>();
+    } else {
+      a.dcharts = dcharts.data_ptr<T>();
+      a.dpot = dpot.data_ptr<T>();
+      a.grad = grad->data_ptr<T>();
+      a.gs0 = grad->stride(0);
+    }
+    if (B > 0 && N > 0) run(semiring, a);
+  });
+  return out;
+}
+
+}  // namespace semiring_ops

@@ -1,0 +1,103 @@
+"""The fused span kernels, registered with torch.library (contracts in csrc/ops.h, dynamic programs in
+csrc/span_dp.h):
+
+    semiring_ops::span_inside(potentials, lengths, structure, semiring_id, multiroot) -> (total (B,), charts)
+        the inside algorithm of a structure over spans (0: Eisner's projective dependency trees, potentials
+        (B, N, N) arc scores; 1: CKY's binary span trees, potentials (B, N, N) label-summed span scores) in one
+        launch, under log, max or min; differentiable through ``total`` by span_adjoint
+    semiring_ops::span_adjoint(potentials, lengths, structure, semiring_id, multiroot, charts, grad) -> (B, N, N)
+        d sum_b grad[b] total[b] / d potentials in one launch (the outside pass, recomputing each span's sum);
+        its own gradient (double backward) is computed by the structure's PyTorch dynamic program
+
+``lengths``: (B,) int64 in 1..N on the potentials' device; float32 or float64.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..build.backends import backend_for
+
+__all__ = ["CKY", "EISNER", "span_adjoint", "span_inside"]
+
+EISNER, CKY = 0, 1
+
+
+def _chart_shape(potentials: Tensor, structure: int) -> tuple[int, int, int, int]:
+    B, N = potentials.shape[0], potentials.shape[1]
+    return (B, 4, N + 1, N + 1) if structure == EISNER else (B, 1, N, N)
+
+
+@torch.library.custom_op("semiring_ops::span_inside", mutates_args=())
+def span_inside(
+    potentials: Tensor, lengths: Tensor, structure: int, semiring_id: int, multiroot: bool
+) -> tuple[Tensor, Tensor]:
+    """(total (B,), charts): see the module docstring."""
+    return tuple(
+        backend_for(potentials.device).module.span_inside(potentials, lengths, structure, semiring_id, multiroot)
+    )
+
+
+@span_inside.register_fake
+def _(potentials, lengths, structure, semiring_id, multiroot):
+    return potentials.new_empty(potentials.shape[:1]), potentials.new_empty(_chart_shape(potentials, structure))
+
+
+def _inside_setup_context(ctx, inputs, output):
+    potentials, lengths, structure, semiring_id, multiroot = inputs
+    ctx.args = (structure, semiring_id, multiroot)
+    ctx.set_materialize_grads(False)
+    ctx.mark_non_differentiable(output[1])
+    ctx.save_for_backward(potentials, lengths, output[1])
+
+
+def _inside_backward(ctx, grad_total, _grad_charts):
+    if grad_total is None:
+        return (None,) * 5
+    potentials, lengths, charts = ctx.saved_tensors
+    grad = grad_total.to(potentials.dtype)
+    return span_adjoint(potentials, lengths, *ctx.args, charts, grad), None, None, None, None
+
+
+span_inside.register_autograd(_inside_backward, setup_context=_inside_setup_context)
+
+
+@torch.library.custom_op("semiring_ops::span_adjoint", mutates_args=())
+def span_adjoint(
+    potentials: Tensor, lengths: Tensor, structure: int, semiring_id: int, multiroot: bool, charts: Tensor, grad: Tensor
+) -> Tensor:
+    """d sum_b grad[b] total[b] / d potentials (B, N, N): see the module docstring."""
+    module = backend_for(potentials.device).module
+    return module.span_adjoint(potentials, lengths, structure, semiring_id, multiroot, charts, grad)
+
+
+@span_adjoint.register_fake
+def _(potentials, lengths, structure, semiring_id, multiroot, charts, grad):
+    return potentials.new_empty(potentials.shape)
+
+
+def _adjoint_setup_context(ctx, inputs, output):
+    potentials, lengths, structure, semiring_id, multiroot, _charts, grad = inputs
+    ctx.args = (structure, semiring_id, multiroot)
+    ctx.save_for_backward(potentials, lengths, grad)
+
+
+def _adjoint_backward(ctx, v):
+    """Second derivatives by the structure's PyTorch dynamic program (structures/fused.py): with t the totals,
+    d <v, grad . dt/dp> / dp = d^2 (grad . t) / dp^2 v, and / d grad_b = <v_b, dt_b / dp_b>."""
+    from ..structures.fused import generic_totals
+
+    potentials, lengths, grad = ctx.saved_tensors
+    with torch.enable_grad():
+        p = potentials.detach().requires_grad_()
+        totals = generic_totals(p, lengths, *ctx.args)
+        (first,) = torch.autograd.grad(totals.sum(), p, create_graph=True)  # dt_b / dp_b, items independent
+        weighted = first * grad.detach().view(-1, 1, 1)
+        (second,) = torch.autograd.grad(weighted, p, v, allow_unused=True)
+    g_pot = torch.zeros_like(potentials) if second is None else second
+    g_grad = (v * first.detach()).flatten(1).sum(1)
+    return g_pot, None, None, None, None, None, g_grad
+
+
+span_adjoint.register_autograd(_adjoint_backward, setup_context=_adjoint_setup_context)

@@ -1,0 +1,74 @@
+"""Fast paths: a fused kernel registered for a (structure, semiring) pair, taken instead of the structure's
+PyTorch dynamic program when it applies (the semiring, the dtype and a compiled backend on the device).
+
+A structure's file states its dynamic program once, generic over the semiring; a kernel is optional. Eisner's
+and CKY's inside algorithms under log, max and min run as one launch each way (csrc/span_dp.h through
+ops/span_ops.py); everything else (other semirings: KMax, sampling, entropy; 16-bit inputs are upcast) runs the
+PyTorch program. ``generic_only()`` turns the fast paths off (tests compare the two).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import Tensor
+
+from ..build.backends import backend_for
+from ..semirings import LogSemiring, MaxSemiring, MinSemiring, Semiring
+
+__all__ = ["generic_only", "generic_totals", "span_fast_path"]
+
+_state = threading.local()
+_SPAN_SEMIRINGS = (LogSemiring, MaxSemiring, MinSemiring)
+
+
+@contextmanager
+def generic_only() -> Iterator[None]:
+    """Within the block, every structure runs its PyTorch dynamic program (this thread)."""
+    before = getattr(_state, "generic", False)
+    _state.generic = True
+    try:
+        yield
+    finally:
+        _state.generic = before
+
+
+def _kernels_for(device: torch.device):
+    module = backend_for(device).module
+    return module if hasattr(module, "span_inside") else None
+
+
+def span_fast_path(potentials: Tensor, semiring: type[Semiring]) -> bool:
+    """Whether the span kernels take (B, N, N) ``potentials`` under ``semiring``."""
+    if getattr(_state, "generic", False) or semiring not in _SPAN_SEMIRINGS or potentials.shape[-1] == 0:
+        return False
+    if potentials.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        return False
+    return _kernels_for(potentials.device) is not None
+
+
+def span_totals(
+    potentials: Tensor, lengths: Tensor, structure: int, semiring: type[Semiring], multiroot: bool
+) -> Tensor:
+    """The span kernel's totals (B,) (16-bit potentials computed in float32)."""
+    from ..ops.span_ops import span_inside
+
+    if potentials.dtype not in (torch.float32, torch.float64):
+        potentials = potentials.float()
+    return span_inside(potentials, lengths, structure, semiring.kernel_id, multiroot)[0]
+
+
+def generic_totals(potentials: Tensor, lengths: Tensor, structure: int, semiring_id: int, multiroot: bool) -> Tensor:
+    """The same totals by the structure's PyTorch dynamic program (the span kernels' double backward)."""
+    from ..ops.span_ops import EISNER
+    from .cky import CKYTree
+    from .dependency import DependencyTree
+
+    semiring = next(s for s in _SPAN_SEMIRINGS if s.kernel_id == semiring_id)
+    with generic_only():
+        if structure == EISNER:
+            return DependencyTree(multiroot).inside(potentials, lengths, semiring)
+        return CKYTree().inside(potentials, lengths, semiring)

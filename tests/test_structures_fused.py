@@ -1,0 +1,168 @@
+"""The fused span kernels (csrc/span_dp.h: Eisner's and CKY's inside algorithms and their adjoints, through
+ops/span_ops.py and structures/fused.py) against the structures' PyTorch dynamic programs (themselves checked
+against enumeration in test_structures_dependency.py / _cky.py, which run the kernels too): totals and
+gradients under log, max and min, lengths, -inf potentials, strided and 16-bit inputs, gradcheck and
+gradgradcheck, torch.library.opcheck, on the CPU and CUDA."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from semiring_ops.build import backends
+from semiring_ops.ops import span_ops
+from semiring_ops.semirings import LogSemiring, MaxSemiring, MinSemiring
+from semiring_ops.structures import CKYTree, DependencyTree
+from semiring_ops.structures.fused import generic_only, span_fast_path
+
+SEMIRINGS = [LogSemiring, MaxSemiring, MinSemiring]
+STRUCTURES = {
+    "eisner multiroot": (DependencyTree(True), lambda B, N, g: torch.randn(B, N, N, generator=g)),
+    "eisner one root": (DependencyTree(False), lambda B, N, g: torch.randn(B, N, N, generator=g)),
+    "cky": (CKYTree(), lambda B, N, g: torch.randn(B, N, N, 3, generator=g)),
+}
+
+
+@pytest.fixture(autouse=True)
+def _kernels(device):
+    if backends.backend_for(torch.device(device)).kind == "reference":
+        pytest.skip("no compiled kernels here")
+
+
+def _both(structure, pot, lengths, semiring):
+    """(fused total, fused grad, generic total, generic grad)."""
+    out = []
+    for generic in (False, True):
+        p = pot.detach().clone().requires_grad_()
+        if generic:
+            with generic_only():
+                total = structure.logpartition(p, lengths, semiring)
+        else:
+            total = structure.logpartition(p, lengths, semiring)
+        weights = torch.arange(1, total.shape[0] + 1, dtype=total.dtype, device=total.device)
+        (grad,) = torch.autograd.grad((total * weights).sum(), p, allow_unused=True)
+        out += [total.detach(), torch.zeros_like(p) if grad is None else grad]
+    return out
+
+
+@pytest.mark.parametrize("name", list(STRUCTURES))
+@pytest.mark.parametrize("semiring", SEMIRINGS, ids=lambda s: s.name)
+@settings(deadline=None, max_examples=12)
+@given(B=st.integers(1, 4), N=st.integers(1, 40), seed=st.integers(0, 10**6), holes=st.booleans())
+def test_fused_equals_the_pytorch_program(device, name, semiring, B, N, seed, holes):
+    structure, make = STRUCTURES[name]
+    g = torch.Generator().manual_seed(seed)
+    pot = make(B, N, g).double() * 3
+    if semiring is MinSemiring:
+        pot = -pot
+    if holes:  # forbidden parts: the semiring's zero
+        pot = torch.where(torch.rand(pot.shape, generator=g) < 0.3, semiring.zero, pot)
+    lengths = torch.randint(1, N + 1, (B,), generator=g)
+    lengths[0] = N
+    pot, lengths = pot.to(device), lengths.to(device)
+    assert span_fast_path(pot[..., 0] if pot.dim() == 4 else pot, semiring)
+    fused, g_fused, generic, g_generic = _both(structure, pot, lengths, semiring)
+    torch.testing.assert_close(fused, generic, rtol=1e-10, atol=1e-10)
+    assert not g_fused.isnan().any()
+    torch.testing.assert_close(g_fused, g_generic, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("name", list(STRUCTURES))
+def test_float32_and_16_bit_inputs(device, name):
+    structure, make = STRUCTURES[name]
+    g = torch.Generator().manual_seed(3)
+    pot = make(3, 33, g).to(device)
+    want = structure.partition(pot.double(), None)
+    torch.testing.assert_close(structure.partition(pot, None).double(), want, rtol=1e-5, atol=1e-4)
+    half = structure.partition(pot.bfloat16(), None)
+    assert half.dtype == torch.float32
+    torch.testing.assert_close(half.double(), want, rtol=1e-2, atol=0.1)
+
+
+@pytest.mark.parametrize("name", list(STRUCTURES))
+def test_strided_potentials(device, name):
+    structure, make = STRUCTURES[name]
+    g = torch.Generator().manual_seed(5)
+    pot = make(2, 17, g).double().to(device).transpose(1, 2)  # a view with swapped strides
+    want = structure.partition(pot.contiguous(), None)
+    torch.testing.assert_close(structure.partition(pot, None), want)
+    torch.testing.assert_close(structure.marginals(pot, None), structure.marginals(pot.contiguous(), None))
+
+
+def test_no_tree_gives_the_semiring_zero_and_no_nan(device):
+    # one root child required, every root arc forbidden: no tree; log Z = -inf, zero gradient
+    arc = torch.randn(2, 6, 6, dtype=torch.float64, device=device)
+    arc.diagonal(0, 1, 2).fill_(-math.inf)
+    p = arc.clone().requires_grad_()
+    total = DependencyTree(False).partition(p, None)
+    assert torch.isneginf(total).all()
+    total.sum().backward()
+    assert (p.grad == 0).all()
+
+
+def test_length_one_items(device):
+    arc = torch.randn(3, 5, 5, dtype=torch.float64, device=device)
+    lengths = torch.tensor([1, 5, 1], device=device)
+    for multiroot in (True, False):
+        z = DependencyTree(multiroot).partition(arc, lengths)
+        torch.testing.assert_close(z[[0, 2]], arc[[0, 2], 0, 0])  # the root heads the one word
+    span = torch.randn(2, 4, 4, 2, dtype=torch.float64, device=device)
+    z = CKYTree().partition(span, torch.tensor([1, 1], device=device))
+    torch.testing.assert_close(z, torch.logsumexp(span[:, 0, 0], -1))
+
+
+@pytest.mark.parametrize("name", list(STRUCTURES))
+def test_gradcheck_and_gradgradcheck(device, name):
+    structure, make = STRUCTURES[name]
+    g = torch.Generator().manual_seed(11)
+    pot = make(2, 6, g).double().to(device).requires_grad_()
+    lengths = torch.tensor([6, 4], device=device)
+
+    def total(p):
+        return structure.partition(p, lengths)
+
+    torch.autograd.gradcheck(total, (pot,))
+    torch.autograd.gradgradcheck(total, (pot,))
+
+
+@pytest.mark.parametrize("structure_id", [span_ops.EISNER, span_ops.CKY])
+@pytest.mark.parametrize("semiring", SEMIRINGS, ids=lambda s: s.name)
+def test_opcheck(device, structure_id, semiring):
+    g = torch.Generator().manual_seed(2)
+    pot = torch.randn(3, 7, 7, generator=g, dtype=torch.float64).to(device).requires_grad_()
+    lengths = torch.tensor([7, 3, 5], device=device)
+    args = (pot, lengths, structure_id, semiring.kernel_id, False)
+    torch.library.opcheck(span_ops.span_inside, args)
+    _, charts = span_ops.span_inside(*args)
+    grad = torch.rand(3, dtype=torch.float64, device=device)
+    torch.library.opcheck(span_ops.span_adjoint, (*args, charts, grad), test_utils=("test_schema", "test_faketensor"))
+
+
+def test_bad_arguments_raise(device):
+    pot = torch.randn(2, 4, 4, device=device)
+    lengths = torch.tensor([4, 4], device=device)
+    with pytest.raises(RuntimeError, match="lengths must be"):
+        span_ops.span_inside(pot, lengths.int(), span_ops.EISNER, LogSemiring.kernel_id, True)
+    with pytest.raises(RuntimeError, match="potentials must be"):
+        span_ops.span_inside(pot[:, :3], lengths, span_ops.CKY, LogSemiring.kernel_id, True)
+    with pytest.raises(RuntimeError, match="not log, max or min"):
+        span_ops.span_inside(pot, lengths, span_ops.CKY, 3, True)
+
+
+def test_compile_fullgraph(device):
+    torch._dynamo.reset()
+    arc = torch.randn(2, 9, 9, dtype=torch.float64, device=device, requires_grad=True)
+    tree = DependencyTree()
+
+    @torch.compile(fullgraph=True, backend="aot_eager")
+    def loss(a):
+        return tree.partition(a, None).sum()
+
+    value = loss(arc)
+    (grad,) = torch.autograd.grad(value, arc)
+    torch.testing.assert_close(value, tree.partition(arc, None).sum())
+    torch.testing.assert_close(grad, tree.marginals(arc, None))

@@ -137,7 +137,38 @@ def ddp_rank(rank: int, world: int, device: torch.device, cfg: dict) -> dict:
     return {"seconds": seconds, "tokens_per_s": B * T / seconds}
 
 
-WORKLOADS = {"lazy": lazy_rank, "hmm": hmm_rank, "ddp": ddp_rank}
+COLLECTIVE_BYTES = (4, 1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 23, 1 << 26, 1 << 28)
+
+
+def collectives_rank(rank: int, world: int, device: torch.device, cfg: dict) -> dict:
+    """Seconds of one all_reduce (sum) and one all_gather of float32 tensors of COLLECTIVE_BYTES bytes: the
+    latency and bandwidth terms of docs/scaling.md's cost model."""
+    times = {}
+    for nbytes in COLLECTIVE_BYTES:
+        x = torch.rand(max(1, nbytes // 4), device=device)  # never zeros
+        parts = [torch.empty_like(x) for _ in range(world)]
+        times[nbytes] = (
+            timed(lambda x=x: dist.all_reduce(x), device, cfg["reps"], warmup=3),
+            timed(lambda x=x, parts=parts: dist.all_gather(parts, x), device, cfg["reps"], warmup=3),
+        )
+    return {"seconds": 0.0, "collectives": times}
+
+
+def print_collectives(world: int, times: dict) -> None:
+    """A table of the collectives' times and bus bandwidths (NCCL's convention: all_reduce moves 2(W-1)/W of
+    the bytes per rank, all_gather (W-1)/W x W), then latency + bytes / bandwidth fitted to all_reduce."""
+    print(f"\n{'bytes':>12} {'all_reduce us':>14} {'bus GB/s':>9} {'all_gather us':>14} {'bus GB/s':>9}")
+    for nbytes, (t_ar, t_ag) in sorted(times.items()):
+        bus_ar = nbytes * 2 * (world - 1) / world / t_ar / 1e9
+        bus_ag = nbytes * (world - 1) / t_ag / 1e9
+        print(f"{nbytes:12,d} {t_ar * 1e6:14.1f} {bus_ar:9.1f} {t_ag * 1e6:14.1f} {bus_ag:9.1f}")
+    small, large = min(times), max(times)
+    latency = times[small][0]
+    bandwidth = large * 2 * (world - 1) / world / max(times[large][0] - latency, 1e-12)
+    print(f"all_reduce ~ {latency * 1e6:.1f} us + bytes x 2(W-1)/W / {bandwidth / 1e9:.1f} GB/s (W = {world})")
+
+
+WORKLOADS = {"lazy": lazy_rank, "hmm": hmm_rank, "ddp": ddp_rank, "collectives": collectives_rank}
 
 
 def lazy_in_process(cfg: dict, world: int, gpu: bool, reps: int) -> tuple[str, float, dict]:
@@ -226,12 +257,16 @@ def main() -> None:
         },
         "hmm": {"sequences": args.sequences or (20_000 if gpu else 200), "steps": 200, "iters": 3, "reps": reps},
         "ddp": {"batch": args.batch or (512 if gpu else 16), "length": 64, "features": 256, "tags": 32, "reps": reps},
+        "collectives": {"reps": max(reps, 20)},
     }
     name = torch.cuda.get_device_name() if gpu else f"CPU, {os.cpu_count()} cores"
     print(f"{world} x {name} | torch {torch.__version__} | {'NCCL' if gpu else 'gloo'} ranks | {datetime.date.today()}")
     rows = []
     for w in args.workloads:
         cfg = cfgs[w]
+        if w == "collectives":  # no one-device row: the cost model's terms
+            print_collectives(world, run_ranks(w, world, gpu, cfg)[0]["collectives"])
+            continue
         one = run_ranks(w, 1, gpu, cfg)[0]
         entries = [(f"1 {'GPU' if gpu else 'rank'}", one["seconds"], one)]
         if w == "lazy":

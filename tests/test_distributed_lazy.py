@@ -85,7 +85,7 @@ def _grads(x, y, b, group):
             r = _sqdist(xg, y).Kmin(K_BEST, 1, group=group)
         else:
             r = _gauss(xg, y).__matmul__(b, group=group)
-        w = torch.linspace(-1, 2, r.numel(), dtype=r.dtype).reshape(r.shape)
+        w = torch.linspace(-1, 2, r.numel(), dtype=r.dtype, device=r.device).reshape(r.shape)
         loss = (r * w).sum() + (r**2).sum()
         wrt = [xg, b] if name == "matmul" else [xg]
         got = torch.autograd.grad(loss, wrt)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
 import time
 from collections import Counter
 from importlib import metadata
@@ -29,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from treebank import FORM, UPOS, read_splits, sync, to_device
 
 from semiring_ops.structures import LinearChainCRF
 
@@ -42,29 +42,8 @@ Sentence = tuple[list[str], list[str]]  # (tokens, tags)
 
 
 def read_treebank() -> dict[str, list[Sentence]]:
-    """{train, dev, test} -> [(tokens, coarse tags)] from the installed turkish-treebanks files.
-
-    The files are found through the distribution's file list rather than by importing the package,
-    whose protobuf module does not load under protobuf >= 4 (and is not needed to read CoNLL-U)."""
-    try:
-        dist = metadata.distribution("turkish-treebanks")
-    except metadata.PackageNotFoundError:
-        sys.exit("needs the corpus package: pip install turkish-treebanks  (or: pip install -e '.[demo]')")
-    paths = sorted(str(f.locate()) for f in dist.files or [] if f.suffix == ".conllu")
-    if not paths:
-        sys.exit("turkish-treebanks is installed but its .conllu files are missing")
-    splits: dict[str, list[Sentence]] = {"train": [], "dev": [], "test": []}
-    for path in paths:  # sorted, as the package's own reader: data/web.conllu, data/wiki.conllu
-        with open(path, encoding="utf-8") as f:
-            blocks = [b.strip() for b in f.read().split("\n\n")]
-        for i, block in enumerate(blocks):
-            rows = [line.split("\t") for line in block.splitlines() if line and not line.startswith("#")]
-            rows = [r for r in rows if len(r) == 10 and r[0].isdigit()]  # skip multiword ranges, empty nodes
-            if not rows:
-                continue
-            split = "train" if i % 10 < 8 else ("dev" if i % 10 == 8 else "test")
-            splits[split].append(([r[1] for r in rows], [r[3] for r in rows]))
-    return splits
+    """{train, dev, test} -> [(tokens, coarse tags)] from the installed turkish-treebanks files (treebank.py)."""
+    return {k: [([r[FORM] for r in rows], [r[UPOS] for r in rows]) for rows in v] for k, v in read_splits().items()}
 
 
 class Encoder:
@@ -112,10 +91,6 @@ def make_batches(encoded: list, batch_size: int) -> list[dict[str, torch.Tensor]
         mask = torch.arange(T)[None, :] < lengths[:, None]
         batches.append({"words": words, "chars": chars, "tags": tags, "mask": mask, "lengths": lengths, "idx": idx})
     return batches
-
-
-def to_device(batch: dict, device: torch.device) -> dict:
-    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
 # ------------------------------------------------------------------ model
@@ -239,11 +214,6 @@ def most_frequent_tag(train: list[Sentence], enc: Encoder, sents: list[Sentence]
         return out
 
     return predict
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def main() -> None:

@@ -1,5 +1,6 @@
-"""nn.Module layers built on the semiring operators."""
+"""nn.Module layers built on the semiring operators, and layers that score structures for the distributions."""
 
+from .biaffine import BiaffineArcScorer, BiaffineScores
 from .linear import SemiringLinear
 
-__all__ = ["SemiringLinear"]
+__all__ = ["BiaffineArcScorer", "BiaffineScores", "SemiringLinear"]

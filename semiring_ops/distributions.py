@@ -1,18 +1,24 @@
-"""torch-struct's distribution classes under its names, on semiring_ops' structures (issue 18, in progress).
+"""torch-struct's distribution classes under its names, on semiring_ops' structures.
 
 A torch-struct script changes one import line (``from semiring_ops.distributions import TreeCRF``): the same
 constructors (``log_potentials, lengths=None`` and each class's options) and log-potential layouts, and the
-members built so far: ``partition``, ``marginals``, ``argmax`` / ``mode``, ``max``, ``entropy``, ``count``,
-``log_prob(value)``, ``cross_entropy(other)``, ``kl(other)``. Not yet: ``sample``, ``topk`` / ``kmax``,
-``enumerate_support`` (they raise NotImplementedError saying so).
+same members: ``partition``, ``marginals``, ``argmax`` / ``mode``, ``max``, ``entropy``, ``count``,
+``log_prob(value)``, ``cross_entropy(other)``, ``kl(other)``, ``sample(sample_shape)``, ``kmax(k)`` (scores
+(k, B)), ``topk(k)`` (parts (k, B, *event_shape)), ``enumerate_support()``; and ``HMM(transition, emission,
+init, observations, lengths=None)``, torch-struct's HMM as a linear chain.
 
     dist = DependencyCRF(arc_scores, lengths)     # arc_scores (B, N, N): [head, modifier], the root on the diagonal
     loss = -dist.log_prob(gold_arcs).sum()        # gold_arcs: 0 / 1 in the same layout
     best = dist.argmax                            # 0 / 1 arcs of the best tree
+    trees = dist.sample((16,))                    # (16, B, N, N): exact draws from the distribution
+
+``entropy`` is a property, as in torch-struct, whose tensor may also be called, as torch.distributions does
+(``dist.entropy`` and ``dist.entropy()`` give the same (B,) tensor).
 """
 
 from __future__ import annotations
 
+import math
 from functools import cached_property
 from typing import ClassVar
 
@@ -21,8 +27,9 @@ from torch import Tensor
 from torch.distributions import Distribution
 
 from .semirings import StdSemiring
+from .structure_semirings import categorical_one_hot
 from .structures.alignment import Alignment
-from .structures.base import Structure
+from .structures.base import SAMPLE_BLOCK_ELEMENTS, Structure, check_lengths
 from .structures.cky import CKYTree
 from .structures.dependency import DependencyTree
 from .structures.linear_chain import LinearChain
@@ -30,6 +37,8 @@ from .structures.nonprojective import NonProjectiveDependencyTree
 from .structures.semimarkov import SemiMarkov
 
 __all__ = [
+    "ENUMERATION_LIMIT",
+    "HMM",
     "AlignmentCRF",
     "DependencyCRF",
     "LinearChainCRF",
@@ -37,7 +46,22 @@ __all__ = [
     "SemiMarkovCRF",
     "StructDistribution",
     "TreeCRF",
+    "hmm_potentials",
 ]
+
+ENUMERATION_LIMIT = 10_000
+"""``enumerate_support`` (and NonProjectiveDependencyCRF's ``topk`` / ``kmax``) refuse items with more
+structures than this."""
+
+
+class _CallableTensor(Tensor):
+    """A tensor that returns itself (as a plain tensor) when called: a member that torch-struct reads as a
+    property and torch.distributions calls as a method. Operations on it give plain tensors."""
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    def __call__(self) -> Tensor:
+        return self.as_subclass(Tensor)
 
 
 class StructDistribution(Distribution):
@@ -46,7 +70,7 @@ class StructDistribution(Distribution):
     ``log_potentials``: (B, *event_shape) in the structure's layout; ``lengths``: (B,) integers or None."""
 
     arg_constraints: ClassVar[dict] = {}  # (torch.distributions' validation: the layouts are checked by the structures)
-    has_enumerate_support = False
+    has_enumerate_support = True
 
     def __init__(self, log_potentials: Tensor, lengths: Tensor | None = None) -> None:
         self.log_potentials, self.lengths = log_potentials, lengths
@@ -79,9 +103,10 @@ class StructDistribution(Distribution):
         """The best structure's score (B,)."""
         return self._structure().max(self.log_potentials, self.lengths)
 
+    @cached_property
     def entropy(self) -> Tensor:
-        """H(p) (B,)."""
-        return self._structure().entropy(self.log_potentials, self.lengths)
+        """H(p) (B,); ``dist.entropy()`` gives it too (module docstring)."""
+        return self._structure().entropy(self.log_potentials, self.lengths).as_subclass(_CallableTensor)
 
     @cached_property
     def count(self) -> Tensor:
@@ -103,24 +128,60 @@ class StructDistribution(Distribution):
 
     def cross_entropy(self, other: StructDistribution) -> Tensor:
         """H(p, q) = log Z_q - E_p[score_q] (B,), q = ``other``, the same structure and lengths."""
-        finite = torch.isfinite(other.log_potentials)
-        expected = torch.where(finite, self.marginals * other.log_potentials, 0.0).flatten(1).sum(-1)
-        return other.partition - expected
+        return self._structure().cross_entropy(self.log_potentials, other.log_potentials, self.lengths)
 
     def kl(self, other: StructDistribution) -> Tensor:
         """KL(p || q) = H(p, q) - H(p) (B,)."""
-        return self.cross_entropy(other) - self.entropy()
+        return self.cross_entropy(other) - self.entropy
 
-    def sample(self, sample_shape: torch.Size = torch.Size()) -> Tensor:  # noqa: B008
-        raise NotImplementedError(f"{type(self).__name__}.sample: not built yet (issue 18)")
+    def sample(
+        self, sample_shape: torch.Size | tuple[int, ...] = (), generator: torch.Generator | None = None
+    ) -> Tensor:
+        """Exact draws from the distribution, 0 / 1 parts (*sample_shape, B, *event_shape); an item without any
+        structure gives all zeros. ``generator``: a torch.Generator on the potentials' device (None: torch's
+        global generator). Not differentiable."""
+        shape = torch.Size(sample_shape)
+        drawn = self._draw(shape.numel(), generator)
+        return drawn.reshape(*shape, *self.batch_shape, *self.event_shape)
+
+    def _draw(self, n: int, generator: torch.Generator | None) -> Tensor:
+        """(n, B, *event_shape) samples."""
+        return self._structure().sample(self.log_potentials, n, self.lengths, generator)
+
+    def kmax(self, k: int) -> Tensor:
+        """The scores of the k best structures (k, B), best first; -inf past an item's number of structures."""
+        return self._kbest(k)[0]
 
     def topk(self, k: int) -> Tensor:
-        raise NotImplementedError(f"{type(self).__name__}.topk: not built yet (issue 18)")
+        """The parts of the k best structures, 0 / 1 (k, B, *event_shape), in kmax's order; all zeros past an
+        item's number of structures."""
+        return self._kbest(k)[1]
 
-    kmax = topk
+    def _kbest(self, k: int) -> tuple[Tensor, Tensor]:
+        """(scores (k, B), parts (k, B, *event_shape))."""
+        return self._structure()._kbest(self.log_potentials, k, self.lengths)
 
     def enumerate_support(self, expand: bool = True) -> Tensor:
-        raise NotImplementedError(f"{type(self).__name__}.enumerate_support: not built yet (issue 18)")
+        """Every structure of every item, 0 / 1 parts (K, B, *event_shape), K the largest count in the batch,
+        each item's best first (kmax's order); the rows past an item's own count are all zeros (``count``
+        tells them). ``expand=False``: (K, 1, *event_shape), for a batch whose items have one support (the same
+        lengths and the same forbidden parts). ValueError above ENUMERATION_LIMIT structures."""
+        if not expand:
+            same = self.lengths is None or bool((torch.as_tensor(self.lengths) == self.lengths[0]).all())
+            forbidden = torch.isneginf(self.log_potentials)
+            if not (same and bool((forbidden == forbidden[:1]).all())):
+                raise ValueError(
+                    f"{type(self).__name__}.enumerate_support(expand=False): the batch's items have different "
+                    "supports (lengths or forbidden parts); use expand=True"
+                )
+        K = round(float(self.count.max())) if self.batch_shape.numel() else 0
+        if K > ENUMERATION_LIMIT:
+            raise ValueError(
+                f"{type(self).__name__}.enumerate_support: an item has {K} structures, more than "
+                f"ENUMERATION_LIMIT = {ENUMERATION_LIMIT}"
+            )
+        parts = self._kbest(K)[1] if K else self.log_potentials.new_zeros((0, *self.log_potentials.shape))
+        return parts if expand else parts[:, :1]
 
 
 class LinearChainCRF(StructDistribution):
@@ -161,6 +222,74 @@ class NonProjectiveDependencyCRF(DependencyCRF):
     def _structure(self) -> Structure:
         return NonProjectiveDependencyTree(self.multiroot)
 
+    def _draw(self, n: int, generator: torch.Generator | None) -> Tensor:
+        """(n, B, N, N) samples by conditioning (the matrix-tree theorem is no semiring program): each word's head
+        in turn, drawn from its marginals given the heads drawn before it (the other arcs into those words set
+        to -inf); N matrix-tree marginal computations over the n samples folded into the batch."""
+        arc = self.log_potentials.detach()
+        B, N = arc.shape[:2]
+        lengths = check_lengths(self.lengths, B, N, arc.device, type(self).__name__)
+        structure = self._structure()
+        per_block = max(1, SAMPLE_BLOCK_ELEMENTS // max(1, arc.numel()))
+        blocks = []
+        for start in range(0, n, per_block):
+            m = min(per_block, n - start)
+            x = arc.expand(m, *arc.shape).reshape(m * B, N, N).clone()
+            folded = lengths.repeat(m)
+            parts = torch.zeros_like(x)
+            for word in range(N):
+                heads = structure.marginals(x, folded)[:, :, word].clamp(min=0)  # (m B, N): zero past the length
+                draw = categorical_one_hot(heads, -1, generator)
+                parts[:, :, word] = draw
+                fixed = draw.sum(-1, keepdim=True) > 0
+                x[:, :, word] = torch.where(fixed & (draw == 0), -math.inf, x[:, :, word])
+            blocks.append(parts.view(m, B, N, N))
+        return torch.cat(blocks) if blocks else arc.new_zeros((0, *arc.shape))
+
+    def _kbest(self, k: int) -> tuple[Tensor, Tensor]:
+        """(scores (k, B), parts (k, B, N, N)) by ranking every tree (no k-best semiring runs the matrix-tree
+        theorem): items of at most ENUMERATION_LIMIT trees; ties in enumeration order."""
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"{type(self).__name__}: k must be an int >= 1, got {k!r}")
+        arc = self.log_potentials.detach()
+        B, N = arc.shape[:2]
+        lengths = check_lengths(self.lengths, B, N, arc.device, type(self).__name__)
+        scores = arc.new_full((k, B), -math.inf)
+        parts = arc.new_zeros((k, B, N, N))
+        for b, count in enumerate(self.count.tolist()):
+            if round(count) > ENUMERATION_LIMIT:
+                raise ValueError(
+                    f"{type(self).__name__}: top-k and the support enumerate every tree; item {b} has "
+                    f"{round(count)}, more than ENUMERATION_LIMIT = {ENUMERATION_LIMIT}"
+                )
+            L = int(lengths[b])
+            trees = arc.new_zeros((round(count), N, N))
+            if len(trees):
+                trees[:, :L, :L] = self._trees(arc[b, :L, :L], len(trees))
+            on = trees != 0
+            total = torch.where(on, arc[b] * trees, torch.zeros((), dtype=arc.dtype)).flatten(1).sum(-1)
+            best = torch.sort(total, descending=True, stable=True).indices[:k]
+            scores[: len(best), b], parts[: len(best), b] = total[best], trees[best]
+        return scores, parts
+
+    def _trees(self, arc: Tensor, count: int) -> Tensor:
+        """Every tree (count, L, L) of one item's arcs (L, L), by conditioning on each word's head in turn: the
+        heads of nonzero probability under the uniform distribution over the allowed trees (at least 1 / count
+        each) given the heads fixed so far, found by the matrix-tree marginals of every partial tree at once."""
+        L = arc.shape[-1]
+        structure = self._structure()
+        partial = torch.where(torch.isneginf(arc), -math.inf, 0.0).to(torch.float64).unsqueeze(0)  # (P, L, L)
+        for word in range(L):
+            heads = structure.marginals(partial)[:, :, word]  # (P, L)
+            row, head = (heads > 0.5 / count).nonzero(as_tuple=True)
+            partial = partial[row]
+            column = torch.full_like(partial[:, :, word], -math.inf)
+            column[torch.arange(len(row), device=arc.device), head] = 0.0
+            partial[:, :, word] = column
+        if partial.shape[0] != count:  # (every tree has probability >= 1 / count under the uniform distribution)
+            raise RuntimeError(f"{type(self).__name__}: enumerated {partial.shape[0]} trees, count says {count}")
+        return torch.isfinite(partial).to(arc.dtype)
+
 
 class TreeCRF(StructDistribution):
     """Binary span trees: log_potentials (B, N, N, NT) (structures/cky.py)."""
@@ -179,3 +308,38 @@ class AlignmentCRF(StructDistribution):
 
     def _structure(self) -> Structure:
         return Alignment(self.local, self.max_gap)
+
+
+def hmm_potentials(transition: Tensor, emission: Tensor, init: Tensor, observations: Tensor) -> Tensor:
+    """torch-struct's ``LinearChain.hmm``: HMM log-probabilities as linear-chain log-potentials (B, N - 1, C, C).
+
+    ``transition`` (C, C): [c, c'] log p(z_{n+1} = c | z_n = c'); ``emission`` (V, C): log p(x | z);
+    ``init`` (C,): log p(z_0); ``observations`` (B, N) integers in [0, V), N >= 2. edge[b, n, c, c'] =
+    transition[c, c'] + emission[x_{n+1}, c], plus init[c'] + emission[x_0, c'] at n = 0."""
+    C = emission.shape[-1]
+    if (
+        emission.dim() != 2
+        or transition.shape != (C, C)
+        or init.shape != (C,)
+        or observations.dim() != 2
+        or observations.shape[1] < 2
+    ):
+        raise ValueError(
+            f"HMM: transition (C, C), emission (V, C), init (C,), observations (B, N >= 2), got "
+            f"{tuple(transition.shape)}, {tuple(emission.shape)}, {tuple(init.shape)}, {tuple(observations.shape)}"
+        )
+    emitted = emission[observations]  # (B, N, C)
+    edge = transition.to(emission.dtype) + emitted[:, 1:, :, None]  # (B, N - 1, C, C)
+    first = (init.to(emission.dtype) + emitted[:, 0])[:, None, None, :]  # (B, 1, 1, C): over c' at n = 0
+    return torch.cat([edge[:, :1] + first, edge[:, 1:]], 1)
+
+
+class HMM(LinearChainCRF):
+    """torch-struct's HMM distribution: hidden-Markov smoothing with C hidden states, a linear-chain CRF on
+    :func:`hmm_potentials` (``transition`` (C, C), ``emission`` (V, C), ``init`` (C,) log-probabilities,
+    ``observations`` (B, N) integers, ``lengths`` (B,) or None)."""
+
+    def __init__(
+        self, transition: Tensor, emission: Tensor, init: Tensor, observations: Tensor, lengths: Tensor | None = None
+    ) -> None:
+        super().__init__(hmm_potentials(transition, emission, init, observations), lengths)

@@ -46,15 +46,17 @@ INF = math.inf
 @dataclass(frozen=True)
 class Case:
     """A structure at tiny sizes: ``make(g)`` draws (potentials, lengths, enumerations: one list of parts
-    tensors per item); ``structure()`` (None: the distribution only, NonProjective) and ``dist(pot, lengths)``."""
+    tensors per item); ``structure()`` (None: the distribution only, NonProjective) and ``dist(pot, lengths)``;
+    ``sampling``: a fixed (shape, N) with tens of structures, for the goodness-of-fit tests."""
 
     structure: Callable[[], Structure] | None
     dist: Callable[[torch.Tensor, torch.Tensor], D.StructDistribution]
     shape: Callable[[torch.Generator], tuple[tuple[int, ...], int]]  # (potentials shape, N for the lengths)
     enumerate: Callable[[tuple[int, ...], int], list[torch.Tensor]]  # (shape, L) -> the item's structures
+    sampling: tuple[tuple[int, ...], int]
 
-    def make(self, g: torch.Generator, forbid: float = 0.0):
-        shape, N = self.shape(g)
+    def make(self, g: torch.Generator, forbid: float = 0.0, fixed: bool = False):
+        shape, N = self.sampling if fixed else self.shape(g)
         pot = torch.randn(shape, generator=g, dtype=torch.float64)
         if forbid:
             pot = pot.masked_fill(torch.rand(shape, generator=g, dtype=torch.float64) < forbid, -INF)
@@ -73,54 +75,63 @@ CASES: dict[str, Case] = {
         D.LinearChainCRF,
         lambda g: ((_ri(g, 1, 2), (N := _ri(g, 2, 4)) - 1, (C := _ri(g, 1, 3)), C), N),
         lambda s, L: label_sequences(s[1] + 1, s[2], L),
+        ((2, 3, 3, 3), 4),
     ),
     "semimarkov": Case(
         SemiMarkov,
         D.SemiMarkovCRF,
         lambda g: ((_ri(g, 1, 2), (N := _ri(g, 2, 5)) - 1, _ri(g, 2, 3), (C := _ri(g, 1, 2)), C), N),
         lambda s, L: segmentations(s[1] + 1, s[2], s[3], L),
+        ((2, 4, 3, 2, 2), 5),
     ),
     "dependency": Case(
         lambda: DependencyTree(True),
         lambda p, L: D.DependencyCRF(p, L, multiroot=True),
         lambda g: ((_ri(g, 1, 2), N := _ri(g, 1, 4), N), N),
         lambda s, L: projective_trees(s[1], L, True),
+        ((2, 4, 4), 4),
     ),
     "dependency_one_root": Case(
         lambda: DependencyTree(False),
         lambda p, L: D.DependencyCRF(p, L, multiroot=False),
         lambda g: ((_ri(g, 1, 2), N := _ri(g, 1, 4), N), N),
         lambda s, L: projective_trees(s[1], L, False),
+        ((2, 4, 4), 4),
     ),
     "nonprojective": Case(
         None,
         lambda p, L: D.NonProjectiveDependencyCRF(p, L, multiroot=True),
         lambda g: ((_ri(g, 1, 2), N := _ri(g, 1, 4), N), N),
         lambda s, L: spanning_trees(s[1], L, True),
+        ((2, 4, 4), 4),
     ),
     "nonprojective_one_root": Case(
         None,
         lambda p, L: D.NonProjectiveDependencyCRF(p, L),
         lambda g: ((_ri(g, 1, 2), N := _ri(g, 1, 4), N), N),
         lambda s, L: spanning_trees(s[1], L, False),
+        ((2, 4, 4), 4),
     ),
     "cky": Case(
         CKYTree,
         D.TreeCRF,
         lambda g: ((_ri(g, 1, 2), N := _ri(g, 1, 4), N, _ri(g, 1, 2)), N),
         lambda s, L: binary_trees(s[1], s[3], L),
+        ((2, 3, 3, 2), 3),
     ),
     "alignment": Case(
         Alignment,
         lambda p, L: D.AlignmentCRF(p, lengths=L),
         lambda g: ((_ri(g, 1, 2), N := _ri(g, 1, 3), _ri(g, 1, 3), 3), N),
         lambda s, L: alignments(s[1], s[2], L, False, None),
+        ((2, 3, 4, 3), 3),
     ),
     "alignment_local_band": Case(
         lambda: Alignment(True, 1),
         lambda p, L: D.AlignmentCRF(p, local=True, lengths=L, max_gap=1),
         lambda g: ((_ri(g, 1, 2), N := _ri(g, 1, 3), _ri(g, 1, 3), 3), N),
         lambda s, L: alignments(s[1], s[2], L, True, 1),
+        ((2, 3, 3, 3), 3),
     ),
 }
 STRUCTURES = [name for name, case in CASES.items() if case.structure is not None]

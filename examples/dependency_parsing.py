@@ -72,6 +72,17 @@ def is_projective(heads: list[int]) -> bool:
     return not any(a < c < b < d for a, b in arcs for c, d in arcs)
 
 
+def to_arc_layout(heads: list[int]) -> list[int]:
+    """CoNLL-U heads (0 the root, else a 1-based position) -> column indices of the [head, modifier] arc
+    layout: word m's head h is row h - 1 of column m, the root its diagonal, row m."""
+    return [m if h == 0 else h - 1 for m, h in enumerate(heads)]
+
+
+def to_conll(heads: list[int]) -> list[int]:
+    """The inverse of to_arc_layout."""
+    return [0 if h == m else h + 1 for m, h in enumerate(heads)]
+
+
 # ------------------------------------------------------------------ data
 
 
@@ -90,8 +101,8 @@ class Vocab:
 
 
 def make_batches(sents: list[list[Row]], vocab: Vocab, batch_size: int) -> list[dict]:
-    """Padded batches of sentences of similar length, built once. ``heads`` (B, N) in the arc layout's
-    terms: word m's head is column index h - 1 of arcs[:, :, m], or m itself (the diagonal) for the root."""
+    """Padded batches of sentences of similar length, built once; ``heads`` (B, N) in the arc layout's terms
+    (to_arc_layout), a padding word's its own index."""
     order = sorted(range(len(sents)), key=lambda i: len(sents[i]))
     batches = []
     for start in range(0, len(order), batch_size):
@@ -104,9 +115,7 @@ def make_batches(sents: list[list[Row]], vocab: Vocab, batch_size: int) -> list[
             words[b, : len(rows)] = torch.tensor([vocab.word_ix.get(r[FORM].lower(), UNK) for r in rows])
             tags[b, : len(rows)] = torch.tensor([vocab.tag_ix[r[UPOS]] for r in rows])
             rels[b, : len(rows)] = torch.tensor([vocab.rel_ix[r[DEPREL]] for r in rows])
-            heads[b, : len(rows)] = torch.tensor(
-                [int(r[HEAD]) - 1 if r[HEAD] != "0" else m for m, r in enumerate(rows)]
-            )
+            heads[b, : len(rows)] = torch.tensor(to_arc_layout([int(r[HEAD]) for r in rows]))
         lengths = torch.tensor([len(sents[i]) for i in idx])
         mask = torch.arange(N)[None, :] < lengths[:, None]
         batches.append({"words": words, "tags": tags, "heads": heads, "rels": rels, "mask": mask, "lengths": lengths})
@@ -181,7 +190,7 @@ def evaluate(model: Parser, batches: list[dict], device: torch.device) -> dict[s
         las += int((right & (rels == batch["rels"])).sum())
         tokens += int(mask.sum())
         for b, n in enumerate(batch["lengths"].tolist()):
-            conll = [0 if h == m else h + 1 for m, h in enumerate(heads[b, :n].tolist())]
+            conll = to_conll(heads[b, :n].tolist())
             ok = is_well_formed(conll)
             well_formed += ok
             projective += ok and is_projective(conll)
@@ -232,7 +241,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     """Trains and evaluates both parsers; returns {model name: test scores (evaluate's keys)}."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu, cuda, cuda:1, ...")
-    p.add_argument("--epochs", type=int, default=8)
+    p.add_argument("--epochs", type=int, default=12)
     p.add_argument("--max-train", type=int, default=None, help="train on the first N usable training sentences")
     p.add_argument("--max-len", type=int, default=60, help="train on sentences of at most this many tokens")
     p.add_argument("--max-eval", type=int, default=None, help="evaluate on the first N dev and test sentences")
@@ -249,12 +258,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     splits = read_splits()
     vocab = Vocab(splits["train"], [s for v in splits.values() for s in v])
     heads_of = {k: [[int(r[HEAD]) for r in rows] for rows in v] for k, v in splits.items()}
-    keep = [
-        rows
-        for rows, heads in zip(splits["train"], heads_of["train"], strict=True)
-        if len(rows) <= args.max_len and is_projective(heads)
-    ]
-    n_nonproj = sum(not is_projective(h) for h in heads_of["train"])
+    projective = [is_projective(h) for h in heads_of["train"]]
+    keep = [rows for rows, ok in zip(splits["train"], projective, strict=True) if ok and len(rows) <= args.max_len]
     train_sents = keep[: args.max_train]
     evals = {k: splits[k][: args.max_eval] for k in ("dev", "test")}
     data = {"train": make_batches(train_sents, vocab, args.batch_size)}
@@ -266,7 +271,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     print("  " + ", ".join(f"{k} {len(v)} sentences / {n_tok[k]} tokens" for k, v in splits.items()))
     print(
         f"  training on {len(train_sents)} sentences / {sum(map(len, train_sents))} tokens: the projective ones "
-        f"({n_nonproj} are not) of at most {args.max_len} tokens"
+        f"({projective.count(False)} are not) of at most {args.max_len} tokens"
         + (f", first {args.max_train}" if args.max_train is not None else "")
     )
     print(f"  evaluating on {len(evals['dev'])} dev / {len(evals['test'])} test sentences, every length")

@@ -28,6 +28,8 @@ def test_tree_checks():
     assert not dependency_parsing.is_projective([3, 4, 0, 3])  # 3 -> 1 crosses 4 -> 2
     assert not dependency_parsing.is_projective([0, 4, 1, 1])  # 4 -> 2 crosses 1 -> 3
     assert not dependency_parsing.is_projective([3, 0, 2])  # 3 -> 1 crosses the root's arc to 2
+    assert dependency_parsing.to_arc_layout([2, 0, 2]) == [1, 1, 1]  # word 1 (index 1): the diagonal
+    assert dependency_parsing.to_conll([1, 1, 1]) == [2, 0, 2]
 
 
 def test_main_on_a_few_sentences(capsys):

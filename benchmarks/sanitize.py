@@ -203,10 +203,11 @@ def sequence(light: bool) -> None:
 
 
 def span(light: bool) -> None:
-    """The span kernels (Eisner's and CKY's inside and adjoint) under log, max and min, float32 and float64,
-    mixed lengths straddling the warp width, one-root and multi-root, against the PyTorch programs."""
+    """The span kernels (Eisner's, CKY's and the semi-Markov inside and adjoint, the last also as the linear
+    chain) under log, max and min, float32 and float64, mixed lengths straddling the warp width, one-root and
+    multi-root, 33 labels (more labels than warps), against the PyTorch programs."""
     from semiring_ops.semirings import LogSemiring, MaxSemiring, MinSemiring
-    from semiring_ops.structures import CKYTree, DependencyTree
+    from semiring_ops.structures import CKYTree, DependencyTree, LinearChain, SemiMarkov
     from semiring_ops.structures.fused import generic_only
 
     B, N = (3, 37) if light else (4, 45)
@@ -214,18 +215,26 @@ def span(light: bool) -> None:
     for dtype in (torch.float32, torch.float64):
         arc = torch.randn(B, N, N, device="cuda", dtype=dtype)
         span_scores = torch.randn(B, N, N, 3, device="cuda", dtype=dtype)
-        for structure, pot in ((DependencyTree(True), arc), (DependencyTree(False), arc), (CKYTree(), span_scores)):
+        edge = torch.randn(B, N - 1, 5, 9, 9, device="cuda", dtype=dtype)
+        chain = torch.randn(B, N - 1, 33, 33, device="cuda", dtype=dtype)
+        for structure, pot in (
+            (DependencyTree(True), arc),
+            (DependencyTree(False), arc),
+            (CKYTree(), span_scores),
+            (SemiMarkov(), edge),
+            (LinearChain(), chain),
+        ):
             for semiring in (LogSemiring, MaxSemiring, MinSemiring):
                 p = pot.clone().requires_grad_()
                 total = structure.logpartition(p, lengths, semiring)
                 (grad,) = torch.autograd.grad(total.sum(), p)
-                if dtype == torch.float64 and not light:
-                    with generic_only():
-                        q = pot.clone().requires_grad_()
-                        want = structure.logpartition(q, lengths, semiring)
+                if dtype == torch.float64 and not light:  # the reference on the CPU: only the span kernels
+                    with generic_only():  # run on the GPU (the semi-Markov program's semiring products there
+                        q = pot.cpu().requires_grad_()  # are the bmm family's, and synccheck's barrier table
+                        want = structure.logpartition(q, lengths.cpu(), semiring)  # failed to launch them)
                         (want_grad,) = torch.autograd.grad(want.sum(), q)
-                    _close(total, want, f"span {structure.name} {semiring.name}", 1e-8)
-                    _close(grad, want_grad, f"span {structure.name} {semiring.name} grad", 1e-8)
+                    _close(total.cpu(), want, f"span {structure.name} {semiring.name}", 1e-8)
+                    _close(grad.cpu(), want_grad, f"span {structure.name} {semiring.name} grad", 1e-8)
 
 
 FAMILIES: dict[str, Callable[[bool], None]] = {

@@ -133,7 +133,10 @@ void condensed_scatter(at::Tensor& out, const at::Tensor& values, int64_t n, int
 //     root's arc into m on the diagonal; charts (B, 4, N + 1, N + 1) = C<-, C->, I<-, I-> by [start, end]
 //     over positions 0 (the root) .. N; total = C->[0, L] (multiroot) or the one-root-child sum;
 //   structure 1 (CKY's binary span trees): potentials (B, N, N) span scores [i, j] (labels already summed);
-//     charts (B, 1, N, N); total = beta[0, L - 1].
+//     charts (B, 1, N, N); total = beta[0, L - 1];
+//   structure 2 (semi-Markov segments; with D = 2 the linear chain): potentials (B, N - 1, D, C, C) edges
+//     [start, length, label, previous label] (D >= 2); charts (B, 1, N, C) = beta[end, label];
+//     total = (+)_c beta[L - 1, c].
 // potentials: float32 or float64, any strides; lengths (B,) int64 in 1..N on the same device (an item with a
 // length outside that range gets a NaN total and a zero gradient). Chart entries the program does not reach
 // (past an item's length, below the diagonal) are 0. Returns {total (B,), charts}.
@@ -142,7 +145,7 @@ std::vector<at::Tensor> span_inside(const at::Tensor& potentials, const at::Tens
 
 // The gradient of sum_b grad[b] * total[b] with respect to the potentials (the marginals under log; the
 // best structure's 0 / 1 parts under max / min), from span_inside's charts (arguments as span_inside, plus
-// charts and grad (B,), any strides). Returns (B, N, N) contiguous.
+// charts and grad (B,), any strides). Returns the potentials' shape, contiguous.
 at::Tensor span_adjoint(const at::Tensor& potentials, const at::Tensor& lengths, int64_t structure,
                         int64_t semiring_id, bool multiroot, const at::Tensor& charts, const at::Tensor& grad);
 

@@ -1,4 +1,5 @@
-// The inside algorithms over spans (Eisner's projective dependency trees, CKY's binary span trees) and their
+// The inside algorithms over spans (Eisner's projective dependency trees, CKY's binary span trees, the semi-Markov
+// model's labelled segments, which with segments of length 1 is the linear chain of torch-struct's layout) and their
 // adjoints, written once for the CPU and CUDA backends (csrc/cpu/span_cpu.cpp, csrc/cuda/span_cuda.cu) and
 // generic over the semirings whose product is + (log, max, min: semiring.h).
 //
@@ -24,6 +25,7 @@ namespace semiring_ops {
 
 constexpr int64_t kSpanEisner = 0;  // projective dependency trees: 4 charts over N + 1 positions
 constexpr int64_t kSpanCky = 1;     // binary span trees: 1 chart over N positions
+constexpr int64_t kSpanSemiMarkov = 2;  // labelled segments: 1 chart (N, C), positions x labels
 
 template <class T> struct SpanChart {
   T* data;
@@ -228,14 +230,86 @@ SR_HD void cky_adjoint(const Team& team, const Strided2D<T>& score, SpanChart<T>
     if (team.rank() == 0) dscore(i, i) += dbeta(i, i);
 }
 
+// ---------------------------------------------------------------- semi-Markov
+
+// The (N - 1, D, C, C) edge potentials of one item with any strides: edge(m, k, c, c') scores a segment of length
+// k from boundary m to m + k labelled c, after label c' (torch-struct's SemiMarkov layout).
+template <class T> struct SegmentEdges {
+  const T* data;
+  int64_t s1, s2, s3, s4;
+  SR_HD T operator()(int64_t m, int64_t k, int64_t c, int64_t cp) const {
+    return data[m * s1 + k * s2 + c * s3 + cp * s4];
+  }
+};
+
+// beta(0, c) = one; beta(n, c) = (+)_{1 <= k < D, k <= n} (+)_c' beta(n - k, c') (x) edge(n - k, k, c, c');
+// total (+)_c beta(L - 1, c). beta: (L, C) rows of C. A team reduces one label's (k, c') terms, k major.
+template <class S, class T, class Team>
+SR_HD T semimarkov_inside(const Team& team, const SegmentEdges<T>& edge, T* beta, int64_t L, int64_t D, int64_t C) {
+  for (int64_t c = team.group(); c < C; c += team.groups())
+    if (team.rank() == 0) beta[c] = S::template one<T>();
+  team.barrier();
+  for (int64_t n = 1; n < L; ++n) {
+    const int64_t terms = (n < D - 1 ? n : D - 1) * C;
+    for (int64_t c = team.group(); c < C; c += team.groups()) {
+      const T v = span_reduce<S, T, false>(team, 0, terms, [&](int64_t j) {
+                    const int64_t k = 1 + j / C, cp = j % C;
+                    return beta[(n - k) * C + cp] + edge(n - k, k, c, cp);
+                  }).result();
+      if (team.rank() == 0) beta[n * C + c] = v;
+    }
+    team.barrier();
+  }
+  return span_reduce<S, T, false>(team, 0, C, [&](int64_t c) { return beta[(L - 1) * C + c]; }).result();
+}
+
+// The adjoint of semimarkov_inside for the total's gradient G into dedge (contiguous (N - 1, D, C, C), zeroed),
+// with the zeroed adjoint chart dbeta. Per position n, in reverse: each label's terms get G x weight into the
+// edges of the segments ending at n (distinct entries), then each (k, c') sums them over c into dbeta(n - k, c').
+template <class S, class T, class Team>
+SR_HD void semimarkov_adjoint(const Team& team, const SegmentEdges<T>& edge, const T* beta, T* dbeta, T* dedge,
+                              int64_t L, int64_t D, int64_t C, T G) {
+  auto dE = [&](int64_t m, int64_t k, int64_t c, int64_t cp) -> T& { return dedge[((m * D + k) * C + c) * C + cp]; };
+  if (team.group() == 0)
+    span_scatter<S, T>(
+        team, 0, C, G, [&](int64_t c) { return beta[(L - 1) * C + c]; },
+        [&](int64_t c, T g) { dbeta[(L - 1) * C + c] += g; });
+  team.barrier();
+  for (int64_t n = L - 1; n >= 1; --n) {
+    const int64_t terms = (n < D - 1 ? n : D - 1) * C;
+    for (int64_t c = team.group(); c < C; c += team.groups()) {
+      span_scatter<S, T>(
+          team, 0, terms, dbeta[n * C + c],
+          [&](int64_t j) {
+            const int64_t k = 1 + j / C, cp = j % C;
+            return beta[(n - k) * C + cp] + edge(n - k, k, c, cp);
+          },
+          [&](int64_t j, T g) {
+            const int64_t k = 1 + j / C;
+            dE(n - k, k, c, j % C) += g;
+          });
+    }
+    team.barrier();
+    const int64_t first = int64_t(team.group()) * team.size() + team.rank(), step = int64_t(team.groups()) * team.size();
+    for (int64_t j = first; j < terms; j += step) {
+      const int64_t k = 1 + j / C, cp = j % C;
+      T sum = T(0);
+      for (int64_t c = 0; c < C; ++c) sum += dE(n - k, k, c, cp);
+      dbeta[(n - k) * C + cp] += sum;
+    }
+    team.barrier();
+  }
+}
+
 // ---------------------------------------------------------------- one batch item (the backends' loop bodies)
 
 // The arguments of span_inside / span_adjoint (ops.h) as raw pointers and strides.
 template <class T> struct SpanArgs {
   const T* pot;
-  int64_t ps0, ps1, ps2;
+  int64_t ps0, ps1, ps2, ps3, ps4;
   const int64_t* lengths;
-  int64_t N, P, K;  // potentials' N, chart positions, charts per item
+  int64_t N, P, K;  // the structure's N (positions of an item), chart positions, charts per item
+  int64_t D, C;     // semi-Markov: segment lengths below D, C labels (charts (N, C), P = N)
   int64_t structure;
   bool multiroot;
   T* charts;        // (B, K, P, P)
@@ -250,6 +324,10 @@ template <class T> SR_HD SpanChart<T> chart_of(T* base, const SpanArgs<T>& a, in
   return SpanChart<T>{base + (b * a.K + k) * a.P * a.P, a.P};
 }
 
+template <class T> SR_HD SegmentEdges<T> edges_of(const SpanArgs<T>& a, int64_t b) {
+  return SegmentEdges<T>{a.pot + b * a.ps0, a.ps1, a.ps2, a.ps3, a.ps4};
+}
+
 template <class S, class T, class Team> SR_HD void span_inside_item(const Team& team, const SpanArgs<T>& a, int64_t b) {
   const int64_t L = a.lengths[b];
   const bool lead = team.group() == 0 && team.rank() == 0;
@@ -259,7 +337,9 @@ template <class S, class T, class Team> SR_HD void span_inside_item(const Team& 
   }
   const Strided2D<T> pot{a.pot + b * a.ps0, a.ps1, a.ps2};
   T z;
-  if (a.structure == kSpanEisner) {
+  if (a.structure == kSpanSemiMarkov) {
+    z = semimarkov_inside<S, T>(team, edges_of(a, b), a.charts + b * a.N * a.C, L, a.D, a.C);
+  } else if (a.structure == kSpanEisner) {
     z = eisner_inside<S, T>(team, EisnerArcs<S, T>{pot}, chart_of(a.charts, a, b, 0), chart_of(a.charts, a, b, 1),
                             chart_of(a.charts, a, b, 2), chart_of(a.charts, a, b, 3), L, a.multiroot);
   } else {
@@ -275,7 +355,11 @@ SR_HD void span_adjoint_item(const Team& team, const SpanArgs<T>& a, int64_t b) 
   const Strided2D<T> pot{a.pot + b * a.ps0, a.ps1, a.ps2};
   const Out2D<T> dpot{a.dpot + b * a.N * a.N, a.N};
   const T G = a.grad[b * a.gs0];
-  if (a.structure == kSpanEisner) {
+  if (a.structure == kSpanSemiMarkov) {
+    const int64_t item = a.N * a.C;
+    semimarkov_adjoint<S, T>(team, edges_of(a, b), a.charts + b * item, a.dcharts + b * item,
+                             a.dpot + b * (a.N - 1) * a.D * a.C * a.C, L, a.D, a.C, G);
+  } else if (a.structure == kSpanEisner) {
     eisner_adjoint<S, T>(team, EisnerArcs<S, T>{pot}, chart_of(a.charts, a, b, 0), chart_of(a.charts, a, b, 1),
                          chart_of(a.charts, a, b, 2), chart_of(a.charts, a, b, 3), chart_of(a.dcharts, a, b, 0),
                          chart_of(a.dcharts, a, b, 1), chart_of(a.dcharts, a, b, 2), chart_of(a.dcharts, a, b, 3),

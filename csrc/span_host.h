@@ -16,11 +16,28 @@ namespace semiring_ops {
 
 inline int64_t span_charts(int64_t structure) { return structure == kSpanEisner ? 4 : 1; }
 inline int64_t span_positions(int64_t structure, int64_t N) { return structure == kSpanEisner ? N + 1 : N; }
+// The structure's N: the potentials' N, or for semi-Markov edges (B, N - 1, D, C, C) their size(1) + 1.
+inline int64_t span_length(int64_t structure, const at::Tensor& pot) {
+  return structure == kSpanSemiMarkov ? pot.size(1) + 1 : pot.size(1);
+}
+// The charts of one batch: (B, K, P, P), or (B, 1, N, C) for semi-Markov.
+inline std::vector<int64_t> span_chart_shape(int64_t structure, const at::Tensor& pot) {
+  const int64_t B = pot.size(0), N = span_length(structure, pot);
+  if (structure == kSpanSemiMarkov) return {B, 1, N, pot.size(3)};
+  const int64_t P = span_positions(structure, N);
+  return {B, span_charts(structure), P, P};
+}
 
 inline void check_span_args(const char* who, const at::Tensor& pot, const at::Tensor& lengths, int64_t structure) {
-  TORCH_CHECK(structure == kSpanEisner || structure == kSpanCky, who, ": unknown structure id ", structure);
-  TORCH_CHECK(pot.dim() == 3 && pot.size(1) == pot.size(2), who, ": potentials must be (B, N, N), got ",
-              describe(pot));
+  TORCH_CHECK(structure == kSpanEisner || structure == kSpanCky || structure == kSpanSemiMarkov, who,
+              ": unknown structure id ", structure);
+  if (structure == kSpanSemiMarkov) {
+    TORCH_CHECK(pot.dim() == 5 && pot.size(3) == pot.size(4) && pot.size(2) >= 2, who,
+                ": semi-Markov edges must be (B, N - 1, D, C, C) with D >= 2, got ", describe(pot));
+  } else {
+    TORCH_CHECK(pot.dim() == 3 && pot.size(1) == pot.size(2), who, ": potentials must be (B, N, N), got ",
+                describe(pot));
+  }
   TORCH_CHECK(pot.scalar_type() == at::kFloat || pot.scalar_type() == at::kDouble, who,
               ": float32 or float64 only, got potentials ", describe(pot));
   TORCH_CHECK(lengths.dim() == 1 && lengths.size(0) == pot.size(0) && lengths.scalar_type() == at::kLong &&
@@ -50,24 +67,25 @@ std::vector<at::Tensor> span_host(const char* who, const at::Tensor& pot, const 
                                   int64_t semiring_id, bool multiroot, const at::Tensor* charts_in,
                                   const at::Tensor* grad, Run run) {
   check_span_args(who, pot, lengths, structure);
-  const int64_t B = pot.size(0), N = pot.size(1), K = span_charts(structure), P = span_positions(structure, N);
+  const int64_t B = pot.size(0), N = span_length(structure, pot), K = span_charts(structure);
+  const int64_t P = span_positions(structure, N);
+  const std::vector<int64_t> chart_shape = span_chart_shape(structure, pot);
   std::vector<at::Tensor> out;
   at::Tensor charts, dcharts, total, dpot;
   if (charts_in == nullptr) {
-    charts = at::zeros({B, K, P, P}, pot.options());  // entries the DP does not reach: 0 (deterministic)
+    charts = at::zeros(chart_shape, pot.options());  // entries the DP does not reach: 0 (deterministic)
     total = new_output({B}, pot.options());
     out = {total, charts};
   } else {
-    TORCH_CHECK(charts_in->sizes() == at::IntArrayRef({B, K, P, P}) && charts_in->is_contiguous() &&
+    TORCH_CHECK(charts_in->sizes() == at::IntArrayRef(chart_shape) && charts_in->is_contiguous() &&
                     charts_in->scalar_type() == pot.scalar_type() && charts_in->device() == pot.device(),
-                who, ": charts must be span_inside's (B, K, P, P) = (", B, ", ", K, ", ", P, ", ", P, "), got ",
-                describe(*charts_in));
+                who, ": charts must be span_inside's ", at::IntArrayRef(chart_shape), ", got ", describe(*charts_in));
     TORCH_CHECK(grad->dim() == 1 && grad->size(0) == B && grad->scalar_type() == pot.scalar_type() &&
                     grad->device() == pot.device(),
                 who, ": grad must be (B,) = (", B, ",) like the potentials, got ", describe(*grad));
     charts = *charts_in;
-    dcharts = at::zeros({B, K, P, P}, pot.options());
-    dpot = at::zeros({B, N, N}, pot.options());
+    dcharts = at::zeros(chart_shape, pot.options());
+    dpot = at::zeros(pot.sizes(), pot.options());
     out = {dpot};
   }
   span_dispatch(who, pot, semiring_id, [&](auto semiring, auto scalar) {
@@ -75,6 +93,7 @@ std::vector<at::Tensor> span_host(const char* who, const at::Tensor& pot, const 
     SpanArgs<T> a{};
     a.pot = pot.data_ptr<T>();
     a.ps0 = pot.stride(0), a.ps1 = pot.stride(1), a.ps2 = pot.stride(2);
+    if (structure == kSpanSemiMarkov) a.ps3 = pot.stride(3), a.ps4 = pot.stride(4), a.D = pot.size(2), a.C = pot.size(3);
     a.lengths = lengths.data_ptr<int64_t>();
     a.N = N, a.P = P, a.K = K, a.structure = structure, a.multiroot = multiroot;
     a.charts = charts.data_ptr<T>();

@@ -1,8 +1,9 @@
-"""The fused span kernels (csrc/span_dp.h: Eisner's and CKY's inside algorithms and their adjoints, through
-ops/span_ops.py and structures/fused.py) against the structures' PyTorch dynamic programs (themselves checked
-against enumeration in test_structures_dependency.py / _cky.py, which run the kernels too): totals and
-gradients under log, max and min, lengths, -inf potentials, strided and 16-bit inputs, gradcheck and
-gradgradcheck, torch.library.opcheck, on the CPU and CUDA."""
+"""The fused span kernels (csrc/span_dp.h: Eisner's, CKY's and the semi-Markov inside algorithms and their
+adjoints, the last also serving the linear chain, through ops/span_ops.py and structures/fused.py) against the
+structures' PyTorch dynamic programs (themselves checked against enumeration in test_structures_dependency.py /
+_cky.py / _semimarkov.py / _linear_chain.py, which run the kernels too): totals and gradients under log, max
+and min, lengths, -inf potentials, strided and 16-bit inputs, gradcheck and gradgradcheck,
+torch.library.opcheck, on the CPU and CUDA."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 from semiring_ops.build import backends
 from semiring_ops.ops import span_ops
 from semiring_ops.semirings import LogSemiring, MaxSemiring, MinSemiring
-from semiring_ops.structures import CKYTree, DependencyTree
+from semiring_ops.structures import CKYTree, DependencyTree, LinearChain, SemiMarkov
 from semiring_ops.structures.fused import generic_only, span_fast_path
 
 SEMIRINGS = [LogSemiring, MaxSemiring, MinSemiring]
@@ -24,6 +25,8 @@ STRUCTURES = {
     "eisner multiroot": (DependencyTree(True), lambda B, N, g: torch.randn(B, N, N, generator=g)),
     "eisner one root": (DependencyTree(False), lambda B, N, g: torch.randn(B, N, N, generator=g)),
     "cky": (CKYTree(), lambda B, N, g: torch.randn(B, N, N, 3, generator=g)),
+    "semi-Markov": (SemiMarkov(), lambda B, N, g: torch.randn(B, max(N - 1, 0), 4, 3, 3, generator=g)),
+    "linear chain": (LinearChain(), lambda B, N, g: torch.randn(B, max(N - 1, 0), 5, 5, generator=g)),
 }
 
 
@@ -44,7 +47,9 @@ def _both(structure, pot, lengths, semiring):
         else:
             total = structure.logpartition(p, lengths, semiring)
         weights = torch.arange(1, total.shape[0] + 1, dtype=total.dtype, device=total.device)
-        (grad,) = torch.autograd.grad((total * weights).sum(), p, allow_unused=True)
+        grad = None  # (an item of one position has no parts: nothing depends on them)
+        if total.requires_grad:
+            (grad,) = torch.autograd.grad((total * weights).sum(), p, allow_unused=True)
         out += [total.detach(), torch.zeros_like(p) if grad is None else grad]
     return out
 
@@ -64,7 +69,7 @@ def test_fused_equals_the_pytorch_program(device, name, semiring, B, N, seed, ho
     lengths = torch.randint(1, N + 1, (B,), generator=g)
     lengths[0] = N
     pot, lengths = pot.to(device), lengths.to(device)
-    assert span_fast_path(pot[..., 0] if pot.dim() == 4 else pot, semiring)
+    assert span_fast_path(pot, semiring)
     fused, g_fused, generic, g_generic = _both(structure, pot, lengths, semiring)
     torch.testing.assert_close(fused, generic, rtol=1e-10, atol=1e-10)
     assert not g_fused.isnan().any()
@@ -87,7 +92,7 @@ def test_float32_and_16_bit_inputs(device, name):
 def test_strided_potentials(device, name):
     structure, make = STRUCTURES[name]
     g = torch.Generator().manual_seed(5)
-    pot = make(2, 17, g).double().to(device).transpose(1, 2)  # a view with swapped strides
+    pot = make(2, 17, g).double().to(device).transpose(-1, -2).contiguous().transpose(-1, -2)  # swapped strides
     want = structure.partition(pot.contiguous(), None)
     torch.testing.assert_close(structure.partition(pot, None), want)
     torch.testing.assert_close(structure.marginals(pot, None), structure.marginals(pot.contiguous(), None))
@@ -113,6 +118,12 @@ def test_length_one_items(device):
     span = torch.randn(2, 4, 4, 2, dtype=torch.float64, device=device)
     z = CKYTree().partition(span, torch.tensor([1, 1], device=device))
     torch.testing.assert_close(z, torch.logsumexp(span[:, 0, 0], -1))
+    edge = torch.randn(2, 3, 3, 4, 4, dtype=torch.float64, device=device)  # one position: any of C labels
+    z = SemiMarkov().partition(edge, torch.tensor([1, 4], device=device))
+    torch.testing.assert_close(z[0], torch.tensor(math.log(4), dtype=torch.float64, device=device))
+    one = torch.randn(2, 0, 4, 4, dtype=torch.float64, device=device)  # N = 1: no edges at all
+    want = torch.full((2,), math.log(4), dtype=torch.float64, device=device)
+    torch.testing.assert_close(LinearChain().partition(one, None), want)
 
 
 @pytest.mark.parametrize("name", list(STRUCTURES))
@@ -129,11 +140,12 @@ def test_gradcheck_and_gradgradcheck(device, name):
     torch.autograd.gradgradcheck(total, (pot,))
 
 
-@pytest.mark.parametrize("structure_id", [span_ops.EISNER, span_ops.CKY])
+@pytest.mark.parametrize("structure_id", [span_ops.EISNER, span_ops.CKY, span_ops.SEMIMARKOV])
 @pytest.mark.parametrize("semiring", SEMIRINGS, ids=lambda s: s.name)
 def test_opcheck(device, structure_id, semiring):
     g = torch.Generator().manual_seed(2)
-    pot = torch.randn(3, 7, 7, generator=g, dtype=torch.float64).to(device).requires_grad_()
+    shape = (3, 6, 3, 2, 2) if structure_id == span_ops.SEMIMARKOV else (3, 7, 7)
+    pot = torch.randn(shape, generator=g, dtype=torch.float64).to(device).requires_grad_()
     lengths = torch.tensor([7, 3, 5], device=device)
     args = (pot, lengths, structure_id, semiring.kernel_id, False)
     torch.library.opcheck(span_ops.span_inside, args)
@@ -151,6 +163,9 @@ def test_bad_arguments_raise(device):
         span_ops.span_inside(pot[:, :3], lengths, span_ops.CKY, LogSemiring.kernel_id, True)
     with pytest.raises(RuntimeError, match="not log, max or min"):
         span_ops.span_inside(pot, lengths, span_ops.CKY, 3, True)
+    edge = torch.randn(2, 3, 1, 2, 2, device=device)
+    with pytest.raises(RuntimeError, match=r"semi-Markov edges must be \(B, N - 1, D, C, C\) with D >= 2"):
+        span_ops.span_inside(edge, lengths, span_ops.SEMIMARKOV, LogSemiring.kernel_id, False)
 
 
 def test_compile_fullgraph(device):

@@ -3,9 +3,10 @@ csrc/span_dp.h):
 
     semiring_ops::span_inside(potentials, lengths, structure, semiring_id, multiroot) -> (total (B,), charts)
         the inside algorithm of a structure over spans (0: Eisner's projective dependency trees, potentials
-        (B, N, N) arc scores; 1: CKY's binary span trees, potentials (B, N, N) label-summed span scores) in one
-        launch, under log, max or min; differentiable through ``total`` by span_adjoint
-    semiring_ops::span_adjoint(potentials, lengths, structure, semiring_id, multiroot, charts, grad) -> (B, N, N)
+        (B, N, N) arc scores; 1: CKY's binary span trees, potentials (B, N, N) label-summed span scores; 2:
+        semi-Markov segments, potentials (B, N - 1, D, C, C) edges, the linear chain when D = 2) in one launch,
+        under log, max or min; differentiable through ``total`` by span_adjoint
+    semiring_ops::span_adjoint(potentials, lengths, structure, semiring_id, multiroot, charts, grad) -> dpotentials
         d sum_b grad[b] total[b] / d potentials in one launch (the outside pass, recomputing each span's sum);
         its own gradient (double backward) is computed by the structure's PyTorch dynamic program
 
@@ -19,13 +20,15 @@ from torch import Tensor
 
 from ..build.backends import backend_for
 
-__all__ = ["CKY", "EISNER", "span_adjoint", "span_inside"]
+__all__ = ["CKY", "EISNER", "SEMIMARKOV", "span_adjoint", "span_inside"]
 
-EISNER, CKY = 0, 1
+EISNER, CKY, SEMIMARKOV = 0, 1, 2
 
 
 def _chart_shape(potentials: Tensor, structure: int) -> tuple[int, int, int, int]:
     B, N = potentials.shape[0], potentials.shape[1]
+    if structure == SEMIMARKOV:
+        return (B, 1, N + 1, potentials.shape[3])
     return (B, 4, N + 1, N + 1) if structure == EISNER else (B, 1, N, N)
 
 
@@ -93,7 +96,7 @@ def _adjoint_backward(ctx, v):
         p = potentials.detach().requires_grad_()
         totals = generic_totals(p, lengths, *ctx.args)
         (first,) = torch.autograd.grad(totals.sum(), p, create_graph=True)  # dt_b / dp_b, items independent
-        weighted = first * grad.detach().view(-1, 1, 1)
+        weighted = first * grad.detach().view(-1, *(1,) * (potentials.dim() - 1))
         (second,) = torch.autograd.grad(weighted, p, v, allow_unused=True)
     g_pot = torch.zeros_like(potentials) if second is None else second
     g_grad = (v * first.detach()).flatten(1).sum(1)

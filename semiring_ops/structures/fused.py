@@ -1,10 +1,11 @@
 """Fast paths: a fused kernel registered for a (structure, semiring) pair, taken instead of the structure's
 PyTorch dynamic program when it applies (the semiring, the dtype and a compiled backend on the device).
 
-A structure's file states its dynamic program once, generic over the semiring; a kernel is optional. Eisner's
-and CKY's inside algorithms under log, max and min run as one launch each way (csrc/span_dp.h through
-ops/span_ops.py); everything else (other semirings: KMax, sampling, entropy; 16-bit inputs are upcast) runs the
-PyTorch program. ``generic_only()`` turns the fast paths off (tests compare the two).
+A structure's file states its dynamic program once, generic over the semiring; a kernel is optional. Eisner's,
+CKY's and the semi-Markov model's inside algorithms (the linear chain of torch-struct's layout as segments of
+length 1) under log, max and min run as one launch each way (csrc/span_dp.h through ops/span_ops.py);
+everything else (other semirings: KMax, sampling, entropy; 16-bit inputs are upcast) runs the PyTorch program.
+``generic_only()`` turns the fast paths off (tests compare the two).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def _kernels_for(device: torch.device):
 
 
 def span_fast_path(potentials: Tensor, semiring: type[Semiring]) -> bool:
-    """Whether the span kernels take (B, N, N) ``potentials`` under ``semiring``."""
+    """Whether the span kernels take ``potentials`` (of a structure that has one) under ``semiring``."""
     if getattr(_state, "generic", False) or semiring not in _SPAN_SEMIRINGS or potentials.shape[-1] == 0:
         return False
     if potentials.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
@@ -63,12 +64,15 @@ def span_totals(
 
 def generic_totals(potentials: Tensor, lengths: Tensor, structure: int, semiring_id: int, multiroot: bool) -> Tensor:
     """The same totals by the structure's PyTorch dynamic program (the span kernels' double backward)."""
-    from ..ops.span_ops import EISNER
+    from ..ops.span_ops import EISNER, SEMIMARKOV
     from .cky import CKYTree
     from .dependency import DependencyTree
+    from .semimarkov import SemiMarkov
 
     semiring = next(s for s in _SPAN_SEMIRINGS if s.kernel_id == semiring_id)
     with generic_only():
+        if structure == SEMIMARKOV:
+            return SemiMarkov().logpartition(potentials, lengths, semiring)
         if structure == EISNER:
             return DependencyTree(multiroot).inside(potentials, lengths, semiring)
         return CKYTree().inside(potentials, lengths, semiring)

@@ -8,7 +8,8 @@ a label z_i at each; its score is the semiring product of edge[b, p_{i-1}, p_i -
     beta[0, c] = one;  beta[n, c] = (+)_{1 <= k < K, k <= n} (+)_{c'} beta[n - k, c'] (x) edge[n - k, k, c, c']
     total = (+)_c beta[L - 1, c]
 
-One semiring matrix-vector product per position (all K durations at once), on the semiring kernels.
+One semiring matrix-vector product per position (all K durations at once), on the semiring kernels; under log,
+max and min a fused kernel runs the whole recursion and its adjoint in one launch each (structures/fused.py).
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..ops.span_ops import SEMIMARKOV
 from ..semirings import Semiring
 from .base import Structure, check_lengths
+from .fused import span_fast_path, span_totals
 
 __all__ = ["SemiMarkov"]
 
@@ -44,6 +47,8 @@ class SemiMarkov(Structure):
     def logpartition(self, edge: Tensor, lengths: Tensor | None, semiring: type[Semiring]) -> Tensor:
         S = semiring
         B, N, K, C, lengths = self.check(edge, lengths, S.lead)
+        if span_fast_path(edge, S):
+            return span_totals(edge, lengths, SEMIMARKOV, S, False)
         beta = [S.ones((B, C), like=edge)]
         for n in range(1, N):
             ks = torch.arange(1, min(K - 1, n) + 1, device=edge.device)  # durations ending at n

@@ -106,6 +106,7 @@ def main() -> None:
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     parser.add_argument("--reps", type=int, default=None)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--structures", nargs="+", choices=list(CASES), default=list(CASES))
     args = parser.parse_args()
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     reps = args.reps or (20 if device.type == "cuda" else 3)
@@ -117,7 +118,8 @@ def main() -> None:
     anchor = "torch-struct 0.5" if ts else "torch-struct not installed"
     print(f"{name} | torch {torch.__version__} | {args.dtype} | {anchor} | {date.today()}")
     rows = []
-    for label, (structure, ts_name, gpu_shapes, cpu_shapes) in CASES.items():
+    for label in args.structures:
+        structure, ts_name, gpu_shapes, cpu_shapes = CASES[label]
         for shape in gpu_shapes if device.type == "cuda" else cpu_shapes:
             g = torch.Generator().manual_seed(0)
             pot = torch.randn(shape, generator=g).to(device=device, dtype=dtype)

@@ -2,5 +2,6 @@
 
 from .biaffine import BiaffineArcScorer, BiaffineScores
 from .linear import SemiringLinear
+from .segmenter import SemiMarkovSegmenter
 
-__all__ = ["BiaffineArcScorer", "BiaffineScores", "SemiringLinear"]
+__all__ = ["BiaffineArcScorer", "BiaffineScores", "SemiMarkovSegmenter", "SemiringLinear"]

@@ -190,6 +190,7 @@ def _pairs_cpu(k: int) -> tuple[Tensor, Tensor]:
     return i, torch.arange(i.numel()) - starts
 
 
+@functools.cache
 def _pairs(k: int, device: torch.device) -> tuple[Tensor, Tensor]:
     i, j = _pairs_cpu(k)
     return i.to(device), j.to(device)
@@ -258,8 +259,11 @@ class EntropySemiring(LeadSemiring):
 
     @staticmethod
     def times(x: Tensor, y: Tensor) -> Tensor:
+        """(x0 + y0, x1 + y1), the entropy 0 where the log-sum-exp is -inf (the zero absorbs)."""
         x, y = _aligned(x, y, 1)
-        return x + y
+        out = x + y
+        none = torch.isneginf(out[0])
+        return torch.stack([out[0], torch.where(none, torch.zeros_like(out[1]), out[1])])
 
     @classmethod
     def plus(cls, x: Tensor, y: Tensor) -> Tensor:
@@ -308,8 +312,13 @@ class _PairSemiring(LeadSemiring):
 
     @staticmethod
     def times(x: Tensor, y: Tensor) -> Tensor:
+        """Entry-wise sums; the expectation 0 where p allows nothing (the zero absorbs), +inf where p allows
+        something and q nothing."""
         x, y = _aligned(x, y, 1)
-        return x + y
+        out = x + y
+        expectation = torch.where(torch.isneginf(out[1]), torch.full_like(out[2], math.inf), out[2])
+        expectation = torch.where(torch.isneginf(out[0]), torch.zeros_like(out[2]), expectation)
+        return torch.stack([out[0], out[1], expectation])
 
     @classmethod
     def plus(cls, x: Tensor, y: Tensor) -> Tensor:

@@ -140,13 +140,13 @@ def test_enumerate_support_expand_false_and_the_limit(monkeypatch):
         D.NonProjectiveDependencyCRF(torch.zeros(1, 4, 4), multiroot=True).topk(2)
 
 
-def test_enumerate_support_at_a_few_thousand_structures_is_quick():
-    pot = torch.randn(1, 4, 5, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+def test_enumerate_support_of_a_thousand_structures():
+    pot = torch.randn(1, 4, 4, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     dist = D.LinearChainCRF(pot)
-    support = dist.enumerate_support()  # 5^5 = 3125 label sequences, 61 backward passes of 52 slots
-    assert support.shape == (3125, 1, 4, 5, 5) and len(as_set(support[:, 0])) == 3125
+    support = dist.enumerate_support()  # 4^5 = 1024 label sequences: 20 backward passes of 52 slots each
+    assert support.shape == (1024, 1, 4, 4, 4) and len(as_set(support[:, 0])) == 1024
     torch.testing.assert_close(dist.log_prob(support).exp().sum(), torch.tensor(1.0, dtype=torch.float64))
-    scores = dist.kmax(3125)[:, 0]
+    scores = dist.kmax(1024)[:, 0]
     assert (scores[:-1] >= scores[1:]).all()
 
 

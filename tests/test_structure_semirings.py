@@ -389,3 +389,18 @@ def test_value_reports_what_the_semiring_reports():
     torch.testing.assert_close(cky.value(pot, None, LogSemiring), cky.partition(pot))
     torch.testing.assert_close(cky.value(pot, None, KMaxSemiring(2))[0], cky.max(pot))
     assert cky.kmax(pot, 4).shape == (4, 3) and not cky.kmax(pot.requires_grad_(), 2).requires_grad
+
+
+def test_the_zero_absorbs_the_expectations():
+    """An item whose top span is forbidden has no tree, though its sub-spans have entropy: the expectation
+    semirings report 0 for it; where q allows no tree that p allows, H(p, q) = KL = +inf."""
+    pot = torch.randn(2, 3, 3, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    pot[1, 0, 2] = -INF
+    cky = CKYTree()
+    H = cky.entropy(pot, None, "semiring")
+    assert H[1] == 0 and H[0] > 0
+    assert cky.cross_entropy(pot, pot, None, "semiring")[1] == 0 and cky.kl(pot, pot, None, "semiring")[1] == 0
+    q = pot.clone()
+    q[0, 0, 2] = -INF
+    assert cky.cross_entropy(pot, q, None, "semiring")[0] == INF and cky.kl(pot, q, None, "semiring")[0] == INF
+    assert cky.cross_entropy(pot, q, None)[0] == INF  # the marginals' way agrees

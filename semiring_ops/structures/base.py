@@ -113,9 +113,13 @@ class Structure:
         return semiring.unconvert(self.logpartition(semiring.convert(potentials), lengths, semiring))
 
     def _expected_score(self, p: Tensor, q: Tensor, lengths: Tensor | None) -> Tensor:
-        """E_p[score under q] (B,): sum of p's marginals x q's potentials, parts q forbids (-inf) left out."""
+        """E_p[score under q] (B,): the sum of p's marginals x q's potentials; -inf where p gives probability to
+        a part q forbids (-inf)."""
         marg = self.marginals(p, lengths)
-        return torch.where(torch.isfinite(q), marg * q, torch.zeros_like(q)).flatten(1).sum(-1)
+        allowed = torch.isfinite(q)
+        expected = torch.where(allowed, marg * q, torch.zeros_like(q)).flatten(1).sum(-1)
+        lost = ((marg > 0) & ~allowed).flatten(1).any(-1)
+        return torch.where(lost, torch.full_like(expected, -math.inf), expected)
 
     def entropy(self, potentials: Tensor, lengths: Tensor | None = None, method: Method = "marginals") -> Tensor:
         """(B,): the Gibbs distribution's entropy, log Z - E[score]; parts of potential -inf carry probability 0
@@ -130,11 +134,13 @@ class Structure:
         self, p: Tensor, q: Tensor, lengths: Tensor | None = None, method: Method = "marginals"
     ) -> Tensor:
         """(B,): H(p, q) = log Z_q - E_p[score under q] of the Gibbs distributions of potentials ``p`` and ``q``
-        (one layout and lengths). ``method="semiring"``: by CrossEntropySemiring."""
+        (one layout and lengths); +inf where p gives probability to a part q forbids. ``method="semiring"``: by
+        CrossEntropySemiring."""
         if method == "semiring":
             return self.value((p, q), lengths, CrossEntropySemiring)
         _check_method(method)
-        return self.partition(q, lengths) - self._expected_score(p, q, lengths)
+        expected = self._expected_score(p, q, lengths)
+        return torch.where(torch.isneginf(expected), math.inf, self.partition(q, lengths) - expected)
 
     def kl(self, p: Tensor, q: Tensor, lengths: Tensor | None = None, method: Method = "marginals") -> Tensor:
         """(B,): KL(p || q) = H(p, q) - H(p). ``method="semiring"``: by KLDivergenceSemiring."""

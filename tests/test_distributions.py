@@ -1,6 +1,6 @@
 """semiring_ops.distributions against torch-struct's distribution classes (where torch-struct runs and is exact)
 and against the structures' own enumeration-tested answers: partition, marginals, argmax, max, entropy,
-count, log_prob, cross_entropy, kl; the members not built yet raise."""
+count, log_prob, cross_entropy, kl."""
 
 from __future__ import annotations
 
@@ -59,10 +59,7 @@ def test_dependency_alignment_and_nonprojective_use_their_structures():
     assert (dep.kl(D.DependencyCRF(arc, lengths, multiroot=False)).abs() < 1e-12).all()  # KL(p || p) = 0
 
 
-def test_unbuilt_members_say_so():
+def test_log_prob_checks_the_event_shape():  # (sample / topk / enumerate_support: tests/test_distribution_sampling.py)
     dist = D.TreeCRF(torch.randn(1, 3, 3, 2))
-    for call in (lambda: dist.sample((2,)), lambda: dist.topk(2), lambda: dist.enumerate_support()):
-        with pytest.raises(NotImplementedError, match="not built yet"):
-            call()
     with pytest.raises(ValueError, match=r"value's event shape \(1, 3, 3\) is not \(3, 3, 2\)"):
         dist.log_prob(torch.zeros(1, 3, 3))

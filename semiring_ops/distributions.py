@@ -118,13 +118,21 @@ class StructDistribution(Distribution):
             return self._structure().partition(ones.log(), self.lengths).exp()
 
     def log_prob(self, value: Tensor) -> Tensor:
-        """log p(value) (*sample_shape, B) of 0 / 1 parts ``value`` (*sample_shape, B, *event_shape)."""
+        """log p(value) (*sample_shape, B) of 0 / 1 parts ``value`` (*sample_shape, B, *event_shape); -inf where
+        ``value`` is not one of the structures, for the structures that check (dependency trees: ``support``)."""
         event = value.shape[value.dim() - len(self.event_shape) :]
         if tuple(event) != tuple(self.event_shape):
             raise ValueError(f"log_prob: value's event shape {tuple(event)} is not {tuple(self.event_shape)}")
         on = value != 0
         terms = torch.where(on, self.log_potentials * value, torch.zeros((), dtype=self.log_potentials.dtype))
-        return terms.flatten(value.dim() - len(self.event_shape)).sum(-1) - self.partition
+        out = terms.flatten(value.dim() - len(self.event_shape)).sum(-1) - self.partition
+        batch = value.shape[: value.dim() - len(self.event_shape)]  # (*sample_shape, B)
+        flat = value.reshape(-1, *self.event_shape)
+        lengths = None if self.lengths is None else torch.as_tensor(self.lengths, device=flat.device)
+        if lengths is not None and flat.shape[0] != lengths.shape[0]:
+            lengths = lengths.repeat(flat.shape[0] // max(lengths.shape[0], 1))
+        member = self._structure().support(flat, lengths) if flat.shape[0] else None
+        return out if member is None else out.masked_fill(~member.reshape(batch), float("-inf"))
 
     def cross_entropy(self, other: StructDistribution) -> Tensor:
         """H(p, q) = log Z_q - E_p[score_q] (B,), q = ``other``, the same structure and lengths."""

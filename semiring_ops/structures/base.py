@@ -103,8 +103,16 @@ class Structure:
         return torch.where(on, potentials * parts, torch.zeros_like(potentials)).flatten(1).sum(-1)
 
     def log_prob(self, potentials: Tensor, parts: Tensor, lengths: Tensor | None = None) -> Tensor:
-        """(B,): log p(parts) = score - log Z."""
-        return self.score(potentials, parts) - self.partition(potentials, lengths)
+        """(B,): log p(parts) = score - log Z; -inf where ``parts`` is not one of the structures (for the
+        structures that check: ``support``)."""
+        value = self.score(potentials, parts) - self.partition(potentials, lengths)
+        member = self.support(parts, lengths)
+        return value if member is None else value.masked_fill(~member, float("-inf"))
+
+    def support(self, parts: Tensor, lengths: Tensor | None = None) -> Tensor | None:
+        """(B,) bool: whether each item's 0 / 1 ``parts`` are one of its structures; None where the structure does
+        not check (log_prob then scores any parts)."""
+        return None
 
     def value(self, potentials: Tensor, lengths: Tensor | None, semiring: type[Semiring]) -> Tensor:
         """What ``semiring`` reports of the structures: S.unconvert(logpartition(S.convert(potentials))), e.g.

@@ -28,6 +28,7 @@ from ..semirings import Semiring
 from .base import Structure, check_lengths
 from .fused import span_fast_path, span_totals
 from .spans import SpanChart, at_length
+from .tree_check import dependency_trees
 
 __all__ = ["DependencyTree"]
 
@@ -64,6 +65,12 @@ class DependencyTree(Structure):
         full[..., :1, 1:] = root
         full[..., 1:, 1:] = words
         return full
+
+    def support(self, parts: Tensor, lengths: Tensor | None = None) -> Tensor:
+        """(B,) bool: whether ``parts`` (B, N, N) or (B, N, N, labels) are a projective tree (tree_check.py)."""
+        _, _, lengths = self.check(parts, lengths)
+        arcs = parts.sum(-1) if parts.dim() == 4 else parts
+        return dependency_trees(arcs, lengths, self.multiroot, projective=True)
 
     def logpartition(self, arc: Tensor, lengths: Tensor | None, semiring: type[Semiring]) -> Tensor:
         S = semiring

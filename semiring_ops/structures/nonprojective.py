@@ -28,6 +28,7 @@ from torch import Tensor
 from ..semirings import LogSemiring, Semiring
 from .base import Structure
 from .dependency import DependencyTree
+from .tree_check import dependency_trees
 
 __all__ = ["NonProjectiveDependencyTree"]
 
@@ -39,6 +40,12 @@ class NonProjectiveDependencyTree(Structure):
 
     def __init__(self, multiroot: bool = False) -> None:
         self.multiroot = multiroot
+
+    def support(self, parts: Tensor, lengths: Tensor | None = None) -> Tensor:
+        """(B,) bool: whether ``parts`` (B, N, N) or (B, N, N, labels) are a tree, crossings allowed."""
+        _, _, lengths = DependencyTree.check(parts, lengths)
+        arcs = parts.sum(-1) if parts.dim() == 4 else parts
+        return dependency_trees(arcs, lengths, self.multiroot, projective=False)
 
     def logpartition(self, arc: Tensor, lengths: Tensor | None, semiring: type[Semiring]) -> Tensor:
         if semiring is not LogSemiring:

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
-from treebank import FORM, UPOS, read_splits, sync, to_device
+from treebank import FORM, UPOS, read_splits, to_device, train_epoch
 
 from semiring_ops.structures import LinearChainCRF
 
@@ -166,23 +166,8 @@ def train(model: Tagger, name: str, data: dict, args, device: torch.device) -> d
         model.train()
         order = list(range(len(data["train"])))
         rng.shuffle(order)
-        loss_sum, steps = 0.0, 0
-        sync(device)
-        t0 = time.perf_counter()
-        for k in order:
-            batch = to_device(data["train"][k], device)
-            if args.word_dropout > 0:  # teaches the <unk> embedding on words the model has seen
-                drop = torch.rand(batch["words"].shape, device=device) < args.word_dropout
-                batch["words"] = batch["words"].masked_fill(drop & batch["mask"], UNK)
-            loss = model.loss(batch)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            nn.utils.clip_grad_norm_(model.parameters(), 5.0)
-            opt.step()
-            loss_sum += loss.item()
-            steps += 1
-        sync(device)
-        seconds = time.perf_counter() - t0
+        loss_sum, seconds = train_epoch(model, data["train"], order, opt, device, args.word_dropout, UNK)
+        steps = len(order)
         sched.step()
         model.eval()
         tr = evaluate(model.predict, data["train_eval"], device, data["oov"]["train"])

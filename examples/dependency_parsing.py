@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
-from treebank import DEPREL, FORM, HEAD, UPOS, Row, read_splits, sync, to_device
+from treebank import DEPREL, FORM, HEAD, UPOS, Row, read_splits, to_device, train_epoch
 
 from semiring_ops.distributions import DependencyCRF
 from semiring_ops.nn import BiaffineArcScorer
@@ -214,21 +214,7 @@ def train(model: Parser, name: str, data: dict, args: argparse.Namespace, device
         model.train()
         order = list(range(len(data["train"])))
         rng.shuffle(order)
-        loss_sum = 0.0
-        sync(device)
-        t0 = time.perf_counter()
-        for k in order:
-            batch = to_device(data["train"][k], device)
-            drop = torch.rand(batch["words"].shape, device=device) < WORD_DROPOUT
-            batch["words"] = batch["words"].masked_fill(drop & batch["mask"], UNK)
-            loss = model.loss(batch)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            nn.utils.clip_grad_norm_(model.parameters(), 5.0)
-            opt.step()
-            loss_sum += loss.item()
-        sync(device)
-        seconds = time.perf_counter() - t0
+        loss_sum, seconds = train_epoch(model, data["train"], order, opt, device, WORD_DROPOUT, UNK)
         dev = evaluate(model, data["dev"], device)
         print(
             f"{epoch:>5} {loss_sum / len(order):>8.4f} {dev['uas']:>8.2%} {dev['las']:>8.2%} {seconds:>8.1f}",

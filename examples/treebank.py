@@ -12,6 +12,7 @@ relations); each picks its columns from the rows.
 from __future__ import annotations
 
 import sys
+import time
 from importlib import metadata
 
 import torch
@@ -57,3 +58,28 @@ def sync(device: torch.device) -> None:
     """Waits for the GPU's queued work (so that wall-clock timings are honest); nothing on the CPU."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def train_epoch(
+    model: torch.nn.Module, batches: list[dict], order: list[int], opt: torch.optim.Optimizer, device: torch.device,
+    word_dropout: float, unk: int,
+) -> tuple[float, float]:  # fmt: skip
+    """One pass of ``opt`` over ``batches`` in ``order`` (``model.loss(batch)``: a scalar; gradients clipped to
+    norm 5), words replaced by ``unk`` with probability ``word_dropout`` (teaches the <unk> embedding on words
+    the model has seen). Returns (summed loss, seconds, GPU work included)."""
+    loss_sum = 0.0
+    sync(device)
+    t0 = time.perf_counter()
+    for k in order:
+        batch = to_device(batches[k], device)
+        if word_dropout > 0:
+            drop = torch.rand(batch["words"].shape, device=device) < word_dropout
+            batch["words"] = batch["words"].masked_fill(drop & batch["mask"], unk)
+        loss = model.loss(batch)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+        opt.step()
+        loss_sum += loss.item()
+    sync(device)
+    return loss_sum, time.perf_counter() - t0

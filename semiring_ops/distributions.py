@@ -18,7 +18,6 @@ init, observations, lengths=None)``, torch-struct's HMM as a linear chain.
 
 from __future__ import annotations
 
-import math
 from functools import cached_property
 from typing import ClassVar
 
@@ -27,9 +26,8 @@ from torch import Tensor
 from torch.distributions import Distribution
 
 from .semirings import StdSemiring
-from .structure_semirings import categorical_one_hot
 from .structures.alignment import Alignment
-from .structures.base import SAMPLE_BLOCK_ELEMENTS, Structure, check_lengths
+from .structures.base import ENUMERATION_LIMIT, Structure
 from .structures.cky import CKYTree
 from .structures.dependency import DependencyTree
 from .structures.linear_chain import LinearChain
@@ -48,10 +46,6 @@ __all__ = [
     "TreeCRF",
     "hmm_potentials",
 ]
-
-ENUMERATION_LIMIT = 10_000
-"""``enumerate_support`` (and NonProjectiveDependencyCRF's ``topk`` / ``kmax``) refuse items with more
-structures than this."""
 
 
 class _CallableTensor(Tensor):
@@ -229,74 +223,6 @@ class NonProjectiveDependencyCRF(DependencyCRF):
 
     def _structure(self) -> Structure:
         return NonProjectiveDependencyTree(self.multiroot)
-
-    def _draw(self, n: int, generator: torch.Generator | None) -> Tensor:
-        """(n, B, N, N) samples by conditioning (the matrix-tree theorem is no semiring program): each word's head
-        in turn, drawn from its marginals given the heads drawn before it (the other arcs into those words set
-        to -inf); N matrix-tree marginal computations over the n samples folded into the batch."""
-        arc = self.log_potentials.detach()
-        B, N = arc.shape[:2]
-        lengths = check_lengths(self.lengths, B, N, arc.device, type(self).__name__)
-        structure = self._structure()
-        per_block = max(1, SAMPLE_BLOCK_ELEMENTS // max(1, arc.numel()))
-        blocks = []
-        for start in range(0, n, per_block):
-            m = min(per_block, n - start)
-            x = arc.expand(m, *arc.shape).reshape(m * B, N, N).clone()
-            folded = lengths.repeat(m)
-            parts = torch.zeros_like(x)
-            for word in range(N):
-                heads = structure.marginals(x, folded)[:, :, word].clamp(min=0)  # (m B, N): zero past the length
-                draw = categorical_one_hot(heads, -1, generator)
-                parts[:, :, word] = draw
-                fixed = draw.sum(-1, keepdim=True) > 0
-                x[:, :, word] = torch.where(fixed & (draw == 0), -math.inf, x[:, :, word])
-            blocks.append(parts.view(m, B, N, N))
-        return torch.cat(blocks) if blocks else arc.new_zeros((0, *arc.shape))
-
-    def _kbest(self, k: int) -> tuple[Tensor, Tensor]:
-        """(scores (k, B), parts (k, B, N, N)) by ranking every tree (no k-best semiring runs the matrix-tree
-        theorem): items of at most ENUMERATION_LIMIT trees; ties in enumeration order."""
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"{type(self).__name__}: k must be an int >= 1, got {k!r}")
-        arc = self.log_potentials.detach()
-        B, N = arc.shape[:2]
-        lengths = check_lengths(self.lengths, B, N, arc.device, type(self).__name__)
-        scores = arc.new_full((k, B), -math.inf)
-        parts = arc.new_zeros((k, B, N, N))
-        for b, count in enumerate(self.count.tolist()):
-            if round(count) > ENUMERATION_LIMIT:
-                raise ValueError(
-                    f"{type(self).__name__}: top-k and the support enumerate every tree; item {b} has "
-                    f"{round(count)}, more than ENUMERATION_LIMIT = {ENUMERATION_LIMIT}"
-                )
-            L = int(lengths[b])
-            trees = arc.new_zeros((round(count), N, N))
-            if len(trees):
-                trees[:, :L, :L] = self._trees(arc[b, :L, :L], len(trees))
-            on = trees != 0
-            total = torch.where(on, arc[b] * trees, torch.zeros((), dtype=arc.dtype)).flatten(1).sum(-1)
-            best = torch.sort(total, descending=True, stable=True).indices[:k]
-            scores[: len(best), b], parts[: len(best), b] = total[best], trees[best]
-        return scores, parts
-
-    def _trees(self, arc: Tensor, count: int) -> Tensor:
-        """Every tree (count, L, L) of one item's arcs (L, L), by conditioning on each word's head in turn: the
-        heads of nonzero probability under the uniform distribution over the allowed trees (at least 1 / count
-        each) given the heads fixed so far, found by the matrix-tree marginals of every partial tree at once."""
-        L = arc.shape[-1]
-        structure = self._structure()
-        partial = torch.where(torch.isneginf(arc), -math.inf, 0.0).to(torch.float64).unsqueeze(0)  # (P, L, L)
-        for word in range(L):
-            heads = structure.marginals(partial)[:, :, word]  # (P, L)
-            row, head = (heads > 0.5 / count).nonzero(as_tuple=True)
-            partial = partial[row]
-            column = torch.full_like(partial[:, :, word], -math.inf)
-            column[torch.arange(len(row), device=arc.device), head] = 0.0
-            partial[:, :, word] = column
-        if partial.shape[0] != count:  # (every tree has probability >= 1 / count under the uniform distribution)
-            raise RuntimeError(f"{type(self).__name__}: enumerated {partial.shape[0]} trees, count says {count}")
-        return torch.isfinite(partial).to(arc.dtype)
 
 
 class TreeCRF(StructDistribution):

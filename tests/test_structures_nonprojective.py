@@ -61,3 +61,24 @@ def test_bad_input_is_named():
         tree.partition(torch.randn(1, 3, 3, 2))
     with pytest.raises(ValueError, match=r"lengths must be in \[1, N = 3\]"):
         tree.partition(torch.randn(2, 3, 3), torch.tensor([3, 4]))
+
+
+@pytest.mark.parametrize("multiroot", [True, False])
+def test_structure_topk_kmax_and_sample(multiroot):
+    # the structure ranks and samples its trees itself (no semiring program runs the matrix-tree theorem)
+    tree = NonProjectiveDependencyTree(multiroot)
+    g = torch.Generator().manual_seed(4)
+    arc = torch.randn(2, 4, 4, generator=g, dtype=torch.float64)
+    lengths = torch.tensor([4, 3])
+    want = [
+        torch.stack([(arc[b] * t).sum() for t in spanning_trees(4, L, multiroot)]).sort(descending=True).values
+        for b, L in enumerate(lengths.tolist())
+    ]
+    best = tree.topk(arc, 5, lengths)
+    scores = tree.kmax(arc, 5, lengths)
+    for b in range(2):
+        torch.testing.assert_close((best[:, b] * arc[b]).flatten(1).sum(1), want[b][:5])
+        torch.testing.assert_close(scores[:, b], want[b][:5])
+    draws = tree.sample(arc, 50, lengths, torch.Generator().manual_seed(0))
+    assert draws.shape == (50, 2, 4, 4)
+    assert tree.support(draws.reshape(100, 4, 4), lengths.repeat(50)).all()

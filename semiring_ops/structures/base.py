@@ -38,7 +38,11 @@ from ..structure_semirings import (
     SampledSemiring,
 )
 
-__all__ = ["SAMPLE_BLOCK_ELEMENTS", "Structure", "check_lengths"]
+__all__ = ["ENUMERATION_LIMIT", "SAMPLE_BLOCK_ELEMENTS", "Structure", "check_lengths"]
+
+ENUMERATION_LIMIT = 10_000
+"""``enumerate_support`` (and the non-projective tree's ``topk`` / ``kmax``, which rank every tree) refuse items
+with more structures than this."""
 
 SAMPLE_BLOCK_ELEMENTS = 1 << 20
 """``Structure.sample`` folds at most this many potentials' elements (samples x potentials) into one batch."""

@@ -26,7 +26,8 @@ import torch
 from torch import Tensor
 
 from ..semirings import LogSemiring, Semiring
-from .base import Structure
+from ..structure_semirings import categorical_one_hot
+from .base import ENUMERATION_LIMIT, SAMPLE_BLOCK_ELEMENTS, Structure
 from .dependency import DependencyTree
 from .tree_check import dependency_trees
 
@@ -87,6 +88,80 @@ class NonProjectiveDependencyTree(Structure):
     def max(self, arc: Tensor, lengths: Tensor | None = None) -> Tensor:
         """The best tree's score (B,)."""
         return self.score(arc, self.argmax(arc, lengths))
+
+    def sample(
+        self, arc: Tensor, n: int, lengths: Tensor | None = None, generator: torch.Generator | None = None
+    ) -> Tensor:
+        """(n, B, N, N) exact samples by conditioning (the matrix-tree theorem is no semiring program): each
+        word's head in turn, drawn from its marginals given the heads drawn before it (the other arcs into those
+        words set to -inf); N matrix-tree marginal computations over the n samples folded into the batch."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"{type(self).__name__}.sample: n must be an int >= 0, got {n!r}")
+        arc = arc.detach()
+        B, N, lengths = DependencyTree.check(arc, lengths)
+        per_block = max(1, SAMPLE_BLOCK_ELEMENTS // max(1, arc.numel()))
+        blocks = []
+        for start in range(0, n, per_block):
+            m = min(per_block, n - start)
+            x = arc.expand(m, *arc.shape).reshape(m * B, N, N).clone()
+            folded = lengths.repeat(m)
+            parts = torch.zeros_like(x)
+            for word in range(N):
+                heads = self.marginals(x, folded)[:, :, word].clamp(min=0)  # (m B, N): zero past the length
+                draw = categorical_one_hot(heads, -1, generator)
+                parts[:, :, word] = draw
+                fixed = draw.sum(-1, keepdim=True) > 0
+                x[:, :, word] = torch.where(fixed & (draw == 0), -math.inf, x[:, :, word])
+            blocks.append(parts.view(m, B, N, N))
+        return torch.cat(blocks) if blocks else arc.new_zeros((0, *arc.shape))
+
+    def kmax(self, arc: Tensor, k: int, lengths: Tensor | None = None) -> Tensor:
+        """(k, B): the k best trees' scores (``_kbest``)."""
+        return self._kbest(arc, k, lengths)[0]
+
+    def _kbest(self, arc: Tensor, k: int, lengths: Tensor | None) -> tuple[Tensor, Tensor]:
+        """(scores (k, B), parts (k, B, N, N)) by ranking every tree (no k-best semiring runs the matrix-tree
+        theorem): items of at most ENUMERATION_LIMIT trees; ties in enumeration order."""
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"{type(self).__name__}: k must be an int >= 1, got {k!r}")
+        arc = arc.detach()
+        B, N, lengths = DependencyTree.check(arc, lengths)
+        allowed = torch.where(torch.isneginf(arc), -math.inf, 0.0).to(arc.dtype)  # log of 1 / 0 per arc
+        counts = self.partition(allowed, lengths).exp()  # the number of trees of each item
+        scores = arc.new_full((k, B), -math.inf)
+        parts = arc.new_zeros((k, B, N, N))
+        for b, count in enumerate(counts.tolist()):
+            if round(count) > ENUMERATION_LIMIT:
+                raise ValueError(
+                    f"{type(self).__name__}: top-k and the support enumerate every tree; item {b} has "
+                    f"{round(count)}, more than ENUMERATION_LIMIT = {ENUMERATION_LIMIT}"
+                )
+            L = int(lengths[b])
+            trees = arc.new_zeros((round(count), N, N))
+            if len(trees):
+                trees[:, :L, :L] = self._trees(arc[b, :L, :L], len(trees))
+            on = trees != 0
+            total = torch.where(on, arc[b] * trees, torch.zeros((), dtype=arc.dtype)).flatten(1).sum(-1)
+            best = torch.sort(total, descending=True, stable=True).indices[:k]
+            scores[: len(best), b], parts[: len(best), b] = total[best], trees[best]
+        return scores, parts
+
+    def _trees(self, arc: Tensor, count: int) -> Tensor:
+        """Every tree (count, L, L) of one item's arcs (L, L), by conditioning on each word's head in turn: the
+        heads of nonzero probability under the uniform distribution over the allowed trees (at least 1 / count
+        each) given the heads fixed so far, found by the matrix-tree marginals of every partial tree at once."""
+        L = arc.shape[-1]
+        partial = torch.where(torch.isneginf(arc), -math.inf, 0.0).to(torch.float64).unsqueeze(0)  # (P, L, L)
+        for word in range(L):
+            heads = self.marginals(partial)[:, :, word]  # (P, L)
+            row, head = (heads > 0.5 / count).nonzero(as_tuple=True)
+            partial = partial[row]
+            column = torch.full_like(partial[:, :, word], -math.inf)
+            column[torch.arange(len(row), device=arc.device), head] = 0.0
+            partial[:, :, word] = column
+        if partial.shape[0] != count:  # (every tree has probability >= 1 / count under the uniform distribution)
+            raise RuntimeError(f"{type(self).__name__}: enumerated {partial.shape[0]} trees, count says {count}")
+        return torch.isfinite(partial).to(arc.dtype)
 
 
 def _best_heads(arc: Tensor, multiroot: bool) -> list[int]:

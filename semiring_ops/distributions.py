@@ -18,6 +18,7 @@ init, observations, lengths=None)``, torch-struct's HMM as a linear chain.
 
 from __future__ import annotations
 
+import math
 from functools import cached_property
 from typing import ClassVar
 
@@ -25,7 +26,6 @@ import torch
 from torch import Tensor
 from torch.distributions import Distribution
 
-from .semirings import StdSemiring
 from .structures.alignment import Alignment
 from .structures.base import ENUMERATION_LIMIT, Structure
 from .structures.cky import CKYTree
@@ -105,11 +105,7 @@ class StructDistribution(Distribution):
     @cached_property
     def count(self) -> Tensor:
         """The number of structures whose parts are all allowed (log-potential > -inf) (B,)."""
-        ones = torch.where(torch.isneginf(self.log_potentials), 0.0, 1.0).to(self.log_potentials.dtype)
-        try:
-            return self._structure().logpartition(ones, self.lengths, StdSemiring)
-        except NotImplementedError:  # (the matrix-tree theorem sums in log space only)
-            return self._structure().partition(ones.log(), self.lengths).exp()
+        return self._structure().count(self.log_potentials, self.lengths)
 
     def log_prob(self, value: Tensor) -> Tensor:
         """log p(value) (*sample_shape, B) of 0 / 1 parts ``value`` (*sample_shape, B, *event_shape); -inf where
@@ -117,15 +113,16 @@ class StructDistribution(Distribution):
         event = value.shape[value.dim() - len(self.event_shape) :]
         if tuple(event) != tuple(self.event_shape):
             raise ValueError(f"log_prob: value's event shape {tuple(event)} is not {tuple(self.event_shape)}")
-        on = value != 0
-        terms = torch.where(on, self.log_potentials * value, torch.zeros((), dtype=self.log_potentials.dtype))
-        out = terms.flatten(value.dim() - len(self.event_shape)).sum(-1) - self.partition
-        batch = value.shape[: value.dim() - len(self.event_shape)]  # (*sample_shape, B)
-        flat = value.reshape(-1, *self.event_shape)
+        shape = torch.broadcast_shapes(value.shape, self.log_potentials.shape)  # (*sample_shape, B, *event)
+        batch = shape[: len(shape) - len(self.event_shape)]
+        flat = value.expand(shape).reshape(-1, *self.event_shape)
+        structure = self._structure()
+        pots = self.log_potentials.expand(shape).reshape(-1, *self.event_shape)
+        out = structure.score(pots, flat).reshape(batch) - self.partition
         lengths = None if self.lengths is None else torch.as_tensor(self.lengths, device=flat.device)
-        if lengths is not None and flat.shape[0] != lengths.shape[0]:
-            lengths = lengths.repeat(flat.shape[0] // max(lengths.shape[0], 1))
-        member = self._structure().support(flat, lengths) if flat.shape[0] else None
+        if lengths is not None:
+            lengths = lengths.repeat(math.prod(batch[:-1]))
+        member = structure.support(flat, lengths) if flat.shape[0] else None
         return out if member is None else out.masked_fill(~member.reshape(batch), float("-inf"))
 
     def cross_entropy(self, other: StructDistribution) -> Tensor:

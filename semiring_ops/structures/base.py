@@ -29,7 +29,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ..semirings import LogSemiring, MaxSemiring, Semiring
+from ..semirings import LogSemiring, MaxSemiring, Semiring, StdSemiring
 from ..structure_semirings import (
     CrossEntropySemiring,
     EntropySemiring,
@@ -112,6 +112,15 @@ class Structure:
         value = self.score(potentials, parts) - self.partition(potentials, lengths)
         member = self.support(parts, lengths)
         return value if member is None else value.masked_fill(~member, float("-inf"))
+
+    def count(self, potentials: Tensor, lengths: Tensor | None = None) -> Tensor:
+        """(B,): the number of structures whose parts are all allowed (potential > -inf), under the standard
+        semiring (or as exp of log Z of 0 / -inf potentials where a structure sums in log space only)."""
+        ones = torch.where(torch.isneginf(potentials), 0.0, 1.0).to(potentials.dtype)
+        try:
+            return self.logpartition(ones, lengths, StdSemiring)
+        except NotImplementedError:  # (the matrix-tree theorem sums in log space only)
+            return self.partition(ones.log(), lengths).exp()
 
     def support(self, parts: Tensor, lengths: Tensor | None = None) -> Tensor | None:
         """(B,) bool: whether each item's 0 / 1 ``parts`` are one of its structures; None where the structure does
@@ -210,7 +219,6 @@ class Structure:
         Not differentiable."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ValueError(f"{type(self).__name__}.sample: n must be an int >= 0, got {n!r}")
-        S = SampledSemiring.using(generator)
         B, layout = potentials.shape[0], tuple(potentials.shape[1:])
         if lengths is not None:
             lengths = torch.as_tensor(lengths, device=potentials.device)
@@ -218,17 +226,23 @@ class Structure:
         blocks = []
         for start in range(0, n, per_block):
             m = min(per_block, n - start)
-            leaf = potentials.detach().expand(m, *potentials.shape).reshape(m * B, *layout).requires_grad_()
-            folded = None if lengths is None else lengths.repeat(m)
-            with torch.enable_grad():
-                total = self.logpartition(leaf, folded, S)
-                grad = None
-                if total.requires_grad:
-                    (grad,) = torch.autograd.grad(total.sum(), leaf, allow_unused=True)
-            blocks.append((torch.zeros_like(leaf) if grad is None else grad).view(m, B, *layout))
+            folded = potentials.detach().expand(m, *potentials.shape).reshape(m * B, *layout)
+            draws = self._sample_block(folded, None if lengths is None else lengths.repeat(m), generator)
+            blocks.append(draws.view(m, B, *layout))
         if not blocks:
             return potentials.new_zeros((0, *potentials.shape))
         return torch.cat(blocks, 0)
+
+    def _sample_block(self, potentials: Tensor, lengths: Tensor | None, generator: torch.Generator | None) -> Tensor:
+        """One draw (0 / 1 parts, the potentials' shape) per item of ``potentials`` (the samples folded into the
+        batch): d log Z / d potentials under SampledSemiring."""
+        leaf = potentials.detach().requires_grad_()
+        with torch.enable_grad():
+            total = self.logpartition(leaf, lengths, SampledSemiring.using(generator))
+            grad = None
+            if total.requires_grad:
+                (grad,) = torch.autograd.grad(total.sum(), leaf, allow_unused=True)
+        return torch.zeros_like(leaf) if grad is None else grad
 
 
 def _check_method(method: str) -> None:

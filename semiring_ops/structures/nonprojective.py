@@ -27,7 +27,7 @@ from torch import Tensor
 
 from ..semirings import LogSemiring, Semiring
 from ..structure_semirings import categorical_one_hot
-from .base import ENUMERATION_LIMIT, SAMPLE_BLOCK_ELEMENTS, Structure
+from .base import ENUMERATION_LIMIT, Structure
 from .dependency import DependencyTree
 from .tree_check import dependency_trees
 
@@ -89,31 +89,20 @@ class NonProjectiveDependencyTree(Structure):
         """The best tree's score (B,)."""
         return self.score(arc, self.argmax(arc, lengths))
 
-    def sample(
-        self, arc: Tensor, n: int, lengths: Tensor | None = None, generator: torch.Generator | None = None
-    ) -> Tensor:
-        """(n, B, N, N) exact samples by conditioning (the matrix-tree theorem is no semiring program): each
-        word's head in turn, drawn from its marginals given the heads drawn before it (the other arcs into those
-        words set to -inf); N matrix-tree marginal computations over the n samples folded into the batch."""
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise ValueError(f"{type(self).__name__}.sample: n must be an int >= 0, got {n!r}")
-        arc = arc.detach()
-        B, N, lengths = DependencyTree.check(arc, lengths)
-        per_block = max(1, SAMPLE_BLOCK_ELEMENTS // max(1, arc.numel()))
-        blocks = []
-        for start in range(0, n, per_block):
-            m = min(per_block, n - start)
-            x = arc.expand(m, *arc.shape).reshape(m * B, N, N).clone()
-            folded = lengths.repeat(m)
-            parts = torch.zeros_like(x)
-            for word in range(N):
-                heads = self.marginals(x, folded)[:, :, word].clamp(min=0)  # (m B, N): zero past the length
-                draw = categorical_one_hot(heads, -1, generator)
-                parts[:, :, word] = draw
-                fixed = draw.sum(-1, keepdim=True) > 0
-                x[:, :, word] = torch.where(fixed & (draw == 0), -math.inf, x[:, :, word])
-            blocks.append(parts.view(m, B, N, N))
-        return torch.cat(blocks) if blocks else arc.new_zeros((0, *arc.shape))
+    def _sample_block(self, arc: Tensor, lengths: Tensor | None, generator: torch.Generator | None) -> Tensor:
+        """One exact draw per item of ``arc`` (B, N, N) by conditioning (the matrix-tree theorem is no semiring
+        program): each word's head in turn, drawn from its marginals given the heads drawn before it (the other
+        arcs into those words set to -inf); N matrix-tree marginal computations."""
+        _, N, lengths = DependencyTree.check(arc, lengths)
+        x = arc.clone()
+        parts = torch.zeros_like(x)
+        for word in range(N):
+            heads = self.marginals(x, lengths)[:, :, word].clamp(min=0)  # (B, N): zero past the length
+            draw = categorical_one_hot(heads, -1, generator)
+            parts[:, :, word] = draw
+            fixed = draw.sum(-1, keepdim=True) > 0
+            x[:, :, word] = torch.where(fixed & (draw == 0), -math.inf, x[:, :, word])
+        return parts
 
     def kmax(self, arc: Tensor, k: int, lengths: Tensor | None = None) -> Tensor:
         """(k, B): the k best trees' scores (``_kbest``)."""
@@ -126,8 +115,7 @@ class NonProjectiveDependencyTree(Structure):
             raise ValueError(f"{type(self).__name__}: k must be an int >= 1, got {k!r}")
         arc = arc.detach()
         B, N, lengths = DependencyTree.check(arc, lengths)
-        allowed = torch.where(torch.isneginf(arc), -math.inf, 0.0).to(arc.dtype)  # log of 1 / 0 per arc
-        counts = self.partition(allowed, lengths).exp()  # the number of trees of each item
+        counts = self.count(arc, lengths)
         scores = arc.new_full((k, B), -math.inf)
         parts = arc.new_zeros((k, B, N, N))
         for b, count in enumerate(counts.tolist()):
@@ -140,8 +128,7 @@ class NonProjectiveDependencyTree(Structure):
             trees = arc.new_zeros((round(count), N, N))
             if len(trees):
                 trees[:, :L, :L] = self._trees(arc[b, :L, :L], len(trees))
-            on = trees != 0
-            total = torch.where(on, arc[b] * trees, torch.zeros((), dtype=arc.dtype)).flatten(1).sum(-1)
+            total = self.score(arc[b].expand_as(trees), trees)
             best = torch.sort(total, descending=True, stable=True).indices[:k]
             scores[: len(best), b], parts[: len(best), b] = total[best], trees[best]
         return scores, parts

@@ -46,11 +46,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("raise_errors"));
 
   m.def("span_inside", &semiring_ops::span_inside,
-        "Inside algorithm over spans (0: Eisner, 1: CKY) in one launch -> [total (B,), charts (B, K, P, P)]",
+        "Inside algorithm over spans (0: Eisner, 1: CKY, 2: semi-Markov) in one launch -> [total (B,), charts]",
         py::arg("potentials"), py::arg("lengths"), py::arg("structure"), py::arg("semiring_id"),
         py::arg("multiroot"));
   m.def("span_adjoint", &semiring_ops::span_adjoint,
-        "Gradient of sum_b grad[b] * total[b] w.r.t. the potentials, from span_inside's charts -> (B, N, N)",
+        "Gradient of sum_b grad[b] * total[b] w.r.t. the potentials, from span_inside's charts -> their shape",
         py::arg("potentials"), py::arg("lengths"), py::arg("structure"), py::arg("semiring_id"), py::arg("multiroot"),
         py::arg("charts"), py::arg("grad"));
 #ifdef SEMIRING_OPS_WITH_CUDA  // defined for the CUDA extension only (semiring_ops/build/jit.py, CUDA_EXTENSION)

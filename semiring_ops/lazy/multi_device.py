@@ -4,13 +4,12 @@ The output axis (i when reducing over j, j when reducing over i) is cut into one
 (blocks.scheduler.split_bands: sizes differing by at most one); each device reduces its band with the
 one-device kernels, from its own thread (so the GPUs run at once), on copies of the band's rows of the
 output-axis variables and of every other tensor of the formula (each tensor copied once per device, every
-copy queued before any kernel); the
-bands' results come back to the formula's device and are concatenated. Nothing is combined across devices:
-every output row is reduced on one device over the whole reduced axis, so values and indices are the
-one-device answer, for every reduction (sum, logsumexp, max / min and their arg forms, K best, weighted
-logsumexp). Gradients flow back through the copies (torch's autograd runs each device's backward on that
-device). ``devices``: a list of devices (``"cpu"`` counts: the CPU path of the same code), or ``"all"`` for
-every visible GPU.
+copy queued before any kernel); the bands' results come back to the formula's device and are concatenated.
+Nothing is combined across devices: every output row is reduced on one device over the whole reduced axis,
+so values and indices are the one-device answer, for every reduction (sum, logsumexp, max / min and their arg
+forms, K best, weighted logsumexp). Gradients flow back through the copies (torch's autograd runs each
+device's backward on that device). ``devices``: a list of devices (``"cpu"`` counts: the CPU path of the same
+code), or ``"all"`` for every visible GPU.
 """
 
 from __future__ import annotations

@@ -203,9 +203,10 @@ def sequence(light: bool) -> None:
 
 
 def span(light: bool) -> None:
-    """The span kernels (Eisner's, CKY's and the semi-Markov inside and adjoint, the last also as the linear
-    chain) under log, max and min, float32 and float64, mixed lengths straddling the warp width, one-root and
-    multi-root, 33 labels (more labels than warps), against the PyTorch programs."""
+    """The span kernels (Eisner's, CKY's and the semi-Markov inside and adjoint; the linear chain's passes with
+    staged tiles at 5 and 33 labels (8 lanes a label), 100 (a warp a label) and tiles read in place at 150)
+    under log, max and min, float32 and float64, mixed lengths straddling the warp width, one-root and
+    multi-root, against the PyTorch programs."""
     from semiring_ops.semirings import LogSemiring, MaxSemiring, MinSemiring
     from semiring_ops.structures import CKYTree, DependencyTree, LinearChain, SemiMarkov
     from semiring_ops.structures.fused import generic_only
@@ -216,13 +217,13 @@ def span(light: bool) -> None:
         arc = torch.randn(B, N, N, device="cuda", dtype=dtype)
         span_scores = torch.randn(B, N, N, 3, device="cuda", dtype=dtype)
         edge = torch.randn(B, N - 1, 5, 9, 9, device="cuda", dtype=dtype)
-        chain = torch.randn(B, N - 1, 33, 33, device="cuda", dtype=dtype)
+        chains = [torch.randn(B, N - 1, C, C, device="cuda", dtype=dtype) for C in (5, 33, 100, 150)]
         for structure, pot in (
             (DependencyTree(True), arc),
             (DependencyTree(False), arc),
             (CKYTree(), span_scores),
             (SemiMarkov(), edge),
-            (LinearChain(), chain),
+            *((LinearChain(), chain) for chain in chains),
         ):
             for semiring in (LogSemiring, MaxSemiring, MinSemiring):
                 p = pot.clone().requires_grad_()

@@ -26,6 +26,7 @@ namespace semiring_ops {
 constexpr int64_t kSpanEisner = 0;  // projective dependency trees: 4 charts over N + 1 positions
 constexpr int64_t kSpanCky = 1;     // binary span trees: 1 chart over N positions
 constexpr int64_t kSpanSemiMarkov = 2;  // labelled segments: 1 chart (N, C), positions x labels
+constexpr int64_t kSpanLinearChain = 3;  // label sequences: 2 charts (N, C) (chain_dp.h)
 
 template <class T> struct SpanChart {
   T* data;
@@ -309,10 +310,10 @@ template <class T> struct SpanArgs {
   int64_t ps0, ps1, ps2, ps3, ps4;
   const int64_t* lengths;
   int64_t N, P, K;  // the structure's N (positions of an item), chart positions, charts per item
-  int64_t D, C;     // semi-Markov: segment lengths below D, C labels (charts (N, C), P = N)
+  int64_t D, C;     // semi-Markov: segment lengths below D, C labels (charts (N, C), P = N); linear chain: C
   int64_t structure;
   bool multiroot;
-  T* charts;        // (B, K, P, P)
+  T* charts;        // (B, K, P, P); semi-Markov (B, 1, N, C), linear chain (B, 2, N, C)
   T* total;         // (B,)            span_inside
   T* dcharts;       // (B, K, P, P), zeroed: span_adjoint
   T* dpot;          // (B, N, N), zeroed

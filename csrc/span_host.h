@@ -10,28 +10,37 @@
 
 #include "checks.h"
 #include "semiring.h"
+#include "chain_dp.h"
 #include "span_dp.h"
 
 namespace semiring_ops {
 
-inline int64_t span_charts(int64_t structure) { return structure == kSpanEisner ? 4 : 1; }
-inline int64_t span_positions(int64_t structure, int64_t N) { return structure == kSpanEisner ? N + 1 : N; }
-// The structure's N: the potentials' N, or for semi-Markov edges (B, N - 1, D, C, C) their size(1) + 1.
-inline int64_t span_length(int64_t structure, const at::Tensor& pot) {
-  return structure == kSpanSemiMarkov ? pot.size(1) + 1 : pot.size(1);
+inline int64_t span_charts(int64_t structure) {
+  return structure == kSpanEisner ? 4 : structure == kSpanLinearChain ? 2 : 1;
 }
-// The charts of one batch: (B, K, P, P), or (B, 1, N, C) for semi-Markov.
+// Structures whose potentials are (B, N - 1, ...) edges between positions, with charts (B, K, N, C).
+inline bool span_over_edges(int64_t structure) {
+  return structure == kSpanSemiMarkov || structure == kSpanLinearChain;
+}
+inline int64_t span_positions(int64_t structure, int64_t N) { return structure == kSpanEisner ? N + 1 : N; }
+// The structure's N: the potentials' N, or for edges (B, N - 1, [D,] C, C) their size(1) + 1.
+inline int64_t span_length(int64_t structure, const at::Tensor& pot) {
+  return span_over_edges(structure) ? pot.size(1) + 1 : pot.size(1);
+}
+// The charts of one batch: (B, K, P, P), or (B, K, N, C) for edges.
 inline std::vector<int64_t> span_chart_shape(int64_t structure, const at::Tensor& pot) {
   const int64_t B = pot.size(0), N = span_length(structure, pot);
-  if (structure == kSpanSemiMarkov) return {B, 1, N, pot.size(3)};
+  if (span_over_edges(structure)) return {B, span_charts(structure), N, pot.size(-1)};
   const int64_t P = span_positions(structure, N);
   return {B, span_charts(structure), P, P};
 }
 
 inline void check_span_args(const char* who, const at::Tensor& pot, const at::Tensor& lengths, int64_t structure) {
-  TORCH_CHECK(structure == kSpanEisner || structure == kSpanCky || structure == kSpanSemiMarkov, who,
-              ": unknown structure id ", structure);
-  if (structure == kSpanSemiMarkov) {
+  TORCH_CHECK(structure >= kSpanEisner && structure <= kSpanLinearChain, who, ": unknown structure id ", structure);
+  if (structure == kSpanLinearChain) {
+    TORCH_CHECK(pot.dim() == 4 && pot.size(2) == pot.size(3) && pot.size(2) >= 1, who,
+                ": linear-chain edges must be (B, N - 1, C, C) with C >= 1, got ", describe(pot));
+  } else if (structure == kSpanSemiMarkov) {
     TORCH_CHECK(pot.dim() == 5 && pot.size(3) == pot.size(4) && pot.size(2) >= 2, who,
                 ": semi-Markov edges must be (B, N - 1, D, C, C) with D >= 2, got ", describe(pot));
   } else {
@@ -84,7 +93,7 @@ std::vector<at::Tensor> span_host(const char* who, const at::Tensor& pot, const 
                     grad->device() == pot.device(),
                 who, ": grad must be (B,) = (", B, ",) like the potentials, got ", describe(*grad));
     charts = *charts_in;
-    dcharts = at::zeros(chart_shape, pot.options());
+    if (structure != kSpanLinearChain) dcharts = at::zeros(chart_shape, pot.options());  // (the chain needs none)
     dpot = at::zeros(pot.sizes(), pot.options());
     out = {dpot};
   }
@@ -94,13 +103,14 @@ std::vector<at::Tensor> span_host(const char* who, const at::Tensor& pot, const 
     a.pot = pot.data_ptr<T>();
     a.ps0 = pot.stride(0), a.ps1 = pot.stride(1), a.ps2 = pot.stride(2);
     if (structure == kSpanSemiMarkov) a.ps3 = pot.stride(3), a.ps4 = pot.stride(4), a.D = pot.size(2), a.C = pot.size(3);
+    if (structure == kSpanLinearChain) a.ps3 = pot.stride(3), a.C = pot.size(2);
     a.lengths = lengths.data_ptr<int64_t>();
     a.N = N, a.P = P, a.K = K, a.structure = structure, a.multiroot = multiroot;
     a.charts = charts.data_ptr<T>();
     if (charts_in == nullptr) {
       a.total = total.data_ptr<T>();
     } else {
-      a.dcharts = dcharts.data_ptr<T>();
+      a.dcharts = dcharts.defined() ? dcharts.data_ptr<T>() : nullptr;
       a.dpot = dpot.data_ptr<T>();
       a.grad = grad->data_ptr<T>();
       a.gs0 = grad->stride(0);

@@ -1,5 +1,5 @@
 // semiring_ops::span_inside and span_adjoint for CPU tensors (contracts in ops.h; the dynamic programs in
-// span_dp.h): the batch items in parallel (at::parallel_for), each one thread (a team of one).
+// span_dp.h, chain_dp.h): the batch items in parallel (at::parallel_for), each one thread (a team of one).
 #include <ATen/Parallel.h>
 
 #include <vector>
@@ -33,7 +33,15 @@ std::vector<at::Tensor> span_inside(const at::Tensor& potentials, const at::Tens
                      using S = decltype(s);
                      using T = std::remove_cv_t<std::remove_pointer_t<decltype(a.pot)>>;
                      at::parallel_for(0, potentials.size(0), 1, [&](int64_t b0, int64_t b1) {
-                       for (int64_t b = b0; b < b1; ++b) span_inside_item<S, T>(SerialTeam{}, a, b);
+                       std::vector<T> rows(structure == kSpanLinearChain ? 2 * a.C : 0);
+                       for (int64_t b = b0; b < b1; ++b) {
+                         if (structure == kSpanLinearChain) {
+                           DirectTiles<T> tiles{chain_edges_of(a, b)};
+                           chain_inside_item<S, T>(SerialTeam{}, a, b, -1, tiles, rows.data(), nullptr, 0);
+                         } else {
+                           span_inside_item<S, T>(SerialTeam{}, a, b);
+                         }
+                       }
                      });
                    });
 }
@@ -46,7 +54,12 @@ at::Tensor span_adjoint(const at::Tensor& potentials, const at::Tensor& lengths,
                      using S = decltype(s);
                      using T = std::remove_cv_t<std::remove_pointer_t<decltype(a.pot)>>;
                      at::parallel_for(0, potentials.size(0), 1, [&](int64_t b0, int64_t b1) {
-                       for (int64_t b = b0; b < b1; ++b) span_adjoint_item<S, T>(SerialTeam{}, a, b);
+                       for (int64_t b = b0; b < b1; ++b) {
+                         if (structure == kSpanLinearChain)
+                           chain_adjoint_item<S, T>(SerialTeam{}, a, b);
+                         else
+                           span_adjoint_item<S, T>(SerialTeam{}, a, b);
+                       }
                      });
                    })[0];
 }

@@ -18,11 +18,14 @@ template <class Acc> __device__ __forceinline__ Acc shfl_xor(const Acc& a, int m
   return r;
 }
 
-// Every lane ends with the merge of the warp's 32 accumulators.
-template <class Acc> __device__ __forceinline__ void warp_merge(Acc& a) {
+// Every lane ends with the merge of the accumulators of its aligned group of kLanes lanes (a power of 2).
+template <int kLanes, class Acc> __device__ __forceinline__ void lane_merge(Acc& a) {
 #pragma unroll
-  for (int mask = 16; mask > 0; mask >>= 1) a.merge(shfl_xor(a, mask));
+  for (int mask = kLanes / 2; mask > 0; mask >>= 1) a.merge(shfl_xor(a, mask));
 }
+
+// Every lane ends with the merge of the warp's 32 accumulators.
+template <class Acc> __device__ __forceinline__ void warp_merge(Acc& a) { lane_merge<32>(a); }
 
 }  // namespace cuda
 }  // namespace semiring_ops

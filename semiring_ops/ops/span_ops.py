@@ -4,8 +4,8 @@ csrc/span_dp.h):
     semiring_ops::span_inside(potentials, lengths, structure, semiring_id, multiroot) -> (total (B,), charts)
         the inside algorithm of a structure over spans (0: Eisner's projective dependency trees, potentials
         (B, N, N) arc scores; 1: CKY's binary span trees, potentials (B, N, N) label-summed span scores; 2:
-        semi-Markov segments, potentials (B, N - 1, D, C, C) edges, the linear chain when D = 2) in one launch,
-        under log, max or min; differentiable through ``total`` by span_adjoint
+        semi-Markov segments, potentials (B, N - 1, D, C, C) edges; 3: linear chains, potentials (B, N - 1, C, C)
+        edges) in one launch, under log, max or min; differentiable through ``total`` by span_adjoint
     semiring_ops::span_adjoint(potentials, lengths, structure, semiring_id, multiroot, charts, grad) -> dpotentials
         d sum_b grad[b] total[b] / d potentials in one launch (the outside pass, recomputing each span's sum);
         its own gradient (double backward) is computed by the structure's PyTorch dynamic program
@@ -20,15 +20,15 @@ from torch import Tensor
 
 from ..build.backends import backend_for
 
-__all__ = ["CKY", "EISNER", "SEMIMARKOV", "span_adjoint", "span_inside"]
+__all__ = ["CKY", "EISNER", "LINEARCHAIN", "SEMIMARKOV", "span_adjoint", "span_inside"]
 
-EISNER, CKY, SEMIMARKOV = 0, 1, 2
+EISNER, CKY, SEMIMARKOV, LINEARCHAIN = 0, 1, 2, 3
 
 
 def _chart_shape(potentials: Tensor, structure: int) -> tuple[int, int, int, int]:
     B, N = potentials.shape[0], potentials.shape[1]
-    if structure == SEMIMARKOV:
-        return (B, 1, N + 1, potentials.shape[3])
+    if structure in (SEMIMARKOV, LINEARCHAIN):  # edges (B, N - 1, ..., C): charts over N positions
+        return (B, 2 if structure == LINEARCHAIN else 1, N + 1, potentials.shape[-1])
     return (B, 4, N + 1, N + 1) if structure == EISNER else (B, 1, N, N)
 
 

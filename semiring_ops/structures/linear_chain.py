@@ -2,10 +2,10 @@
 
 Potentials ``edge`` (B, N - 1, C, C): edge[b, n, c, c'] scores label c at position n + 1 after label c' at
 position n. A structure of an item of length L is a label sequence z_0 .. z_{L-1}; its score is the semiring
-product of edge[b, n, z_{n+1}, z_n]. The semi-Markov structure with segments of length 1: under log, max and
-min the semi-Markov fused kernel runs it (the edges viewed as (B, N - 1, 2, C, C), no copy); other semirings of
-the compiled kernels use ``chain_sum`` (one semiring matrix product per step), and any other semiring the
-recursion written with its operations.
+product of edge[b, n, z_{n+1}, z_n]. Under log, max and min the span kernels run it (csrc/chain_dp.h: the
+forward and backward recursions side by side, each step's edges staged ahead; the gradient in one pass over the
+edges); other semirings of the compiled kernels use ``chain_sum`` (one semiring matrix product per step), and
+any other semiring the recursion written with its operations.
 """
 
 from __future__ import annotations
@@ -13,13 +13,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..ops.span_ops import SEMIMARKOV
+from ..ops.span_ops import LINEARCHAIN
 from ..semirings import Semiring
 from .base import Structure, check_lengths
 from .chain import chain_sum
 from .fused import span_fast_path, span_totals
 
 __all__ = ["LinearChain"]
+
+MAX_KERNEL_LABELS = 2048  # the CUDA kernel keeps two rows of C labels in shared memory
 
 
 class LinearChain(Structure):
@@ -35,8 +37,8 @@ class LinearChain(Structure):
             raise ValueError(f"LinearChain: edge must be (B, N - 1, C, C), got {got}")
         B, N1, C, _ = shape
         lengths = check_lengths(lengths, B, N1 + 1, edge.device, "LinearChain")
-        if span_fast_path(edge, S):  # segments of length 1: (B, N - 1, 2, C, C), length 0 never read
-            return span_totals(edge.unsqueeze(2).expand(B, N1, 2, C, C), lengths, SEMIMARKOV, S, False)
+        if span_fast_path(edge, S) and C <= MAX_KERNEL_LABELS:
+            return span_totals(edge, lengths, LINEARCHAIN, S, False)
         if S.kernel_id is not None and S.lead == 0:  # the four semirings of the compiled kernels
             start = S.ones((B, C), like=edge)
             return chain_sum(start, edge.transpose(-1, -2), None, lengths, S)  # the engine's [from, to]

@@ -262,3 +262,18 @@ def test_init_from_data_is_hmmlearns_rule(covariance_type):
     with pytest.raises(ValueError, match=r"X has shape \(1, 3\): initialising from data needs at least 2 samples"):
         emission.init_from_data(x[:1])
     emission.init_from_data(x[:1], params="c")  # one sample is enough for the covariances
+
+
+@pytest.mark.parametrize("n_symbols", [3, 20, 5000])
+def test_symbol_counts_equal_a_plain_index_add(device, n_symbols):
+    """CategoricalEmission.symbol_counts (on a GPU: the atomics spread over copies of the table) against one
+    float64 index_add; sizes from below one copy's worth of samples to many copies, symbols unused included."""
+    g = torch.Generator().manual_seed(n_symbols)
+    model = HMM(7, "categorical", n_symbols=n_symbols).to(device)
+    for n in (0, 5, 1500, 300_001):
+        x = torch.randint(0, max(1, n_symbols - 1), (n,), generator=g)  # the last symbol never occurs
+        w = torch.rand(n, 7, generator=g)
+        want = torch.zeros(7, n_symbols, dtype=torch.float64).index_add_(1, x, w.double().T)
+        got = model.emission.symbol_counts(x.to(device), w.to(device))
+        assert got.shape == (7, n_symbols) and got.is_contiguous()
+        torch.testing.assert_close(got.double().cpu(), want, rtol=1e-4, atol=1e-3)  # float32 sums of 1e5 terms

@@ -89,9 +89,8 @@ def emission_fields(emission: Emission | None) -> dict[str, float]:
 def emission_stats(emission: Emission, x: Tensor, weights: Tensor) -> list[Tensor]:
     """The sufficient statistics of the emission M-step from observations x (N, *event) and posteriors
     weights (N, C), as tensors to be summed across ranks."""
-    C = emission.n_states
     if isinstance(emission, CategoricalEmission):
-        return [weights.new_zeros(C, emission.n_symbols).index_add_(1, x, weights.T)]
+        return [emission.symbol_counts(x, weights)]
     if isinstance(emission, GaussianEmission):
         return list(emission.sufficient_stats(x, weights))
     raise NotImplementedError(

@@ -9,6 +9,9 @@ Workloads (points: x (N, D) random normal, fp32, seed --seed; never zeros):
                torch loop beside it: for 8192-row chunks, out[i:i+c].copy_(exp(-cdist(x[i:i+c], x)^2 /
                (2 s^2))) computed on the device with torch ops into another fresh torch.empty output (a
                synchronous copy into pageable memory: what a user writes by hand).
+               With --reuse-out, blocks.dense(K, out) is timed a second time into the same output, now
+               pre-faulted (NaN-filled before, so every cell must be written again): the row "dense
+               Gaussian, into a reused output", the engine without the first touch of its pages.
     2. pdist   blocks.pdist of D = sqrt(sum((Vi(x) - Vj(x))^2)) on the same points and device(s): the
                condensed n (n - 1) / 2 vector in scipy.spatial.distance.pdist's layout, only the upper
                triangle's blocks computed. Its time is compared with workload 1's (dense) time: the two
@@ -22,6 +25,8 @@ Bounds, measured in the same run (each a time for the workload's output bytes):
                  bound: devices behind one PCIe switch share it). "-" on the CPU.
     host write   bytes / the host's multi-threaded write bandwidth: dst.copy_(src) between two --bw-gb CPU
                  tensors, dst pre-touched (no page faults), wall clock, median of 5, torch's thread count.
+                 Printed beside it, not in the bound: the same with the dense writer's stream_copy (the CPU
+                 extension's streaming-store copy, blocks/writers.py).
     compute      the same plan's blocks computed by the workload's policy on its devices and discarded (no
                  copy-out), second of two passes: CUDA events on one GPU, else wall clock after synchronising
                  every device.
@@ -49,6 +54,7 @@ Reproduce:
     python benchmarks/blocks.py --devices cuda:0 cuda:1 --json blocks.json   # 2 x H200, matmul n = 200,000
     python benchmarks/blocks.py --sizes 50000 --matmul-n 50000       # quick, any GPU
     python benchmarks/blocks.py --device cpu                         # smoke test: N = 3,000, < 1 min on 2 cores
+    python benchmarks/blocks.py --reuse-out                          # + dense into a pre-faulted output
 """
 
 from __future__ import annotations
@@ -70,7 +76,7 @@ from pathlib import Path
 import torch
 
 from semiring_ops import blocks, semiring_matmul
-from semiring_ops.blocks import condensed_index, engine
+from semiring_ops.blocks import condensed_index, engine, writers
 from semiring_ops.blocks.engine import _compute_fitting, plan_for, resolve_devices
 from semiring_ops.blocks.policies import LazyDensePolicy, MatmulPolicy
 from semiring_ops.lazy import Vi, Vj
@@ -185,16 +191,26 @@ def d2h_gbps(dev: torch.device, nbytes: int, reps: int = 5) -> float:
     return n * 4 / (ms / 1e3) / 1e9
 
 
-def host_write_gbps(nbytes: int, reps: int = 5) -> float:
-    """The host's multi-threaded write bandwidth in GB/s: dst.copy_(src) into a pre-touched dst, wall clock."""
+def host_write_gbps(
+    nbytes: int, reps: int = 5, copy: Callable[[torch.Tensor, torch.Tensor], object] | None = None
+) -> float:
+    """The host's multi-threaded write bandwidth in GB/s: copy(dst, src) (default dst.copy_(src)) into a
+    pre-touched dst, wall clock."""
+    copy = copy or torch.Tensor.copy_
     n = nbytes // 4
     src = torch.randn(n)
     dst = torch.zeros(n)  # pre-touched: every page faulted in before timing
-    dst.copy_(src)
-    ms = statistics.median(timed_runs(lambda: dst.copy_(src), "cpu", reps))
+    copy(dst, src)
+    ms = statistics.median(timed_runs(lambda: copy(dst, src), "cpu", reps))
     src = dst = None
     free()
     return n * 4 / (ms / 1e3) / 1e9
+
+
+def stream_write_gbps(nbytes: int, reps: int = 5) -> float | None:
+    """host_write_gbps of the dense writer's stream_copy (streaming stores); None without the CPU kernels."""
+    stream_copy = writers.compiled_stream_copy()
+    return None if stream_copy is None else host_write_gbps(nbytes, reps, stream_copy)
 
 
 def compute_only_s(policy, grid, devs: Sequence[torch.device]) -> float:
@@ -321,7 +337,7 @@ def engine_note(devs: Sequence[torch.device]) -> dict:
     }
 
 
-def print_engine(e: dict) -> None:
+def print_engine(e: dict, touch: str = "first touch included") -> None:
     peak = (
         ""
         if e["peak_device_gb"] is None
@@ -331,13 +347,14 @@ def print_engine(e: dict) -> None:
     )
     print(
         f"  engine (blocks.last_run()): {e['blocks']} blocks; writer {e['write_s']:.2f} s "
-        f"({e['write_gbps']:.1f} GB/s, first touch included), waiting for device-to-host copies {e['wait_s']:.2f} s"
+        f"({e['write_gbps']:.1f} GB/s, {touch}), waiting for device-to-host copies {e['wait_s']:.2f} s"
         f"{peak}"
     )
 
 
-def run_dense(n, args, devs, loop_dev, d2h_sum, host_bw, gen, notes) -> tuple[dict, dict]:
-    """Workloads 1 and 2 at N = n on ``devs``: (dense row, pdist row)."""
+def run_dense(n, args, devs, loop_dev, d2h_sum, host_bw, gen, notes) -> list[dict]:
+    """Workloads 1 and 2 at N = n on ``devs``: [dense row, (with --reuse-out) the reused output's row, pdist
+    row]."""
     x = torch.randn(n, args.dim, generator=gen)
     s = args.sigma
     gb = n * n * 4 / 1e9
@@ -359,6 +376,7 @@ def run_dense(n, args, devs, loop_dev, d2h_sum, host_bw, gen, notes) -> tuple[di
         args.reps,
     )
     checks = [check_dense(out, x, s, args.checks, gen, "blocks.dense vs float64")]
+    reuse_row = run_reused(K, out, args, devs, grid, bounds, gen, x) if args.reuse_out else None
     del out
     free()
 
@@ -401,6 +419,8 @@ def run_dense(n, args, devs, loop_dev, d2h_sum, host_bw, gen, notes) -> tuple[di
         "checks": checks,
     }
     print_dense(dense_row, d2h_sum, host_bw)
+    if reuse_row is not None:
+        print_reused(reuse_row, ours, host_bw)
 
     # ---- 2. pdist
     Dk = euclid(x)
@@ -439,7 +459,37 @@ def run_dense(n, args, devs, loop_dev, d2h_sum, host_bw, gen, notes) -> tuple[di
         "checks": pchecks,
     }
     print_pdist(pdist_row, ours)
-    return dense_row, pdist_row
+    return [dense_row, pdist_row] if reuse_row is None else [dense_row, reuse_row, pdist_row]
+
+
+def run_reused(K, out: torch.Tensor, args, devs, grid, bounds: dict, gen, x: torch.Tensor) -> dict:
+    """Workload 1 again into ``out``, the first run's output (pre-faulted; NaN-filled so every cell is
+    written again): the engine's time without the first touch of the output's pages."""
+    out.fill_(float("nan"))
+    reused, _, engine_stats = median_wall(
+        lambda: blocks.dense(K, out, devices=devs, max_device_bytes=args.max_device_bytes, progress=args.progress),
+        devs,
+        args.reps,
+    )
+    n, gb = out.shape[0], out.numel() * 4 / 1e9
+    return {
+        "workload": "dense Gaussian, into a reused output",
+        "N": n,
+        "D": args.dim,
+        "devices": [str(d) for d in devs],
+        "blocks": len(grid.blocks),
+        "GB": gb,
+        "ours_s": reused,
+        "loop_s": None,
+        **bounds,
+        "x_faster": None,
+        "gbps": gb / reused,
+        "ours_x_bound": reused / bounds["bound_s"],
+        "target": "-",
+        "met": None,
+        "engine": engine_stats,
+        "checks": [check_dense(out, x, args.sigma, args.checks, gen, "blocks.dense (reused out) vs float64")],
+    }
 
 
 def scipy_subset(x: torch.Tensor, sub: int, devs) -> dict:
@@ -574,6 +624,21 @@ def print_dense(r: dict, d2h_sum, host_bw) -> None:
     _checks(r)
 
 
+def print_reused(r: dict, fresh_s: float, host_bw: float) -> None:
+    _side(
+        f"1b. dense Gaussian, into a reused output: N = {r['N']:,}, {r['GB']:.2f} GB (--reuse-out)",
+        [
+            ("host write bound", r["host_write_s"], host_bw, "bytes / pre-faulted copy_"),
+            ("bound (workload 1's)", r["bound_s"], r["GB"] / r["bound_s"], "max(compute, D2H, host write)"),
+            ("ours: blocks.dense (reused out)", r["ours_s"], r["gbps"], "pre-faulted: no first touch"),
+            ("ours: blocks.dense (fresh out)", fresh_s, r["GB"] / fresh_s, "workload 1, first touch included"),
+        ],
+    )
+    print(f"  ours / bound = {r['ours_x_bound']:.2f} (no target set)")
+    print_engine(r["engine"], "pre-faulted output")
+    _checks(r)
+
+
 def print_pdist(r: dict, dense_s: float) -> None:
     devs = ", ".join(r["devices"])
     _side(
@@ -610,16 +675,17 @@ HEADER = ("workload", "N", "GB", "ours s", "loop s", "x faster", "GB/s", "bound 
 WIDTHS = (16, 9, 8, 8, 8, 8, 7, 8, 10, 30, 14)
 
 
-def _line(cells) -> str:
+def _line(cells, widths=WIDTHS) -> str:
     return " ".join(
-        f"{c:<{w}s}" if i in (0, 9, 10) else f"{c:>{w}s}" for i, (c, w) in enumerate(zip(cells, WIDTHS, strict=True))
+        f"{c:<{w}s}" if i in (0, 9, 10) else f"{c:>{w}s}" for i, (c, w) in enumerate(zip(cells, widths, strict=True))
     )
 
 
 def summary(rows: list[dict]) -> None:
     print("\n== summary (times in s; GB = output bytes / 1e9; bound = max(compute, pinned D2H, host write)) ==")
-    print(_line(HEADER))
-    print("-" * len(_line(HEADER)))
+    widths = (max(WIDTHS[0], *(len(r["workload"]) for r in rows)), *WIDTHS[1:])
+    print(_line(HEADER, widths))
+    print("-" * len(_line(HEADER, widths)))
     for r in rows:
         met = "-" if r["met"] is None else ("met" if r["met"] else "MISSED")
         if r["workload"] == "dense gaussian" and not r["met"]:
@@ -639,7 +705,8 @@ def summary(rows: list[dict]) -> None:
                     f"{r['ours_x_bound']:.2f}",
                     r["target"] + (f" ({r['x_dense']:.2f}x)" if "x_dense" in r else ""),
                     met + ("" if checks_ok else " CHECK FAILED"),
-                )
+                ),
+                widths,
             )
         )
 
@@ -666,6 +733,9 @@ def main() -> None:
     )
     parser.add_argument("--matmul-k", type=int, default=64)
     parser.add_argument("--no-matmul", action="store_true", help="skip workload 3")
+    parser.add_argument(
+        "--reuse-out", action="store_true", help="time workload 1 again into its (now pre-faulted) output"
+    )
     parser.add_argument(
         "--cold-host", action="store_true", help="skip the host memory warm-up (warm_host_memory) on a GPU run"
     )
@@ -727,6 +797,7 @@ def main() -> None:
     # ---- machine bounds
     d2h = {str(d): d2h_gbps(d, bw_bytes) for d in devs} if gpu else {}
     host_bw = host_write_gbps(bw_bytes)
+    stream_bw = stream_write_gbps(bw_bytes)
     print(f"\n== machine bounds ({bw_bytes / 1e9:.2f} GB buffers, median of 5) ==")
     for d, v in d2h.items():
         print(f"  pinned D2H {d}: {v:.2f} GB/s (tensor.copy_(non_blocking=True) into pinned memory, CUDA events)")
@@ -736,6 +807,10 @@ def main() -> None:
         f"  host write: {host_bw:.2f} GB/s (copy_ into pre-touched memory, {torch.get_num_threads()} threads, "
         "wall clock)"
     )
+    if stream_bw is None:
+        print("  host write, stream_copy: - (the CPU kernels are not compiled)")
+    else:
+        print(f"  host write, stream_copy: {stream_bw:.2f} GB/s (the dense writer's streaming stores; not in bound)")
 
     def d2h_sum(ds) -> float | None:
         return sum(d2h[str(d)] for d in ds) if gpu else None
@@ -745,8 +820,7 @@ def main() -> None:
     rows: list[dict] = []
     for n in args.sizes or (GPU_SIZES if gpu else CPU_SIZES):
         n = fit_square(n, 4, "dense", notes)
-        dense_row, pdist_row = run_dense(n, args, dense_devs, dense_devs[0], d2h_sum(dense_devs), host_bw, gen, notes)
-        rows += [dense_row, pdist_row]
+        rows += run_dense(n, args, dense_devs, dense_devs[0], d2h_sum(dense_devs), host_bw, gen, notes)
     if not args.no_matmul:
         # matmul's margin adds the pinned staging of its blocks (two per GPU) and the transposed copy of b
         mn = fit_square(
@@ -770,6 +844,7 @@ def main() -> None:
             "host_available_gb": None if avail is None else avail / 1e9,
             "d2h_gbps": d2h,
             "host_write_gbps": host_bw,
+            "host_stream_write_gbps": stream_bw,
             "notes": notes,
             "date": date.today().isoformat(),
             "args": vars(args),

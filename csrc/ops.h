@@ -127,16 +127,33 @@ at::Tensor bmm_packed_select(const at::Tensor& a, const at::Tensor& b, bool is_m
 // block's cells on the other side of the diagonal are not written. One memcpy per row, rows in parallel.
 void condensed_scatter(at::Tensor& out, const at::Tensor& values, int64_t n, int64_t r0, int64_t c0, bool diagonal);
 
+// Host memory only (the CPU extension): dst = src, the block engine's dense write of a downloaded chunk into
+// its place out[r0:r1, c0:c1] of a row-major output (semiring_ops/blocks/writers.py).
+//   src: a contiguous CPU tensor; dst: a CPU tensor of src's shape and dtype (any dtype: bytes are copied)
+//   that is a block of rows: dims 1.. dense row-major (each dst[i] contiguous) with any row stride
+//   dst.stride(0) >= a row's elements, e.g. the (rows, cols[, D]) view of an (m, n[, D]) output; a dst of at
+//   most one dim must be contiguous; an empty dst may have any strides (nothing is written). dst and src must
+//   not overlap in memory.
+// Pieces of 256 KiB of src in parallel (at::parallel_for, torch's thread count); a copy of at least 1 MiB
+// uses non-temporal (streaming) stores where the build has AVX2 / AVX-512 (csrc/cpu/stream_store.h): the
+// destination is not read into the cache first, which on a many-core host writes memory faster than a
+// cached copy, and leaves dst out of the caches. Smaller copies, and builds without AVX2, are memcpy.
+// Anything else (another device, dtype or shape, a non-contiguous src, a dst that is not a block of rows,
+// overlapping memory) raises, naming the argument; callers fall back to dst.copy_(src) for other layouts.
+void stream_copy(at::Tensor& dst, const at::Tensor& src);
+
 // The inside algorithm over spans of one structure, for a batch of items of lengths 1..N, in one launch
-// (csrc/span_dp.h has the dynamic programs), in the semiring S of semiring_id (log, max or min):
+// (csrc/span_dp.h and chain_dp.h have the dynamic programs), in the semiring S of semiring_id (log, max or min):
 //   structure 0 (Eisner's projective dependency trees): potentials (B, N, N) arc scores [head, modifier], the
 //     root's arc into m on the diagonal; charts (B, 4, N + 1, N + 1) = C<-, C->, I<-, I-> by [start, end]
 //     over positions 0 (the root) .. N; total = C->[0, L] (multiroot) or the one-root-child sum;
 //   structure 1 (CKY's binary span trees): potentials (B, N, N) span scores [i, j] (labels already summed);
 //     charts (B, 1, N, N); total = beta[0, L - 1];
-//   structure 2 (semi-Markov segments; with D = 2 the linear chain): potentials (B, N - 1, D, C, C) edges
-//     [start, length, label, previous label] (D >= 2); charts (B, 1, N, C) = beta[end, label];
-//     total = (+)_c beta[L - 1, c].
+//   structure 2 (semi-Markov segments): potentials (B, N - 1, D, C, C) edges [start, length, label, previous
+//     label] (D >= 2); charts (B, 1, N, C) = beta[end, label]; total = (+)_c beta[L - 1, c];
+//   structure 3 (linear chains, csrc/chain_dp.h): potentials (B, N - 1, C, C) edges [position, label, previous
+//     label]; charts (B, 2, N, C) = alpha[position, label], then beta (log) or the selected previous labels
+//     (max / min); total = (+)_c alpha[L - 1, c].
 // potentials: float32 or float64, any strides; lengths (B,) int64 in 1..N on the same device (an item with a
 // length outside that range gets a NaN total and a zero gradient). Chart entries the program does not reach
 // (past an item's length, below the diagonal) are 0. Returns {total (B,), charts}.

@@ -1,13 +1,14 @@
 // semiring_ops::condensed_scatter (contract in ops.h): a block of a symmetric (n, n) output, computed densely,
 // written into the condensed vector of its pairs (scipy.spatial.distance.pdist's layout). Row i of the block
-// holds consecutive entries of the condensed vector, so the block is one memcpy per row, rows in parallel.
+// holds consecutive entries of the condensed vector, so the block is one copy per row, rows in parallel:
+// streaming stores for a block of at least kStreamMinBytes (stream_store.h, as stream_copy), else memcpy.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "ops.h"
+#include "stream_store.h"
 
 namespace semiring_ops {
 
@@ -30,6 +31,7 @@ void condensed_scatter(at::Tensor& out, const at::Tensor& values, int64_t n, int
               " values; n = ", n, " needs ", size, " cells of ", cell / values.element_size(), " values");
   char* dst = static_cast<char*>(out.data_ptr());
   const char* src = static_cast<const char*>(values.data_ptr());
+  const bool stream = kStreamingStores && values.numel() * values.element_size() >= kStreamMinBytes;
   // about 1 MiB of copies per task, so short rows are grouped
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 20) / std::max<int64_t>(cols * cell, 1));
   at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
@@ -38,9 +40,10 @@ void condensed_scatter(at::Tensor& out, const at::Tensor& values, int64_t n, int
       const int64_t j0 = std::max(c0, i + first);  // the row's first kept column
       if (j0 >= c0 + cols) continue;
       const int64_t row_start = diagonal ? n * i - i * (i - 1) / 2 : n * i - i * (i + 1) / 2;
-      std::memcpy(dst + (row_start + j0 - i - first) * cell, src + (li * cols + (j0 - c0)) * cell,
-                  (c0 + cols - j0) * cell);
+      copy_run(dst + (row_start + j0 - i - first) * cell, src + (li * cols + (j0 - c0)) * cell,
+               (c0 + cols - j0) * cell, stream);
     }
+    if (stream) stream_fence();
   });
 }
 

@@ -6,12 +6,14 @@ side of the diagonal), so blocks written by several workers at once never touch 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from ..build.backends import backend_for
 from .scheduler import Block, row_start
 
-__all__ = ["CondensedWriter", "DenseWriter", "compiled_condensed_scatter"]
+__all__ = ["CondensedWriter", "DenseWriter", "compiled_condensed_scatter", "compiled_stream_copy", "is_row_block"]
 
 
 def compiled_condensed_scatter():
@@ -20,16 +22,55 @@ def compiled_condensed_scatter():
     return getattr(backend_for(torch.device("cpu")).module, "condensed_scatter", None)
 
 
+def compiled_stream_copy() -> Callable[[torch.Tensor, torch.Tensor], None] | None:
+    """The CPU extension's ``stream_copy(dst, src)`` (csrc/ops.h: dst = src for dst a block of rows, src
+    contiguous, streaming stores from 1 MiB), or None when the CPU kernels are not compiled (the PyTorch
+    reference backend)."""
+    return getattr(backend_for(torch.device("cpu")).module, "stream_copy", None)
+
+
+def is_row_block(t: torch.Tensor) -> bool:
+    """Whether ``t`` (rows, ...) is what ``stream_copy`` writes: each ``t[i]`` contiguous (dims 1.. dense,
+    row-major) and rows not overlapping (any row stride of at least a row's elements); with at most one dim,
+    contiguous; empty, whatever its strides. E.g. ``out[r0:r1, c0:c1]`` of a contiguous (m, n[, D]) ``out``."""
+    if t.numel() == 0:
+        return True
+    if t.dim() <= 1:
+        return t.is_contiguous()
+    expected = 1
+    for size, stride in zip(reversed(t.shape[1:]), reversed(t.stride()[1:]), strict=True):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return t.shape[0] <= 1 or t.stride(0) >= expected
+
+
 class DenseWriter:
-    """Into ``out`` (m, n) or (m, n, D): ``out[r0:r1, c0:c1] = values`` (torch's copy, multi-threaded for
-    large blocks; the first touch of a fresh output's pages happens here, in parallel)."""
+    """Into ``out`` (m, n) or (m, n, D): ``out[r0:r1, c0:c1] = values``, by the CPU extension's
+    ``stream_copy`` (pieces in parallel, non-temporal stores for a block of at least 1 MiB:
+    csrc/cpu/stream_copy_cpu.cpp) when the block's view of ``out`` is a block of rows (``out``'s rows
+    contiguous) and ``values`` is a contiguous host tensor; otherwise, or without a compiled CPU backend,
+    torch's ``copy_`` (multi-threaded for large blocks). The first touch of a fresh output's pages happens
+    here, in parallel."""
 
     def __init__(self, out: torch.Tensor) -> None:
         self.out = out
+        self._stream_copy = compiled_stream_copy()
 
     def write(self, block: Block, values: torch.Tensor) -> None:
         view = self.out[block.r0 : block.r1, block.c0 : block.c1]
-        view.copy_(values.reshape(view.shape))
+        values = values.reshape(view.shape)
+        if (
+            self._stream_copy is not None
+            and values.device.type == "cpu"
+            and view.device.type == "cpu"
+            and values.dtype == view.dtype
+            and values.is_contiguous()
+            and is_row_block(view)
+        ):
+            self._stream_copy(view, values)
+        else:
+            view.copy_(values)
 
 
 class CondensedWriter:
@@ -37,7 +78,8 @@ class CondensedWriter:
     row-major (with ``diagonal``: i <= j, each row's diagonal entry first). Blocks come from an upper-triangle
     plan: a block's row i holds the consecutive entries of pairs (i, j), j in [max(c0, i + 1), c1) (from i
     with the diagonal), so a block is one copy per row: the CPU extension's ``condensed_scatter`` (rows in
-    parallel, csrc/cpu/condensed_scatter_cpu.cpp); without a compiled CPU backend, one ``index_copy_`` of
+    parallel, streaming stores for a block of at least 1 MiB as ``stream_copy``,
+    csrc/cpu/condensed_scatter_cpu.cpp); without a compiled CPU backend, one ``index_copy_`` of
     the block's cells to their condensed positions (a block crossing the diagonal keeps only its side's)."""
 
     def __init__(self, out: torch.Tensor, n: int, diagonal: bool) -> None:

@@ -72,6 +72,7 @@ CPU_EXTENSION = ExtensionSpec(
         "cpu/chain_cpu.cpp",
         "cpu/sequence_cpu.cpp",
         "cpu/condensed_scatter_cpu.cpp",
+        "cpu/stream_copy_cpu.cpp",
         "cpu/span_cpu.cpp",
     ),
     # -fopenmp: at::parallel_for runs threads only in files built with it (resolves to torch's libgomp);

@@ -148,8 +148,8 @@ SR_HD void chain_inside_item(const Team& team, const SpanArgs<T>& a, int64_t b, 
   }
 }
 
-// One item's backward into dedge (contiguous (N - 1, C, C), zeroed): the marginals times G (log), or G on the
-// best path's edges (max / min); the cells or steps are dealt over every member of every team (no barrier).
+// One item's backward into dedge (contiguous (N - 1, C, C), zeroed): the marginals times G (log: a team a step),
+// or G on the best path's edges (max / min: the steps dealt over every member); no barrier.
 // Nothing when G is 0 or the total is the semiring's zero (no structure: no gradient).
 template <class S, class T, class Team> SR_HD void chain_adjoint_item(const Team& team, const SpanArgs<T>& a, int64_t b) {
   const int64_t L = a.lengths[b], C = a.C;
@@ -160,17 +160,27 @@ template <class S, class T, class Team> SR_HD void chain_adjoint_item(const Team
   const T G = a.grad[b * a.gs0];
   const T z = span_reduce<S, T, false>(team, 0, C, [&](int64_t c) { return alpha[(L - 1) * C + c]; }).result();
   if (G == T(0) || z == S::template zero<T>()) return;
-  const int64_t first = int64_t(team.group()) * team.size() + team.rank(), step = int64_t(team.groups()) * team.size();
   if constexpr (S::kSelects) {
-    for (int64_t n = first; n + 1 < L; n += step)
+    const int64_t first = int64_t(team.group()) * team.size() + team.rank();
+    for (int64_t n = first, step = int64_t(team.groups()) * team.size(); n + 1 < L; n += step)
       dedge[(n * C + int64_t(second[(n + 1) * C])) * C + int64_t(second[n * C])] = G;
   } else {
+    // Each step's marginals sum to 1; computed from alpha, beta and Z, whose rounding differs, they do not
+    // quite, so each step is normalised by its own sum (a team a step): the marginals stay as consistent as a
+    // step-by-step softmax (what autograd of the recursion gives), which entropies and KLs, differences of
+    // expected scores, need in float32.
     const ChainEdges<T> edge = chain_edges_of(a, b);
-    const int64_t cells = (L - 1) * C * C;
-    for (int64_t i = first; i < cells; i += step) {
-      const int64_t n = i / (C * C), c = (i / C) % C, cp = i % C;
-      const T term = alpha[n * C + cp] + edge(n, c, cp) + second[(n + 1) * C + c];
-      dedge[i] = G * fast_exp2((term - z) * T(kLog2e));
+    const int64_t cells = C * C;
+    auto marginal = [&](int64_t n, int64_t k) {
+      const int64_t c = k / C, cp = k - c * C;
+      return fast_exp2(((alpha[n * C + cp] - z) + second[(n + 1) * C + c] + edge(n, c, cp)) * T(kLog2e));
+    };
+    for (int64_t n = team.group(); n + 1 < L; n += team.groups()) {
+      SumAccumulator<T> sum;
+      sum.init();
+      for (int64_t k = team.rank(); k < cells; k += team.size()) sum.add(marginal(n, k), 0);
+      const T scale = G / team.all_reduce(sum).result();
+      for (int64_t k = team.rank(); k < cells; k += team.size()) dedge[n * cells + k] = marginal(n, k) * scale;
     }
   }
 }

@@ -148,9 +148,8 @@ constexpr size_t kMaxStagedBytes = 160 * 1024;
 template <class S, class T> void launch_chain(bool adjoint, const SpanArgs<T>& a, int64_t B) {
   const auto stream = at::cuda::getCurrentCUDAStream();
   const int64_t C = a.C;
-  if (adjoint) {  // log: the cells of an item over up to 64 blocks; max / min: its steps over one block
-    const int64_t cells = (a.N - 1) * C * C;
-    const unsigned y = S::kSelects ? 1u : unsigned(std::min<int64_t>(64, std::max<int64_t>(1, cells / 4096)));
+  if (adjoint) {  // log: a warp a step, an item's steps over up to 64 blocks of 8; max / min: one block an item
+    const unsigned y = S::kSelects ? 1u : unsigned(std::min<int64_t>(64, std::max<int64_t>(1, (a.N - 1 + 7) / 8)));
     chain_adjoint_kernel<S, T><<<dim3(unsigned(B), y), 256, 0, stream>>>(a);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return;

@@ -84,6 +84,10 @@ class Structure:
         """d sum_b logpartition_b / d potentials, differentiable again when grad mode is on and the potentials
         require it (a loss on marginals trains through them)."""
         create = torch.is_grad_enabled() and potentials.requires_grad
+        if not create:
+            direct = self._fused_gradient(potentials, lengths, semiring)
+            if direct is not None:
+                return direct
         leaf = potentials if create else potentials.detach().requires_grad_()
         with torch.enable_grad():
             total = self.logpartition(leaf, lengths, semiring)
@@ -91,6 +95,12 @@ class Structure:
                 return torch.zeros_like(potentials)
             (grad,) = torch.autograd.grad(total.sum(), leaf, create_graph=create, allow_unused=True)
         return torch.zeros_like(potentials) if grad is None else grad
+
+    def _fused_gradient(self, potentials: Tensor, lengths: Tensor | None, semiring: type[Semiring]) -> Tensor | None:
+        """_grad's value by a fused kernel's forward and backward called in turn, with no autograd graph (the
+        engine's bookkeeping costs more than the kernels at small sizes), for structures whose kernel reads the
+        potentials as they are; None (the default): not here, autograd."""
+        return None
 
     def marginals(self, potentials: Tensor, lengths: Tensor | None = None) -> Tensor:
         """Each part's probability under the Gibbs distribution, in the potentials' layout."""

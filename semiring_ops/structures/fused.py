@@ -20,7 +20,7 @@ from torch import Tensor
 from ..build.backends import backend_for
 from ..semirings import LogSemiring, MaxSemiring, MinSemiring, Semiring
 
-__all__ = ["generic_only", "generic_totals", "span_fast_path"]
+__all__ = ["generic_only", "generic_totals", "span_fast_path", "span_gradient", "span_totals"]
 
 _state = threading.local()
 _SPAN_SEMIRINGS = (LogSemiring, MaxSemiring, MinSemiring)
@@ -60,6 +60,20 @@ def span_totals(
     if potentials.dtype not in (torch.float32, torch.float64):
         potentials = potentials.float()
     return span_inside(potentials, lengths, structure, semiring.kernel_id, multiroot)[0]
+
+
+def span_gradient(
+    potentials: Tensor, lengths: Tensor, structure: int, semiring: type[Semiring], multiroot: bool
+) -> Tensor:
+    """d sum_b total_b / d potentials (the potentials' shape and dtype) by span_inside then span_adjoint, with no
+    autograd graph (16-bit potentials computed in float32, the gradient cast back)."""
+    from ..ops.span_ops import span_adjoint, span_inside
+
+    p = potentials if potentials.dtype in (torch.float32, torch.float64) else potentials.float()
+    with torch.no_grad():
+        total, charts = span_inside(p, lengths, structure, semiring.kernel_id, multiroot)
+        grad = span_adjoint(p, lengths, structure, semiring.kernel_id, multiroot, charts, torch.ones_like(total))
+    return grad.to(potentials.dtype)
 
 
 def generic_totals(potentials: Tensor, lengths: Tensor, structure: int, semiring_id: int, multiroot: bool) -> Tensor:

@@ -17,7 +17,7 @@ from ..ops.span_ops import LINEARCHAIN
 from ..semirings import Semiring
 from .base import Structure, check_lengths
 from .chain import chain_sum
-from .fused import span_fast_path, span_totals
+from .fused import span_fast_path, span_gradient, span_totals
 
 __all__ = ["LinearChain"]
 
@@ -29,15 +29,30 @@ class LinearChain(Structure):
 
     name = "linear chain"
 
-    def logpartition(self, edge: Tensor, lengths: Tensor | None, semiring: type[Semiring]) -> Tensor:
-        S = semiring
-        shape = tuple(edge.shape[S.lead :]) if isinstance(edge, Tensor) else None
+    @staticmethod
+    def check(edge: Tensor, lengths: Tensor | None, lead: int = 0) -> tuple[int, int, int, Tensor]:
+        """(B, N, C, lengths (B,) int64 on edge's device), or ValueError naming the argument; ``lead``: the
+        semiring value's leading dims, skipped."""
+        shape = tuple(edge.shape[lead:]) if isinstance(edge, Tensor) else None
         if shape is None or len(shape) != 4 or shape[2] != shape[3]:
             got = shape if isinstance(edge, Tensor) else type(edge).__name__
             raise ValueError(f"LinearChain: edge must be (B, N - 1, C, C), got {got}")
         B, N1, C, _ = shape
-        lengths = check_lengths(lengths, B, N1 + 1, edge.device, "LinearChain")
-        if span_fast_path(edge, S) and C <= MAX_KERNEL_LABELS:
+        return B, N1 + 1, C, check_lengths(lengths, B, N1 + 1, edge.device, "LinearChain")
+
+    @staticmethod
+    def _fused(edge: Tensor, semiring: type[Semiring]) -> bool:
+        return span_fast_path(edge, semiring) and edge.shape[-1] <= MAX_KERNEL_LABELS
+
+    def _fused_gradient(self, edge: Tensor, lengths: Tensor | None, semiring: type[Semiring]) -> Tensor | None:
+        lengths = self.check(edge, lengths, semiring.lead)[-1]
+        return span_gradient(edge, lengths, LINEARCHAIN, semiring, False) if self._fused(edge, semiring) else None
+
+    def logpartition(self, edge: Tensor, lengths: Tensor | None, semiring: type[Semiring]) -> Tensor:
+        S = semiring
+        B, N, C, lengths = self.check(edge, lengths, S.lead)
+        N1 = N - 1
+        if self._fused(edge, S):
             return span_totals(edge, lengths, LINEARCHAIN, S, False)
         if S.kernel_id is not None and S.lead == 0:  # the four semirings of the compiled kernels
             start = S.ones((B, C), like=edge)

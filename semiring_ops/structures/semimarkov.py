@@ -20,7 +20,7 @@ from torch import Tensor
 from ..ops.span_ops import SEMIMARKOV
 from ..semirings import Semiring
 from .base import Structure, check_lengths
-from .fused import span_fast_path, span_totals
+from .fused import span_fast_path, span_gradient, span_totals
 
 __all__ = ["SemiMarkov"]
 
@@ -43,6 +43,10 @@ class SemiMarkov(Structure):
         if K < 2:
             raise ValueError(f"SemiMarkov: edge's K = {K}: segments need K >= 2 (lengths 1 .. K - 1)")
         return B, N, K, C, check_lengths(lengths, B, N, edge.device, "SemiMarkov")
+
+    def _fused_gradient(self, edge: Tensor, lengths: Tensor | None, semiring: type[Semiring]) -> Tensor | None:
+        lengths = self.check(edge, lengths, semiring.lead)[-1]
+        return span_gradient(edge, lengths, SEMIMARKOV, semiring, False) if span_fast_path(edge, semiring) else None
 
     def logpartition(self, edge: Tensor, lengths: Tensor | None, semiring: type[Semiring]) -> Tensor:
         S = semiring

@@ -7,7 +7,6 @@
 // lanes a label up to 64 labels (else a warp), the rows in shared memory and the tiles of edges staged there up to
 // 3 steps ahead by asynchronous copies; its backward is one pass over the cells (log) or the path's steps.
 #include <ATen/ATen.h>
-#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_pipeline.h>
@@ -156,7 +155,10 @@ template <class S, class T> void launch_chain(bool adjoint, const SpanArgs<T>& a
   }
   const dim3 grid(unsigned(B), S::kSelects ? 1u : 2u);
   const int64_t tile = C * (C + 1);  // one staged step, padded
-  const size_t budget = std::min(kMaxStagedBytes, size_t(at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin));
+  int device = 0, optin = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  const size_t budget = std::min(kMaxStagedBytes, size_t(optin));
   const int stages = int(std::min<int64_t>(4, int64_t(budget / sizeof(T) - 2 * C) / tile));
   if (stages >= 2 && C <= 64) {  // 8 lanes a label: C x 8 threads
     const int threads = int((C * 8 + 31) / 32 * 32);

@@ -90,6 +90,19 @@ def test_float32_and_16_bit_inputs(device, name):
     torch.testing.assert_close(half.double(), want, rtol=1e-2, atol=0.1)
 
 
+@pytest.mark.parametrize("name", ["semi-Markov", "linear chain"])  # marginals / argmax without autograd
+def test_marginals_and_argmax_of_16_bit_inputs(device, name):
+    structure, make = STRUCTURES[name]
+    g = torch.Generator().manual_seed(4)
+    pot = make(3, 19, g).to(device)
+    lengths = torch.tensor([19, 7, 1], device=device)
+    half = pot.bfloat16()
+    for op, tol in ((structure.marginals, 2e-2), (structure.argmax, 0)):
+        got = op(half, lengths)
+        assert got.dtype == torch.bfloat16 and got.shape == pot.shape
+        torch.testing.assert_close(got.float(), op(half.float(), lengths), rtol=tol, atol=tol)
+
+
 @pytest.mark.parametrize("name", list(STRUCTURES))
 def test_strided_potentials(device, name):
     structure, make = STRUCTURES[name]

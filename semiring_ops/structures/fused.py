@@ -51,15 +51,18 @@ def span_fast_path(potentials: Tensor, semiring: type[Semiring]) -> bool:
     return _kernels_for(potentials.device) is not None
 
 
+def _in_kernel_dtype(potentials: Tensor) -> Tensor:
+    """The potentials as the span kernels take them: float32 and float64 as they are, 16-bit ones in float32."""
+    return potentials if potentials.dtype in (torch.float32, torch.float64) else potentials.float()
+
+
 def span_totals(
     potentials: Tensor, lengths: Tensor, structure: int, semiring: type[Semiring], multiroot: bool
 ) -> Tensor:
     """The span kernel's totals (B,) (16-bit potentials computed in float32)."""
     from ..ops.span_ops import span_inside
 
-    if potentials.dtype not in (torch.float32, torch.float64):
-        potentials = potentials.float()
-    return span_inside(potentials, lengths, structure, semiring.kernel_id, multiroot)[0]
+    return span_inside(_in_kernel_dtype(potentials), lengths, structure, semiring.kernel_id, multiroot)[0]
 
 
 def span_gradient(
@@ -69,7 +72,7 @@ def span_gradient(
     autograd graph (16-bit potentials computed in float32, the gradient cast back)."""
     from ..ops.span_ops import span_adjoint, span_inside
 
-    p = potentials if potentials.dtype in (torch.float32, torch.float64) else potentials.float()
+    p = _in_kernel_dtype(potentials)
     with torch.no_grad():
         total, charts = span_inside(p, lengths, structure, semiring.kernel_id, multiroot)
         grad = span_adjoint(p, lengths, structure, semiring.kernel_id, multiroot, charts, torch.ones_like(total))

@@ -204,11 +204,12 @@ def sequence(light: bool) -> None:
 
 def span(light: bool) -> None:
     """The span kernels (Eisner's, CKY's and the semi-Markov inside and adjoint; the linear chain's passes with
-    staged tiles at 5 and 33 labels (8 lanes a label), 100 (a warp a label) and tiles read in place at 150)
-    under log, max and min, float32 and float64, mixed lengths straddling the warp width, one-root and
+    staged tiles at 5 and 33 labels (8 lanes a label), 100 (a warp a label) and tiles read in place at 150;
+    the alignment's, global and local, with a second sequence longer and shorter than the first: 64 and 32
+    threads) under log, max and min, float32 and float64, mixed lengths straddling the warp width, one-root and
     multi-root, against the PyTorch programs."""
     from semiring_ops.semirings import LogSemiring, MaxSemiring, MinSemiring
-    from semiring_ops.structures import CKYTree, DependencyTree, LinearChain, SemiMarkov
+    from semiring_ops.structures import Alignment, CKYTree, DependencyTree, LinearChain, SemiMarkov
     from semiring_ops.structures.fused import generic_only
 
     B, N = (3, 37) if light else (4, 45)
@@ -218,12 +219,14 @@ def span(light: bool) -> None:
         span_scores = torch.randn(B, N, N, 3, device="cuda", dtype=dtype)
         edge = torch.randn(B, N - 1, 5, 9, 9, device="cuda", dtype=dtype)
         chains = [torch.randn(B, N - 1, C, C, device="cuda", dtype=dtype) for C in (5, 33, 100, 150)]
+        matches = [torch.randn(B, N, M, 3, device="cuda", dtype=dtype) for M in (N + 20, 7)]
         for structure, pot in (
             (DependencyTree(True), arc),
             (DependencyTree(False), arc),
             (CKYTree(), span_scores),
             (SemiMarkov(), edge),
             *((LinearChain(), chain) for chain in chains),
+            *((Alignment(local), match) for match in matches for local in (False, True)),
         ):
             for semiring in (LogSemiring, MaxSemiring, MinSemiring):
                 p = pot.clone().requires_grad_()

@@ -34,7 +34,7 @@ CASES = {
     "semi-Markov": (SemiMarkov(), "SemiMarkov", [(32, 127, 8, 16, 16), (32, 255, 16, 32, 32)], [(4, 31, 4, 4, 4)]),
     "dependency": (DependencyTree(), "DepTree", [(32, 40, 40), (32, 100, 100)], [(4, 12, 12)]),
     "CKY": (CKYTree(), "CKY_CRF", [(16, 30, 30, 30), (16, 60, 60, 30)], [(4, 10, 10, 4)]),
-    "alignment": (Alignment(), "Alignment", [(32, 100, 100, 3)], [(4, 12, 12, 3)]),
+    "alignment": (Alignment(), "Alignment", [(32, 100, 100, 3), (32, 400, 400, 3)], [(4, 12, 12, 3)]),
     "linear chain": (LinearChain(), "LinearChain", [(32, 127, 32, 32), (32, 255, 128, 128)], [(4, 31, 8, 8)]),
 }
 

@@ -27,6 +27,7 @@ constexpr int64_t kSpanEisner = 0;  // projective dependency trees: 4 charts ove
 constexpr int64_t kSpanCky = 1;     // binary span trees: 1 chart over N positions
 constexpr int64_t kSpanSemiMarkov = 2;  // labelled segments: 1 chart (N, C), positions x labels
 constexpr int64_t kSpanLinearChain = 3;  // label sequences: 2 charts (N, C) (chain_dp.h)
+constexpr int64_t kSpanAlignment = 4;  // monotone alignments: 1 chart (N, M + 1) (alignment_dp.h)
 
 template <class T> struct SpanChart {
   T* data;
@@ -310,10 +311,11 @@ template <class T> struct SpanArgs {
   int64_t ps0, ps1, ps2, ps3, ps4;
   const int64_t* lengths;
   int64_t N, P, K;  // the structure's N (positions of an item), chart positions, charts per item
-  int64_t D, C;     // semi-Markov: segment lengths below D, C labels (charts (N, C), P = N); linear chain: C
+  int64_t D, C;     // semi-Markov: segment lengths below D, C labels (charts (N, C), P = N); linear chain: C;
+                    // alignment: C = M, the second sequence's length
   int64_t structure;
-  bool multiroot;
-  T* charts;        // (B, K, P, P); semi-Markov (B, 1, N, C), linear chain (B, 2, N, C)
+  bool multiroot;   // Eisner: several root children; alignment: local (start and end anywhere)
+  T* charts;        // (B, K, P, P); semi-Markov (B, 1, N, C), linear chain (B, 2, N, C), alignment (B, 1, N, M + 1)
   T* total;         // (B,)            span_inside
   T* dcharts;       // (B, K, P, P), zeroed: span_adjoint
   T* dpot;          // (B, N, N), zeroed

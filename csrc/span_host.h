@@ -10,6 +10,7 @@
 
 #include "checks.h"
 #include "semiring.h"
+#include "alignment_dp.h"
 #include "chain_dp.h"
 #include "span_dp.h"
 
@@ -18,6 +19,7 @@ namespace semiring_ops {
 inline int64_t span_charts(int64_t structure) {
   return structure == kSpanEisner ? 4 : structure == kSpanLinearChain ? 2 : 1;
 }
+// (kSpanAlignment: match potentials (B, N, M, 3), charts (B, 1, N, M + 1).)
 // Structures whose potentials are (B, N - 1, ...) edges between positions, with charts (B, K, N, C).
 inline bool span_over_edges(int64_t structure) {
   return structure == kSpanSemiMarkov || structure == kSpanLinearChain;
@@ -30,14 +32,19 @@ inline int64_t span_length(int64_t structure, const at::Tensor& pot) {
 // The charts of one batch: (B, K, P, P), or (B, K, N, C) for edges.
 inline std::vector<int64_t> span_chart_shape(int64_t structure, const at::Tensor& pot) {
   const int64_t B = pot.size(0), N = span_length(structure, pot);
+  if (structure == kSpanAlignment) return {B, 1, N, pot.size(2) + 1};
   if (span_over_edges(structure)) return {B, span_charts(structure), N, pot.size(-1)};
   const int64_t P = span_positions(structure, N);
   return {B, span_charts(structure), P, P};
 }
 
 inline void check_span_args(const char* who, const at::Tensor& pot, const at::Tensor& lengths, int64_t structure) {
-  TORCH_CHECK(structure >= kSpanEisner && structure <= kSpanLinearChain, who, ": unknown structure id ", structure);
-  if (structure == kSpanLinearChain) {
+  TORCH_CHECK(structure >= kSpanEisner && structure <= kSpanAlignment, who, ": unknown structure id ", structure);
+  if (structure == kSpanAlignment) {
+    TORCH_CHECK(pot.dim() == 4 && pot.size(3) == 3 && pot.size(1) >= 1 && pot.size(2) >= 1, who,
+                ": alignment match potentials must be (B, N, M, 3) with N, M >= 1, got ", describe(pot));
+    TORCH_CHECK(pot.size(2) < (int64_t(1) << 15), who, ": M must be below 32768, got potentials ", describe(pot));
+  } else if (structure == kSpanLinearChain) {
     TORCH_CHECK(pot.dim() == 4 && pot.size(2) == pot.size(3) && pot.size(2) >= 1, who,
                 ": linear-chain edges must be (B, N - 1, C, C) with C >= 1, got ", describe(pot));
   } else if (structure == kSpanSemiMarkov) {
@@ -103,7 +110,7 @@ std::vector<at::Tensor> span_host(const char* who, const at::Tensor& pot, const 
     a.pot = pot.data_ptr<T>();
     a.ps0 = pot.stride(0), a.ps1 = pot.stride(1), a.ps2 = pot.stride(2);
     if (structure == kSpanSemiMarkov) a.ps3 = pot.stride(3), a.ps4 = pot.stride(4), a.D = pot.size(2), a.C = pot.size(3);
-    if (structure == kSpanLinearChain) a.ps3 = pot.stride(3), a.C = pot.size(2);
+    if (structure == kSpanLinearChain || structure == kSpanAlignment) a.ps3 = pot.stride(3), a.C = pot.size(2);
     a.lengths = lengths.data_ptr<int64_t>();
     a.N = N, a.P = P, a.K = K, a.structure = structure, a.multiroot = multiroot;
     a.charts = charts.data_ptr<T>();

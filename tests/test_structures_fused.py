@@ -1,7 +1,8 @@
 """The fused span kernels (csrc/span_dp.h: Eisner's, CKY's and the semi-Markov inside algorithms and their
-adjoints; csrc/chain_dp.h: the linear chain's, through ops/span_ops.py and structures/fused.py) against the
-structures' PyTorch dynamic programs (themselves checked against enumeration in test_structures_dependency.py /
-_cky.py / _semimarkov.py / _linear_chain.py, which run the kernels too): totals and gradients under log, max
+adjoints; csrc/chain_dp.h: the linear chain's; csrc/alignment_dp.h: the alignment's, through ops/span_ops.py and
+structures/fused.py) against the structures' PyTorch dynamic programs (themselves checked against enumeration in
+test_structures_dependency.py / _cky.py / _semimarkov.py / _linear_chain.py / _alignment.py, which run the
+kernels too): totals and gradients under log, max
 and min, lengths, -inf potentials, strided and 16-bit inputs, gradcheck and gradgradcheck,
 torch.library.opcheck, on the CPU and CUDA."""
 
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 from semiring_ops.build import backends
 from semiring_ops.ops import span_ops
 from semiring_ops.semirings import LogSemiring, MaxSemiring, MinSemiring
-from semiring_ops.structures import CKYTree, DependencyTree, LinearChain, SemiMarkov
+from semiring_ops.structures import Alignment, CKYTree, DependencyTree, LinearChain, SemiMarkov
 from semiring_ops.structures.fused import generic_only, span_fast_path
 
 SEMIRINGS = [LogSemiring, MaxSemiring, MinSemiring]
@@ -29,6 +30,11 @@ STRUCTURES = {
     "linear chain": (LinearChain(), lambda B, N, g: torch.randn(B, max(N - 1, 0), 5, 5, generator=g)),
     # more labels than a 256-thread block has warps: the 1024-thread launch, labels dealt twice over its warps
     "linear chain, 37 labels": (LinearChain(), lambda B, N, g: torch.randn(B, max(N - 1, 0), 37, 37, generator=g)),
+    # a second sequence shorter than the first (rows past it and the band's edges inside the grid)
+    "alignment": (Alignment(), lambda B, N, g: torch.randn(B, N, N // 2 + 1, 3, generator=g)),
+    "alignment, local": (Alignment(local=True), lambda B, N, g: torch.randn(B, N, N // 2 + 1, 3, generator=g)),
+    "alignment, banded": (Alignment(max_gap=2), lambda B, N, g: torch.randn(B, N, N, 3, generator=g)),
+    "alignment, local banded": (Alignment(True, 1), lambda B, N, g: torch.randn(B, N, N + 2, 3, generator=g)),
 }
 
 
@@ -155,14 +161,18 @@ def test_gradcheck_and_gradgradcheck(device, name):
     torch.autograd.gradgradcheck(total, (pot,))
 
 
-@pytest.mark.parametrize("structure_id", [span_ops.EISNER, span_ops.CKY, span_ops.SEMIMARKOV, span_ops.LINEARCHAIN])
+@pytest.mark.parametrize(
+    "structure_id", [span_ops.EISNER, span_ops.CKY, span_ops.SEMIMARKOV, span_ops.LINEARCHAIN, span_ops.ALIGNMENT]
+)
 @pytest.mark.parametrize("semiring", SEMIRINGS, ids=lambda s: s.name)
-def test_opcheck(device, structure_id, semiring):
+@pytest.mark.parametrize("flag", [False, True])
+def test_opcheck(device, structure_id, semiring, flag):
     g = torch.Generator().manual_seed(2)
-    shape = {span_ops.SEMIMARKOV: (3, 6, 3, 2, 2), span_ops.LINEARCHAIN: (3, 6, 4, 4)}.get(structure_id, (3, 7, 7))
-    pot = torch.randn(shape, generator=g, dtype=torch.float64).to(device).requires_grad_()
+    shapes = {span_ops.SEMIMARKOV: (3, 6, 3, 2, 2), span_ops.LINEARCHAIN: (3, 6, 4, 4), span_ops.ALIGNMENT: (3, 7, 5, 3)}
+    pot = torch.randn(shapes.get(structure_id, (3, 7, 7)), generator=g, dtype=torch.float64)
+    pot = pot.to(device).requires_grad_()
     lengths = torch.tensor([7, 3, 5], device=device)
-    args = (pot, lengths, structure_id, semiring.kernel_id, False)
+    args = (pot, lengths, structure_id, semiring.kernel_id, flag)
     torch.library.opcheck(span_ops.span_inside, args)
     _, charts = span_ops.span_inside(*args)
     grad = torch.rand(3, dtype=torch.float64, device=device)
@@ -183,8 +193,10 @@ def test_bad_arguments_raise(device):
         span_ops.span_inside(edge, lengths, span_ops.SEMIMARKOV, LogSemiring.kernel_id, False)
     with pytest.raises(RuntimeError, match=r"linear-chain edges must be \(B, N - 1, C, C\) with C >= 1"):
         span_ops.span_inside(edge[:, :, 0, :, :1], lengths, span_ops.LINEARCHAIN, LogSemiring.kernel_id, False)
-    with pytest.raises(RuntimeError, match="unknown structure id 4"):
-        span_ops.span_inside(pot, lengths, 4, LogSemiring.kernel_id, False)
+    with pytest.raises(RuntimeError, match=r"alignment match potentials must be \(B, N, M, 3\) with N, M >= 1"):
+        span_ops.span_inside(edge[:, :, :, 0], lengths, span_ops.ALIGNMENT, LogSemiring.kernel_id, False)
+    with pytest.raises(RuntimeError, match="unknown structure id 5"):
+        span_ops.span_inside(pot, lengths, 5, LogSemiring.kernel_id, False)
 
 
 @pytest.mark.parametrize("labels", [1, 100, 150])  # on the GPU: 100 a warp a label, 150 tiles read in place

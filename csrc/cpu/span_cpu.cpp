@@ -1,5 +1,5 @@
 // semiring_ops::span_inside and span_adjoint for CPU tensors (contracts in ops.h; the dynamic programs in
-// span_dp.h, chain_dp.h): the batch items in parallel (at::parallel_for), each one thread (a team of one).
+// span_dp.h, chain_dp.h, alignment_dp.h): the batch items in parallel (at::parallel_for), each one thread (a team of one).
 #include <ATen/Parallel.h>
 
 #include <vector>
@@ -38,6 +38,8 @@ std::vector<at::Tensor> span_inside(const at::Tensor& potentials, const at::Tens
                          if (structure == kSpanLinearChain) {
                            DirectTiles<T> tiles{chain_edges_of(a, b)};
                            chain_inside_item<S, T>(SerialTeam{}, a, b, -1, tiles, rows.data(), nullptr, 0);
+                         } else if (structure == kSpanAlignment) {
+                           alignment_inside_item<S, T>(SerialTeam{}, a, b);
                          } else {
                            span_inside_item<S, T>(SerialTeam{}, a, b);
                          }
@@ -57,6 +59,8 @@ at::Tensor span_adjoint(const at::Tensor& potentials, const at::Tensor& lengths,
                        for (int64_t b = b0; b < b1; ++b) {
                          if (structure == kSpanLinearChain)
                            chain_adjoint_item<S, T>(SerialTeam{}, a, b);
+                         else if (structure == kSpanAlignment)
+                           alignment_adjoint_item<S, T>(SerialTeam{}, a, b);
                          else
                            span_adjoint_item<S, T>(SerialTeam{}, a, b);
                        }

@@ -5,7 +5,8 @@
 // memory (L2-resident at the sizes these structures have: 4 (N + 1)^2 values per item).
 // The linear chain (chain_dp.h) has its own launches: the alpha and (log) beta passes as two blocks per item, 8
 // lanes a label up to 64 labels (else a warp), the rows in shared memory and the tiles of edges staged there up to
-// 3 steps ahead by asynchronous copies; its backward is one pass over the cells (log) or the path's steps.
+// 3 steps ahead by asynchronous copies; its backward is one pass over the cells (log) or the path's steps. The
+// alignment (alignment_dp.h): one block per item, a thread per cell of an anti-diagonal.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -42,6 +43,38 @@ template <class S, class T, int kThreads> __global__ void __launch_bounds__(kThr
 template <class S, class T, int kThreads>
 __global__ void __launch_bounds__(kThreads) span_adjoint_kernel(SpanArgs<T> a) {
   span_adjoint_item<S, T>(WarpTeam<kThreads>{int(threadIdx.x % 32), int(threadIdx.x / 32)}, a, blockIdx.x);
+}
+
+// ---------------------------------------------------------------- the alignment
+
+// One thread a cell (a cell reduces three or four terms): the block's threads are the item's teams.
+struct ThreadTeam {
+  __device__ int rank() const { return 0; }
+  __device__ int size() const { return 1; }
+  __device__ int group() const { return int(threadIdx.x); }
+  __device__ int groups() const { return int(blockDim.x); }
+  template <class Acc> __device__ Acc all_reduce(const Acc& acc) const { return acc; }
+  __device__ void barrier() const { __syncthreads(); }
+};
+
+template <class S, class T> __global__ void __launch_bounds__(1024) alignment_inside_kernel(SpanArgs<T> a) {
+  alignment_inside_item<S, T>(ThreadTeam{}, a, blockIdx.x);
+}
+
+template <class S, class T> __global__ void __launch_bounds__(1024) alignment_adjoint_kernel(SpanArgs<T> a) {
+  alignment_adjoint_item<S, T>(ThreadTeam{}, a, blockIdx.x);
+}
+
+// One block per item, a thread per cell of the longest anti-diagonal (at most min(N, M) cells).
+template <class S, class T> void launch_alignment(bool adjoint, const SpanArgs<T>& a, int64_t B) {
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  const int64_t cells = std::min(a.N, a.C);
+  const int threads = int(std::min<int64_t>(1024, std::max<int64_t>(32, (cells + 31) / 32 * 32)));
+  if (adjoint)
+    alignment_adjoint_kernel<S, T><<<unsigned(B), threads, 0, stream>>>(a);
+  else
+    alignment_inside_kernel<S, T><<<unsigned(B), threads, 0, stream>>>(a);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 // ---------------------------------------------------------------- the linear chain
@@ -177,6 +210,7 @@ template <class S, class T> void launch_chain(bool adjoint, const SpanArgs<T>& a
 // One block per item, with the thread count of the module comment.
 template <class S, class T> void launch(bool adjoint, const SpanArgs<T>& a, int64_t B) {
   if (a.structure == kSpanLinearChain) return launch_chain<S, T>(adjoint, a, B);
+  if (a.structure == kSpanAlignment) return launch_alignment<S, T>(adjoint, a, B);
   const auto stream = at::cuda::getCurrentCUDAStream();
   if (a.structure == kSpanSemiMarkov && a.C > 8) {
     if (adjoint)

@@ -5,7 +5,9 @@ csrc/span_dp.h):
         the inside algorithm of a structure over spans (0: Eisner's projective dependency trees, potentials
         (B, N, N) arc scores; 1: CKY's binary span trees, potentials (B, N, N) label-summed span scores; 2:
         semi-Markov segments, potentials (B, N - 1, D, C, C) edges; 3: linear chains, potentials (B, N - 1, C, C)
-        edges) in one launch, under log, max or min; differentiable through ``total`` by span_adjoint
+        edges; 4: monotone alignments, potentials (B, N, M, 3) match scores) in one launch, under log, max or
+        min; differentiable through ``total`` by span_adjoint. ``multiroot``: Eisner's several root children,
+        the alignment's local mode (unused by the others)
     semiring_ops::span_adjoint(potentials, lengths, structure, semiring_id, multiroot, charts, grad) -> dpotentials
         d sum_b grad[b] total[b] / d potentials in one launch (the outside pass, recomputing each span's sum);
         its own gradient (double backward) is computed by the structure's PyTorch dynamic program
@@ -20,13 +22,15 @@ from torch import Tensor
 
 from ..build.backends import backend_for
 
-__all__ = ["CKY", "EISNER", "LINEARCHAIN", "SEMIMARKOV", "span_adjoint", "span_inside"]
+__all__ = ["ALIGNMENT", "CKY", "EISNER", "LINEARCHAIN", "SEMIMARKOV", "span_adjoint", "span_inside"]
 
-EISNER, CKY, SEMIMARKOV, LINEARCHAIN = 0, 1, 2, 3
+EISNER, CKY, SEMIMARKOV, LINEARCHAIN, ALIGNMENT = 0, 1, 2, 3, 4
 
 
 def _chart_shape(potentials: Tensor, structure: int) -> tuple[int, int, int, int]:
     B, N = potentials.shape[0], potentials.shape[1]
+    if structure == ALIGNMENT:  # alpha over (N, M), the local row totals in column M
+        return (B, 1, N, potentials.shape[2] + 1)
     if structure in (SEMIMARKOV, LINEARCHAIN):  # edges (B, N - 1, ..., C): charts over N positions
         return (B, 2 if structure == LINEARCHAIN else 1, N + 1, potentials.shape[-1])
     return (B, 4, N + 1, N + 1) if structure == EISNER else (B, 1, N, N)

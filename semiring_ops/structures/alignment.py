@@ -13,7 +13,9 @@ with |i - j| > max_gap are not allowed (a band).
     with alpha[-1, -1] = one (local: one before every cell);
     total = alpha[L - 1, M - 1] (local: (+) of every cell)
 
-One step per anti-diagonal i + j (all its cells at once): N + M - 1 steps, memory O(B N M).
+One step per anti-diagonal i + j (all its cells at once): N + M - 1 steps, memory O(B N M). Under log, max and
+min a fused kernel runs the recursion and its adjoint in one launch each (csrc/alignment_dp.h through
+structures/fused.py), the band applied first as the semiring's zero outside it.
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..ops.span_ops import ALIGNMENT
 from ..semirings import Semiring
 from .base import Structure, check_lengths
+from .fused import span_fast_path, span_gradient, span_totals
 from .spans import at_length
 
 __all__ = ["Alignment"]
@@ -51,9 +55,26 @@ class Alignment(Structure):
             raise ValueError(f"Alignment: match must have N, M >= 1, got {shape}")
         return B, N, M, check_lengths(lengths, B, N, match.device, "Alignment")
 
+    def _banded(self, match: Tensor, semiring: type[Semiring]) -> Tensor:
+        """``match`` with the semiring's zero at the cells outside the band (as it is without one)."""
+        if self.max_gap is None:
+            return match
+        i = torch.arange(match.shape[1], device=match.device)[:, None]
+        j = torch.arange(match.shape[2], device=match.device)[None, :]
+        outside = ((i - j).abs() > self.max_gap)[:, :, None]
+        return match.masked_fill(outside, semiring.zero)
+
+    def _fused_gradient(self, match: Tensor, lengths: Tensor | None, semiring: type[Semiring]) -> Tensor | None:
+        lengths = self.check(match, lengths, semiring.lead)[-1]
+        if not span_fast_path(match, semiring):
+            return None
+        return span_gradient(self._banded(match, semiring), lengths, ALIGNMENT, semiring, self.local)
+
     def logpartition(self, match: Tensor, lengths: Tensor | None, semiring: type[Semiring]) -> Tensor:
         S = semiring
         B, N, M, lengths = self.check(match, lengths, S.lead)
+        if span_fast_path(match, S):
+            return span_totals(self._banded(match, S), lengths, ALIGNMENT, S, self.local)
         i = torch.arange(N, device=match.device)
         zero, one, zero_row = S.zeros((B, N), like=match), S.ones((B, N), like=match), S.zeros((B, 1), like=match)
 

@@ -2,8 +2,9 @@
 PyTorch dynamic program when it applies (the semiring, the dtype and a compiled backend on the device).
 
 A structure's file states its dynamic program once, generic over the semiring; a kernel is optional. Eisner's,
-CKY's, the semi-Markov model's and the linear chain's (torch-struct's layout) dynamic programs under log, max
-and min run as one launch each way (csrc/span_dp.h and chain_dp.h through ops/span_ops.py);
+CKY's, the semi-Markov model's, the linear chain's (torch-struct's layout) and the alignment's dynamic programs
+under log, max and min run as one launch each way (csrc/span_dp.h, chain_dp.h and alignment_dp.h through
+ops/span_ops.py);
 everything else (other semirings: KMax, sampling, entropy; 16-bit inputs are upcast) runs the PyTorch program.
 ``generic_only()`` turns the fast paths off (tests compare the two).
 """
@@ -81,7 +82,8 @@ def span_gradient(
 
 def generic_totals(potentials: Tensor, lengths: Tensor, structure: int, semiring_id: int, multiroot: bool) -> Tensor:
     """The same totals by the structure's PyTorch dynamic program (the span kernels' double backward)."""
-    from ..ops.span_ops import EISNER, LINEARCHAIN, SEMIMARKOV
+    from ..ops.span_ops import ALIGNMENT, EISNER, LINEARCHAIN, SEMIMARKOV
+    from .alignment import Alignment
     from .cky import CKYTree
     from .dependency import DependencyTree
     from .linear_chain import LinearChain
@@ -89,6 +91,8 @@ def generic_totals(potentials: Tensor, lengths: Tensor, structure: int, semiring
 
     semiring = next(s for s in _SPAN_SEMIRINGS if s.kernel_id == semiring_id)
     with generic_only():
+        if structure == ALIGNMENT:  # (a band is already in the potentials, as the semiring's zero)
+            return Alignment(local=multiroot).logpartition(potentials, lengths, semiring)
         if structure == LINEARCHAIN:
             return LinearChain().logpartition(potentials, lengths, semiring)
         if structure == SEMIMARKOV:

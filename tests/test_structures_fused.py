@@ -168,7 +168,8 @@ def test_gradcheck_and_gradgradcheck(device, name):
 @pytest.mark.parametrize("flag", [False, True])
 def test_opcheck(device, structure_id, semiring, flag):
     g = torch.Generator().manual_seed(2)
-    shapes = {span_ops.SEMIMARKOV: (3, 6, 3, 2, 2), span_ops.LINEARCHAIN: (3, 6, 4, 4), span_ops.ALIGNMENT: (3, 7, 5, 3)}
+    shapes = {span_ops.SEMIMARKOV: (3, 6, 3, 2, 2), span_ops.LINEARCHAIN: (3, 6, 4, 4)}
+    shapes[span_ops.ALIGNMENT] = (3, 7, 5, 3)
     pot = torch.randn(shapes.get(structure_id, (3, 7, 7)), generator=g, dtype=torch.float64)
     pot = pot.to(device).requires_grad_()
     lengths = torch.tensor([7, 3, 5], device=device)

@@ -260,3 +260,24 @@ def test_compile_fullgraph(device):
     (grad,) = torch.autograd.grad(value, arc)
     torch.testing.assert_close(value, tree.partition(arc, None).sum())
     torch.testing.assert_close(grad, tree.marginals(arc, None))
+
+
+@pytest.mark.parametrize("name", ["linear chain", "alignment, local", "eisner one root"])
+def test_eager_path_equals_the_custom_ops(device, name, monkeypatch):
+    """In eager mode the totals call the extension directly (_EagerSpanTotal: no dispatch layers); the values,
+    gradients and second derivatives are the custom ops' (which torch.compile and tracing take)."""
+    structure, make = STRUCTURES[name]
+    pot = make(3, 9, torch.Generator().manual_seed(5)).double().to(device)
+    lengths = torch.tensor([9, 4, 1], device=device)
+    out = []
+    for direct in (True, False):
+        if not direct:
+            monkeypatch.setattr(span_ops, "direct_call_ok", lambda tensor: False)
+        p = pot.clone().requires_grad_()
+        total = structure.partition(p, lengths)
+        assert (type(total.grad_fn).__name__ == "_EagerSpanTotalBackward") == direct
+        (grad,) = torch.autograd.grad(total.sum(), p, create_graph=True)
+        (second,) = torch.autograd.grad((grad * torch.cos(pot)).sum(), p)
+        out.append((total.detach(), grad.detach(), second, structure.marginals(pot, lengths)))
+    for a, b in zip(*out, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)

@@ -61,9 +61,9 @@ def span_totals(
     potentials: Tensor, lengths: Tensor, structure: int, semiring: type[Semiring], multiroot: bool
 ) -> Tensor:
     """The span kernel's totals (B,) (16-bit potentials computed in float32)."""
-    from ..ops.span_ops import span_inside
+    from ..ops.span_ops import span_total
 
-    return span_inside(_in_kernel_dtype(potentials), lengths, structure, semiring.kernel_id, multiroot)[0]
+    return span_total(_in_kernel_dtype(potentials), lengths, structure, semiring.kernel_id, multiroot)
 
 
 def span_gradient(
@@ -71,8 +71,11 @@ def span_gradient(
 ) -> Tensor:
     """d sum_b total_b / d potentials (the potentials' shape and dtype) by span_inside then span_adjoint, with no
     autograd graph (16-bit potentials computed in float32, the gradient cast back)."""
-    from ..ops.span_ops import span_adjoint, span_inside
+    from ..ops import span_ops
 
+    # eager: the extension itself (no dispatch layers); traced by torch.compile: the custom ops
+    kernels = _kernels_for(potentials.device) if span_ops.direct_call_ok(potentials) else span_ops
+    span_inside, span_adjoint = kernels.span_inside, kernels.span_adjoint
     p = _in_kernel_dtype(potentials)
     with torch.no_grad():
         total, charts = span_inside(p, lengths, structure, semiring.kernel_id, multiroot)

@@ -23,8 +23,12 @@
 
 namespace semiring_ops {
 
-// The (N, M, 3) match potentials of one item, any strides: m(i, j, op).
-template <class T> using MatchPotentials = Strided3D<T>;
+// The (N, M, 3) match potentials of one item, any strides.
+template <class T> struct MatchPotentials {
+  const T* data;
+  int64_t s1, s2, s3;
+  SR_HD T operator()(int64_t i, int64_t j, int64_t op) const { return data[i * s1 + j * s2 + op * s3]; }
+};
 
 // Term t of cell (i, j) (the module comment's order; 3: the local start), in natural units.
 template <class S, class T>

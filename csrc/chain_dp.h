@@ -24,8 +24,12 @@
 
 namespace semiring_ops {
 
-// The (N - 1, C, C) edges of one item, any strides: edges(n, c, c').
-template <class T> using ChainEdges = Strided3D<T>;
+// The (N - 1, C, C) edges of one item, any strides.
+template <class T> struct ChainEdges {
+  const T* data;
+  int64_t s1, s2, s3;
+  SR_HD T operator()(int64_t n, int64_t c, int64_t cp) const { return data[n * s1 + c * s2 + cp * s3]; }
+};
 
 template <class T> SR_HD ChainEdges<T> chain_edges_of(const SpanArgs<T>& a, int64_t b) {
   return ChainEdges<T>{a.pot + b * a.ps0, a.ps1, a.ps2, a.ps3};

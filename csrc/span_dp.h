@@ -42,14 +42,6 @@ template <class T> struct Strided2D {
   SR_HD T operator()(int64_t i, int64_t j) const { return data[i * s0 + j * s1]; }
 };
 
-// A read-only (n0, n1, n2) array with any strides past the first (one item's potentials: the linear chain's
-// edges, the alignment's match scores).
-template <class T> struct Strided3D {
-  const T* data;
-  int64_t s0, s1, s2;
-  SR_HD T operator()(int64_t i, int64_t j, int64_t k) const { return data[i * s0 + j * s1 + k * s2]; }
-};
-
 // A writable (n, n) matrix with rows of stride s0 (the gradient of one item's potentials, contiguous).
 template <class T> struct Out2D {
   T* data;

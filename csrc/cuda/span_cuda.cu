@@ -92,10 +92,10 @@ template <class T> struct StagedTiles {
   __device__ void fetch(int64_t i) {  // step i's copies, one commit group
     if (i < steps) {
       T* tile = slot(i);
-      const T* src = edges.data + (first + dir * i) * edges.s0;
+      const T* src = edges.data + (first + dir * i) * edges.s1;
       for (int k = threadIdx.x; k < C * C; k += blockDim.x) {
         const int c = k / C, cp = k - c * C;
-        __pipeline_memcpy_async(tile + c * (C + 1) + cp, src + c * edges.s1 + cp * edges.s2, sizeof(T));
+        __pipeline_memcpy_async(tile + c * (C + 1) + cp, src + c * edges.s2 + cp * edges.s3, sizeof(T));
       }
     }
     __pipeline_commit();

@@ -196,6 +196,9 @@ def test_bad_arguments_raise(device):
         span_ops.span_inside(edge[:, :, 0, :, :1], lengths, span_ops.LINEARCHAIN, LogSemiring.kernel_id, False)
     with pytest.raises(RuntimeError, match=r"alignment match potentials must be \(B, N, M, 3\) with N, M >= 1"):
         span_ops.span_inside(edge[:, :, :, 0], lengths, span_ops.ALIGNMENT, LogSemiring.kernel_id, False)
+    wide = torch.randn(1, 1, 1 << 15, 3, device=device)
+    with pytest.raises(RuntimeError, match="M must be below 32768"):
+        span_ops.span_inside(wide, lengths[:1].clone().fill_(1), span_ops.ALIGNMENT, LogSemiring.kernel_id, False)
     with pytest.raises(RuntimeError, match="unknown structure id 5"):
         span_ops.span_inside(pot, lengths, 5, LogSemiring.kernel_id, False)
 

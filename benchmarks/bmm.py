@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 
 import semiring_ops as so
+from semiring_ops.info import kernel_summary
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from crf import peak_mib
@@ -170,7 +171,7 @@ def main() -> None:
         ceilings = measure()
         print("device:", torch.cuda.get_device_name(), "| torch", torch.__version__)
         print("ceilings:", ", ".join(f"{k} {v:.3g}" for k, v in ceilings.items()))
-    print("kernels:", so.backend_info()["backends"])
+    print("kernels:", kernel_summary())
     impls = implementations()
     if dev == "cuda":
         impls["log"].update(fast_impls())

@@ -53,6 +53,7 @@ from pathlib import Path
 
 import torch
 
+from semiring_ops.info import kernel_summary
 from semiring_ops.structures import LinearChainCRF
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -357,15 +358,13 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.manual_seed(0)
 
-    import semiring_ops as so
-
     where = torch.cuda.get_device_name() if gpu else f"CPU, {torch.get_num_threads()} threads"
     print(f"device: {where} | torch {torch.__version__} | fp32 | {'ragged' if args.ragged else 'full'} masks")
     if not gpu and (load := os.getloadavg()[0]) > (os.cpu_count() or 1) - 0.5:
         print(
             f"WARNING: load average {load:.1f} on {os.cpu_count()} cores: other processes compete; times are inflated"
         )
-    print("kernels:", so.backend_info()["backends"])
+    print("kernels:", kernel_summary())
     print("train x / decode x: anchor time / our time (> 1: ours faster); Gcell/s = B*T*C^2 / train time")
     print(_line(HEADER))
     print("-" * len(_line(HEADER)))

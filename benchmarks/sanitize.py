@@ -108,7 +108,7 @@ def packed(light: bool) -> None:
     """The packed 16-bit max / min kernel (HADD2 + HMNMX2), called directly at odd sizes."""
     from semiring_ops.build.backends import backend_for
 
-    module = backend_for(torch.device("cuda")).module
+    module = backend_for(torch.device("cuda")).family("packed")
     g = torch.Generator().manual_seed(1)
     for dtype in (torch.float16, torch.bfloat16):
         a = torch.randn(2, 131, 67, generator=g).to("cuda", dtype)

@@ -5,13 +5,12 @@
 // for the semiring S, the element type and whether back-pointers are kept (Viterbi).
 #pragma once
 
-#include <ATen/ATen.h>
-#include <ATen/Dispatch.h>
 
 #include <type_traits>
 #include <vector>
 
 #include "checks.h"
+#include "tensor_api.h"
 #include "semiring.h"
 
 namespace semiring_ops {
@@ -20,9 +19,8 @@ template <class Run>
 std::vector<at::Tensor> chain_scan_host(const char* who, const at::Tensor& emissions, int64_t semiring_id,
                                         bool save_scores, Run run) {
   const int64_t B = emissions.size(0), T_len = emissions.size(1), C = emissions.size(2);
-  at::Tensor total = new_output({B}, emissions.options());
-  at::Tensor scores =
-      save_scores ? new_output({B, T_len, C}, emissions.options()) : at::empty({0}, emissions.options());
+  at::Tensor total = new_output(emissions, {B}, emissions.options());
+  at::Tensor scores = save_scores ? new_output(emissions, {B, T_len, C}, emissions.options()) : emissions.new_empty({0});
   const bool found = dispatch_semiring(semiring_id, [&](auto semiring) {
     AT_DISPATCH_FLOATING_TYPES(emissions.scalar_type(), "semiring_chain_scan", [&] {
       run(semiring, scalar_t{}, std::false_type{}, total, save_scores ? &scores : nullptr, nullptr);
@@ -36,8 +34,8 @@ template <class Run>
 std::vector<at::Tensor> chain_viterbi_host(const char* who, const at::Tensor& emissions, int64_t semiring_id,
                                            Run run) {
   const int64_t B = emissions.size(0), T_len = emissions.size(1);
-  at::Tensor total = new_output({B}, emissions.options());
-  at::Tensor tags = new_output({B, T_len}, emissions.options().dtype(at::kLong));
+  at::Tensor total = new_output(emissions, {B}, emissions.options());
+  at::Tensor tags = new_output(emissions, {B, T_len}, emissions.options().dtype(at::kLong));
   bool selects = false;
   const bool found = dispatch_semiring(semiring_id, [&](auto semiring) {
     if constexpr (decltype(semiring)::kSelects) {

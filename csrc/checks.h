@@ -1,7 +1,7 @@
 // Argument checks shared by the CPU and CUDA backends (see ops.h for the contracts they guard).
 #pragma once
 
-#include <ATen/ATen.h>
+#include "tensor_api.h"
 
 #include <limits>
 #include <optional>
@@ -23,10 +23,11 @@ inline bool& poison_outputs_flag() {
   return flag;
 }
 
-inline at::Tensor new_output(at::IntArrayRef sizes, const at::TensorOptions& options) {
-  if (!poison_outputs_flag()) return at::empty(sizes, options);
+// An output of `sizes` and `options` (device: like's), uninitialised or poisoned (above).
+inline at::Tensor new_output(const at::Tensor& like, at::IntArrayRef sizes, const at::TensorOptions& options) {
+  if (!poison_outputs_flag()) return like.new_empty(sizes, options);
   const bool floating = at::isFloatingType(c10::typeMetaToScalarType(options.dtype()));
-  return floating ? at::full(sizes, std::numeric_limits<double>::quiet_NaN(), options) : at::full(sizes, -1, options);
+  return like.new_full(sizes, floating ? std::numeric_limits<double>::quiet_NaN() : -1.0, options);
 }
 
 inline void check_bmm_args(const at::Tensor& a, const at::Tensor& b) {

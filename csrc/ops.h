@@ -3,16 +3,14 @@
 // are a second line that turns any mistake into an exception instead of a crash.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <optional>
 #include <vector>
 
-namespace semiring_ops {
+#include "sequence_problems.h"
 
-// The length sequence_lengths gives a bad sequence it does not raise for: without raise_errors, or under
-// CUDA graph capture (see there and chain_scan).
-constexpr int64_t kInvalidLength = -1;
+namespace semiring_ops {
 
 // Semiring batched matmul, forward.
 //   a: (B, n, k), b: (B, k, m), one floating dtype (float16, bfloat16, float32, float64), one device;
@@ -71,8 +69,12 @@ std::vector<at::Tensor> chain_viterbi(const at::Tensor& emissions, const at::Ten
 // sum_b grad[b] * (gold[b] - log_z[b]) instead, gold[b] the log-semiring score of the path tags[b] (a CRF's
 // log-likelihood, crf_log_likelihood): grad * (Y - P) with Y[b, t, c] = [tags[b, t] == c] in g_em, and the
 // gold transitions' counts minus the pair marginals in g_trans.
-// A chain whose log_z or gold score is -inf gets zero gradient. Returns {g_em, g_trans, g_start, g_end}.
-// (When the pair marginals do not fit on chip, large C on the GPU, their sum is one log_contract over (b, t).)
+// A chain whose log_z or gold score is -inf gets zero gradient.
+// Returns {g_em, g_trans, g_start, g_end, beta, weight}. When the pair marginals do not fit on chip (large C on the
+// GPU), g_trans holds only the gold transitions' counts (zeros without tags), and beta (B, T, C) (the reverse
+// scores) and weight (B,) (the weight each chain's gradient got: grad, or 0 where the gold path is impossible) come
+// back for the caller to add the pair marginals' sum, one log_contract over (b, t) in the bmm family
+// (semiring_ops/ops/chain_ops.py, pair_marginal_sum); otherwise beta and weight are empty.
 std::vector<at::Tensor> chain_log_backward(const at::Tensor& emissions, const at::Tensor& transitions,
                                            const at::Tensor& start, const at::Tensor& end, const at::Tensor& lengths,
                                            const at::Tensor& alpha, const at::Tensor& log_z, const at::Tensor& grad,
@@ -114,10 +116,11 @@ at::Tensor sequence_lengths(const std::optional<at::Tensor>& mask, const std::op
 // k = 0 gives -inf everywhere and no flags.
 std::vector<at::Tensor> log_bmm_fast(const at::Tensor& a, const at::Tensor& b, int64_t passes);
 
-// The packed 16-bit max-plus / min-plus kernel that bmm_forward takes for float16 / bfloat16 max / min
-// without an index when it fills the GPU (CUDA only, compute capability 8.0+; csrc/cuda/packed_select_cuda.cu),
-// callable directly at any size (tests): a (B, n, k), b (B, k, m) of one 16-bit dtype -> out (B, n, m)
-// float32 holding the correctly rounded 16-bit values of max_k (min_k) a[p,i,k] + b[p,k,j].
+// The packed 16-bit max-plus / min-plus kernel (CUDA only, compute capability 8.0+; its own family,
+// csrc/cuda/packed_select_kernels.cu), which semiring_ops/ops/packed.py takes instead of bmm_forward for float16 /
+// bfloat16 max / min without an index when it fills the GPU; callable directly at any size (tests):
+// a (B, n, k), b (B, k, m) of one 16-bit dtype -> out (B, n, m) float32 holding the correctly rounded 16-bit values
+// of max_k (min_k) a[p,i,k] + b[p,k,j].
 at::Tensor bmm_packed_select(const at::Tensor& a, const at::Tensor& b, bool is_max);
 
 // Host memory only (the CPU extension): a block rows [r0, r0 + rows) x cols [c0, c0 + cols) of a symmetric

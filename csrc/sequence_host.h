@@ -2,21 +2,16 @@
 // errors raised from the problem bits a backend's scan of the mask, lengths and tags reports.
 #pragma once
 
-#include <ATen/ATen.h>
+#include "tensor_api.h"
 
 #include <optional>
 #include <string>
 
 #include "checks.h"
+#include "sequence_problems.h"
 
 namespace semiring_ops {
 
-// Problem bits, or-ed together by the backends' scans.
-enum SequenceProblem : int32_t {
-  kMaskHoles = 1,        // a 1 after a 0 in a row of the mask
-  kLengthOutOfRange = 2, // a length outside 0..T
-  kTagOutOfRange = 4,    // a tag outside 0..num_tags-1 below its sequence's length
-};
 
 // A shape as Python prints it: (2, 3).
 inline std::string shape_tuple(const at::Tensor& t) {

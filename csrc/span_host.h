@@ -3,12 +3,11 @@
 // passes its launcher, called as run(S{}, scalar_t{}) with the semiring S (log, max or min) and the dtype.
 #pragma once
 
-#include <ATen/ATen.h>
-#include <ATen/Dispatch.h>
 
 #include <vector>
 
 #include "checks.h"
+#include "tensor_api.h"
 #include "semiring.h"
 #include "alignment_dp.h"
 #include "chain_dp.h"
@@ -89,8 +88,8 @@ std::vector<at::Tensor> span_host(const char* who, const at::Tensor& pot, const 
   std::vector<at::Tensor> out;
   at::Tensor charts, dcharts, total, dpot;
   if (charts_in == nullptr) {
-    charts = at::zeros(chart_shape, pot.options());  // entries the DP does not reach: 0 (deterministic)
-    total = new_output({B}, pot.options());
+    charts = pot.new_zeros(chart_shape);  // entries the DP does not reach: 0 (deterministic)
+    total = new_output(pot, {B}, pot.options());
     out = {total, charts};
   } else {
     TORCH_CHECK(charts_in->sizes() == at::IntArrayRef(chart_shape) && charts_in->is_contiguous() &&
@@ -100,8 +99,8 @@ std::vector<at::Tensor> span_host(const char* who, const at::Tensor& pot, const 
                     grad->device() == pot.device(),
                 who, ": grad must be (B,) = (", B, ",) like the potentials, got ", describe(*grad));
     charts = *charts_in;
-    if (structure != kSpanLinearChain) dcharts = at::zeros(chart_shape, pot.options());  // (the chain needs none)
-    dpot = at::zeros(pot.sizes(), pot.options());
+    if (structure != kSpanLinearChain) dcharts = pot.new_zeros(chart_shape);  // (the chain needs none)
+    dpot = pot.new_zeros(pot.sizes());
     out = {dpot};
   }
   span_dispatch(who, pot, semiring_id, [&](auto semiring, auto scalar) {

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 import semiring_ops as so
+from semiring_ops.info import kernel_summary
 
 DATA = Path(__file__).parent / "data" / "towns.csv"
 
@@ -105,7 +106,7 @@ def main() -> None:
         f"(hard: {dist[i, j].item():.1f} km; the gap is the log-count of near-shortest walks)"
     )
     print("most used roads:", ", ".join(f"{int(k) // n}-{int(k) % n} ({v:.2f})" for v, k in zip(*top, strict=False)))
-    print(f"kernels: {so.backend_info()['backends']}")
+    print(f"kernels: {kernel_summary()}")
 
 
 if __name__ == "__main__":

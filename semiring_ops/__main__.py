@@ -1,11 +1,13 @@
-"""Command line: ``python -m semiring_ops info`` (what is active) and ``python -m semiring_ops build``
-(compile the kernels into the cache now rather than on first use)."""
+"""Command line: ``python -m semiring_ops info`` (what is active) and ``python -m semiring_ops build`` (compile every
+kernel family into the cache now, in parallel, rather than each on first use)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
 
 from .info import backend_info, format_info
 
@@ -13,17 +15,44 @@ from .info import backend_info, format_info
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m semiring_ops")
     sub = parser.add_subparsers(dest="command", required=True)
-    info = sub.add_parser("info", help="versions, devices, active backends and the build cache")
+    info = sub.add_parser("info", help="versions, devices, compilers, and what serves each kernel family")
     info.add_argument("--json", action="store_true", help="print JSON")
-    info.add_argument("--no-load", action="store_true", help="do not build or load the kernels")
-    sub.add_parser("build", help="build the kernels for every available device type now")
+    info.add_argument("--load", action="store_true", help="load the families that need no compiling")
+    build = sub.add_parser("build", help="compile every kernel family now, in parallel")
+    build.add_argument(
+        "--device",
+        nargs="+",
+        choices=["cpu", "cuda"],
+        help="device types (default: cpu, and cuda when a GPU is visible or TORCH_CUDA_ARCH_LIST names targets)",
+    )
+    build.add_argument(
+        "--family", nargs="+", help="only these families (bmm, chain, span, fast_log, packed, host_writers)"
+    )
+    build.add_argument("--jobs", type=int, default=None, help="compile jobs in all (default: the CPU count)")
     args = parser.parse_args(argv)
-    report = backend_info(load=not getattr(args, "no_load", False))
     if args.command == "info":
+        report = backend_info(load=args.load)
         print(json.dumps(report, indent=1) if args.json else format_info(report))
         return 0
-    failed = [dt for dt, b in report["backends"].items() if b["kind"] == "reference"]
-    print(format_info(report))
+    return _build(args)
+
+
+def _build(args: argparse.Namespace) -> int:
+    import torch
+
+    from .build.families import FAMILIES
+    from .build.parallel import build_families
+
+    devices = args.device or ["cpu"] + (
+        ["cuda"] if torch.version.cuda and (torch.cuda.is_available() or os.environ.get("TORCH_CUDA_ARCH_LIST")) else []
+    )
+    fams = [f for f in FAMILIES if f.device_type in devices and (not args.family or f.name in args.family)]
+    start = time.perf_counter()
+    print(f"semiring_ops: building {len(fams)} kernel families ({', '.join(devices)})", flush=True)
+    results = build_families(fams, args.jobs)
+    print(f"semiring_ops: done in {time.perf_counter() - start:.1f} s", flush=True)
+    print(format_info(backend_info(load=True)))
+    failed = [r for r in results if r.status in ("failed", "skipped")]
     return 1 if failed else 0
 
 

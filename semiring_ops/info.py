@@ -1,4 +1,5 @@
-"""What is active: versions, devices, which backend serves each op, the build cache."""
+"""What is active: versions, devices, the compilers found, and for each kernel family what serves it (prebuilt,
+compiled and cached, not built yet, or the PyTorch reference and why), without compiling anything."""
 
 from __future__ import annotations
 
@@ -8,18 +9,17 @@ from typing import Any
 import torch
 
 from . import __version__
-from .build import jit
-from .build.backends import backend_for
+from .build import backends, jit, prebuilt, toolkit
+from .build.families import FAMILIES
 from .lazy.dispatch import lazy_backend
 from .lazy.kernel_cache import lazy_cache_dir
-from .semirings import SEMIRINGS
 
-__all__ = ["backend_info", "format_info"]
+__all__ = ["backend_info", "format_info", "kernel_summary"]
 
 
-def backend_info(load: bool = True) -> dict[str, Any]:
-    """A dict describing the installation. With load=True the kernels are built (or fetched from the
-    cache) for the CPU and, when a GPU is visible, for CUDA, so the report says what will really run."""
+def backend_info(load: bool = False) -> dict[str, Any]:
+    """A dict describing the installation. Nothing is compiled; with load=True every family that can be had
+    without compiling (prebuilt, or in the cache) is loaded, so the report says what runs."""
     devices = [
         {
             "index": i,
@@ -28,24 +28,27 @@ def backend_info(load: bool = True) -> dict[str, Any]:
         }
         for i in range(torch.cuda.device_count())
     ]
-    device_types = ["cpu"] + (["cuda"] if devices else [])
-    backends = {}
-    for dt in device_types:
-        if load:
-            be = backend_for(torch.device(dt))
-            backends[dt] = {"kind": be.kind, "detail": be.detail}
-        else:
-            backends[dt] = {"kind": "not loaded", "detail": ""}
-    ops = {}
-    for name, _s in SEMIRINGS.items():
-        if name == "std":
-            ops[f"{name} matmul"] = "torch.matmul"
-        else:
-            ops[f"{name} matmul"] = {dt: b["kind"] for dt, b in backends.items()}
-    # the fused chains (CRF / HMM): chain_scan (every semiring), chain_viterbi, chain_log_backward
-    ops["chain scan, viterbi, log backward"] = {dt: b["kind"] for dt, b in backends.items()}
-    # lazy reductions: generated kernels (g++ / NVRTC) or the PyTorch fallback, decided per device type
-    ops["lazy reductions"] = {dt: _lazy_backend(dt) if load else "not probed" for dt in device_types}
+    device_types = ["cpu"] + (["cuda"] if devices or torch.version.cuda else [])
+    families = []
+    for fam in FAMILIES:
+        if fam.device_type not in device_types:
+            continue
+        kind, detail = backends.family_status(fam.device_type, fam.name)
+        if load and kind in ("prebuilt", "compiled") and (fam.device_type == "cpu" or devices):
+            backends.backend_for(torch.device(fam.device_type)).family(fam.name)
+            kind, detail = backends.family_status(fam.device_type, fam.name)
+        families.append(
+            {"device": fam.device_type, "family": fam.name, "kind": kind, "detail": detail, "serves": fam.serves}
+        )
+    cuda_toolkit = None
+    if torch.version.cuda:
+        tk = toolkit.find_cuda_toolkit(jit.cache_root())
+        cuda_toolkit = (
+            {"home": str(tk.home), "source": tk.source, "nvcc": tk.version}
+            if tk
+            else {"missing": toolkit.missing_toolkit_reason(jit.cache_root())}
+        )
+    wheel = prebuilt.manifest()
     return {
         "semiring_ops": __version__,
         "torch": torch.__version__,
@@ -54,14 +57,14 @@ def backend_info(load: bool = True) -> dict[str, Any]:
         "cuda_devices": devices,
         "cache": str(jit.cache_root()),
         "lazy_cache": str(lazy_cache_dir()),
-        "backends": backends,
-        "ops": ops,
+        "cxx": toolkit.cxx_compiler(),
+        "cuda_toolkit": cuda_toolkit,
+        "prebuilt": {k: wheel[k] for k in ("torch", "torch_cuda", "cpu_arch", "cuda_archs") if k in wheel}
+        if wheel
+        else None,
+        "families": families,
+        "lazy": {dt: "{} ({})".format(*lazy_backend(dt)) for dt in device_types if dt == "cpu" or devices},
     }
-
-
-def _lazy_backend(device_type: str) -> str:
-    kind, why = lazy_backend(device_type)
-    return f"{kind} ({why})"
 
 
 def format_info(info: dict[str, Any]) -> str:
@@ -70,14 +73,40 @@ def format_info(info: dict[str, Any]) -> str:
         f"Python {info['python']})",
         f"build cache: {info['cache']}",
         f"lazy kernel cache: {info['lazy_cache']}",
-        "CUDA devices: "
-        + (", ".join(f"cuda:{d['index']} {d['name']} (sm {d['capability']})" for d in info["cuda_devices"]) or "none"),
-        "backends:",
+        f"C++ compiler: {info['cxx'] or 'none found'}",
     ]
-    for dt, b in info["backends"].items():
-        lines.append(f"  {dt:5s} {b['kind']:10s} {b['detail']}")
-    lines.append("ops:")
-    for op, where in info["ops"].items():
-        where_s = where if isinstance(where, str) else ", ".join(f"{k}: {v}" for k, v in where.items())
-        lines.append(f"  {op:12s} {where_s}")
+    tk = info["cuda_toolkit"]
+    if tk is not None:
+        lines.append(
+            f"CUDA toolkit: {tk['home']} (nvcc {tk['nvcc']}, {tk['source']})"
+            if "home" in tk
+            else f"CUDA toolkit: {tk['missing']}"
+        )
+    wheel = info["prebuilt"]
+    if wheel:
+        archs = ", ".join(wheel.get("cuda_archs", [])) or "none"
+        lines.append(f"prebuilt kernels: for torch {wheel.get('torch')}, CPU {wheel.get('cpu_arch')}, sm {archs}")
+    else:
+        lines.append("prebuilt kernels: none (kernels compile on first use)")
+    lines.append(
+        "CUDA devices: "
+        + (", ".join(f"cuda:{d['index']} {d['name']} (sm {d['capability']})" for d in info["cuda_devices"]) or "none")
+    )
+    lines.append("kernel families:")
+    for f in info["families"]:
+        lines.append(f"  {f['device']:4s} {f['family']:12s} {f['kind']:10s} {f['detail']}")
+        lines.append(f"  {'':4s} {'':12s} {'':10s} ({f['serves']})")
+    lines.append("std matmul: torch.matmul")
+    lines.append("lazy reductions: " + ", ".join(f"{dt}: {v}" for dt, v in info["lazy"].items()))
     return "\n".join(lines)
+
+
+def kernel_summary() -> str:
+    """The families loaded in this process and what serves them, one line ("cpu chain: compiled, ..."), for
+    examples and benchmarks to print beside their figures."""
+    loaded = [
+        f"{dt} {name}: {state.kind}"
+        for dt, backend in backends.loaded_backends().items()
+        for name, state in backend.families.items()
+    ]
+    return ", ".join(loaded) or "none loaded"

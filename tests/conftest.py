@@ -41,7 +41,7 @@ def impl(request, device):
         yield "kernel"
         return
     saved = backends.loaded_backends().get(dev.type)
-    backends._backends[dev.type] = backends._reference(dev.type, "forced by test")
+    backends._backends[dev.type] = backends.reference_backend(dev.type, "forced by test")
     try:
         yield "reference"
     finally:

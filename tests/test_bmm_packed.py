@@ -53,7 +53,7 @@ def _packed(a: torch.Tensor, b: torch.Tensor, semiring: str) -> torch.Tensor:
     size = math.prod(batch)
     a3 = a.expand(*batch, *a.shape[-2:]).reshape(size, *a.shape[-2:])
     b3 = b.expand(*batch, *b.shape[-2:]).reshape(size, *b.shape[-2:])
-    out = backend_for(a.device).module.bmm_packed_select(a3, b3, semiring == "max")
+    out = backend_for(a.device).family("packed").bmm_packed_select(a3, b3, semiring == "max")
     assert out.dtype == torch.float32
     return out.reshape(*batch, a.shape[-2], b.shape[-1]).to(a.dtype)
 
@@ -91,7 +91,7 @@ def test_bmm_forward_takes_the_packed_path_when_it_fills_the_gpu(semiring, dtype
 def test_packed_entry_refuses_fp32():
     a = torch.randn(2, 3, 4, device="cuda")
     with pytest.raises(RuntimeError, match="float16 / bfloat16"):
-        backend_for(a.device).module.bmm_packed_select(a, a.transpose(1, 2).contiguous(), True)
+        backend_for(a.device).family("packed").bmm_packed_select(a, a.transpose(1, 2).contiguous(), True)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

@@ -1,20 +1,25 @@
-"""Building and loading: concurrent first builds share one good cache, cached loads compile nothing,
-a missing compiler falls back to the reference with one warning, and `info` reports what is active."""
+"""Building and loading, family by family: a first call compiles only its own family, concurrent first builds share
+one good cache, a killed or damaged build is redone once, a missing compiler falls back to the reference with one
+warning naming the fix (never a traceback), and `info` reports what is active without compiling."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from semiring_ops.build import jit
-from semiring_ops.build.backends import backend_for
+from semiring_ops.build import backends, jit
+from semiring_ops.build.families import FAMILIES, families_for, family
+
+CPU_BMM = family("cpu", "bmm")
 
 SCRIPT = textwrap.dedent(
     """
@@ -29,16 +34,19 @@ SCRIPT = textwrap.dedent(
     ref = torch.logsumexp(a[..., :, :, None] + b[..., None, :, :], -2)
     assert torch.allclose(out, ref, atol=1e-5), "wrong numbers"
     print("KIND", backend_for(torch.device("cpu")).kind)
-    print("WARNINGS", sum("reference implementation" in str(w.message) for w in caught))
+    print("FAMILIES", sorted(backend_for(torch.device("cpu")).families))
+    print("WARNINGS", sum("reference runs instead" in str(w.message) for w in caught))
+    for w in caught:
+        print("WARNING", w.message)
     """
 )
 
 
-def _run(env_extra: dict[str, str], timeout: int = 900) -> subprocess.Popen:
+def _run(env_extra: dict[str, str], script: str = SCRIPT) -> subprocess.Popen:
     env = {**os.environ, **env_extra}
     env.pop("SEMIRING_OPS_BACKEND", None)
     return subprocess.Popen(
-        [sys.executable, "-c", SCRIPT], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
 
 
@@ -48,15 +56,29 @@ def _finish(proc: subprocess.Popen) -> tuple[str, str]:
     return out, err
 
 
+def test_families_cover_every_source_file_once_per_device():
+    """Every kernel source is compiled into exactly one family of its device type (and the bindings into one
+    family each): a file left out would be an unresolved symbol on first use, not a build error."""
+    root = jit.source_root()
+    for device, folder in (("cpu", "cpu"), ("cuda", "cuda")):
+        listed = [s for f in families_for(device) for s in f.sources if s.startswith(f"{folder}/")]
+        on_disk = sorted(str(p.relative_to(root)) for p in (root / folder).iterdir() if p.suffix in (".cpp", ".cu"))
+        assert sorted(listed) == on_disk, device
+    assert sorted(str(p.relative_to(root)) for p in (root / "bindings").glob("*.cpp")) == sorted(
+        {f.sources[0] for f in FAMILIES}
+    )
+
+
 @pytest.mark.slow
-def test_two_processes_building_at_once_both_succeed_and_leave_a_good_cache(tmp_path):
+def test_four_processes_making_the_first_call_at_once_compile_the_family_once(tmp_path):
     env = {"SEMIRING_OPS_CACHE": str(tmp_path)}
-    first, second = _run(env), _run(env)
-    results = [_finish(first), _finish(second)]
+    procs = [_run(env) for _ in range(4)]
+    results = [_finish(p) for p in procs]
     for out, _ in results:
         assert "KIND compiled" in out
-    messages = [err.count("semiring_ops: compiling the CPU kernels") for _, err in results]
-    assert sorted(messages) == [0, 1], f"exactly one process compiles: {messages}"
+        assert "FAMILIES ['bmm']" in out, "a logbmm compiles (and loads) the bmm family alone"
+    messages = [err.count("semiring_ops: compiling the CPU bmm kernels") for _, err in results]
+    assert sorted(messages) == [0, 0, 0, 1], f"exactly one process compiles: {messages}"
     assert any(str(tmp_path) in err for _, err in results), "the message names the cache folder"
     out, err = _finish(_run(env))  # a later process loads from the cache without compiling
     assert "KIND compiled" in out and "compiling" not in err
@@ -64,21 +86,50 @@ def test_two_processes_building_at_once_both_succeed_and_leave_a_good_cache(tmp_
     assert len(folders) == 1 and (folders[0] / "build.ok").is_file()
 
 
-def test_no_compiler_falls_back_to_the_reference_with_one_warning(tmp_path):
+@pytest.mark.slow
+def test_a_build_killed_midway_is_compiled_again_by_the_next_process(tmp_path):
+    env = {"SEMIRING_OPS_CACHE": str(tmp_path), "MAX_JOBS": "1"}
+    proc = _run(env)
+    deadline = time.monotonic() + 300
+    while not list(tmp_path.glob("*/*.o")) and time.monotonic() < deadline:  # the compiler is at work
+        assert proc.poll() is None, "the build ended before it could be killed"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    folder = next(p for p in tmp_path.iterdir() if p.is_dir())
+    assert not (folder / "build.ok").exists(), "a killed build leaves no marker"
+    out, err = _finish(_run({"SEMIRING_OPS_CACHE": str(tmp_path)}))
+    assert "KIND compiled" in out and err.count("compiling the CPU bmm kernels") == 1
+    assert (folder / "build.ok").is_file()
+
+
+def test_no_compiler_falls_back_to_the_reference_with_one_warning_naming_the_fix(tmp_path):
     env = {"SEMIRING_OPS_CACHE": str(tmp_path), "CXX": str(tmp_path / "no-such-compiler")}
-    out, _err = _finish(_run(env))
+    out, err = _finish(_run(env))
     assert "KIND reference" in out
     assert "WARNINGS 1" in out
+    warning = next(line for line in out.splitlines() if line.startswith("WARNING "))
+    assert "no C++ compiler" in warning and "no-such-compiler" in warning
+    assert "apt install g++" in warning and "prebuilt semiring_ops wheel" in warning, "the fix is named"
+    assert "Traceback" not in err and "compiling" not in err, "nothing is attempted, nothing is printed but the warning"
 
 
-def test_info_command_reports_backends_and_cache():
-    res = subprocess.run([sys.executable, "-m", "semiring_ops", "info"], capture_output=True, text=True, timeout=900)
+def test_info_reports_every_family_without_compiling(tmp_path):
+    env = {**os.environ, "SEMIRING_OPS_CACHE": str(tmp_path)}
+    env.pop("SEMIRING_OPS_BACKEND", None)
+    res = subprocess.run(
+        [sys.executable, "-m", "semiring_ops", "info"], capture_output=True, text=True, timeout=900, env=env
+    )
     assert res.returncode == 0, res.stderr
-    assert "build cache:" in res.stdout
-    assert "cpu" in res.stdout and "log matmul" in res.stdout
-    assert "std matmul   torch.matmul" in res.stdout
-    assert "lazy kernel cache:" in res.stdout
-    assert "lazy reductions cpu: compiled (g++)" in res.stdout  # CI and this machine have g++
+    assert "compiling" not in res.stderr and not any(tmp_path.glob("semiring_ops_*")), "info compiles nothing"
+    assert "build cache: " + str(tmp_path) in res.stdout and "lazy kernel cache:" in res.stdout
+    assert "C++ compiler: " in res.stdout
+    for fam in families_for("cpu"):
+        assert f"cpu  {fam.name:12s} not built  compiles on first use" in res.stdout
+    assert "std matmul: torch.matmul" in res.stdout
+    assert "lazy reductions: cpu: compiled (g++)" in res.stdout  # CI and this machine have g++
+    if torch.version.cuda:
+        assert "CUDA toolkit: " in res.stdout and "cuda bmm" in res.stdout
 
 
 # Run first in the child: pretend this torch was built with CUDA on a machine without a GPU and a CUDA
@@ -91,14 +142,16 @@ FAKE_CUDA_TORCH = (
 
 
 def _warm_cpu_build_copied_to(cache: Path, monkeypatch) -> Path:
-    """This process's compiled CPU build, copied to where a child with FAKE_CUDA_TORCH and the cache root
+    """This process's compiled CPU bmm family, copied to where a child with FAKE_CUDA_TORCH and the cache root
     `cache` looks for it -> the copy's folder."""
-    if backend_for(torch.device("cpu")).kind != "compiled":
+    state = backends.backend_for(torch.device("cpu"))
+    state.family("bmm")
+    if state.families["bmm"].kind != "compiled":
         pytest.skip("the CPU kernels are not JIT-built here (prebuilt or the reference)")
-    warm = jit.build_directory(jit.CPU_EXTENSION)
+    warm = jit.build_directory(CPU_BMM.spec())
     monkeypatch.setattr(torch.version, "cuda", "13.0")  # the child's fingerprint holds it
     monkeypatch.setenv("SEMIRING_OPS_CACHE", str(cache))
-    target = jit.build_directory(jit.CPU_EXTENSION)
+    target = jit.build_directory(CPU_BMM.spec())
     shutil.copytree(warm, target)
     return target
 
@@ -115,7 +168,7 @@ def _run_child(cache: Path, extra_env: dict[str, str] | None = None) -> tuple[st
 
 def test_a_corrupt_cached_library_is_rebuilt_once_then_loads_from_the_cache(tmp_path, monkeypatch):
     folder = _warm_cpu_build_copied_to(tmp_path, monkeypatch)
-    library = folder / f"{jit.CPU_EXTENSION.name}.so"
+    library = folder / f"{CPU_BMM.spec().name}.so"
     library.write_bytes(library.read_bytes()[:4096])  # truncated, as by a full disk or a killed copy
     out, err = _run_child(tmp_path)
     assert "KIND compiled" in out and "WARNINGS 0" in out, err
@@ -127,7 +180,7 @@ def test_a_corrupt_cached_library_is_rebuilt_once_then_loads_from_the_cache(tmp_
 
 def test_a_corrupt_cached_library_that_cannot_be_rebuilt_falls_back_with_one_warning(tmp_path, monkeypatch):
     folder = _warm_cpu_build_copied_to(tmp_path, monkeypatch)
-    for damaged in [folder / f"{jit.CPU_EXTENSION.name}.so", *folder.glob("*.o")]:
+    for damaged in [folder / f"{CPU_BMM.spec().name}.so", *folder.glob("*.o")]:
         damaged.write_bytes(b"\0" * 64)
     out, err = _run_child(tmp_path, {"CXX": str(tmp_path / "no-such-compiler")})
     assert "KIND reference" in out and "WARNINGS 1" in out, err

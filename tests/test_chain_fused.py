@@ -237,3 +237,54 @@ def test_torch_compile_fullgraph():
     (g,) = torch.autograd.grad(out.sum(), em)
     (want,) = torch.autograd.grad(chain_sum_factored(em, trans, start, end, lengths).sum(), em)
     torch.testing.assert_close(g, want)
+
+
+@pytest.mark.parametrize("with_tags", [False, True])
+def test_pair_marginals_left_off_chip_are_summed_by_the_caller(device, monkeypatch, with_tags):
+    """Large C on a GPU: the gradient kernel leaves the pair marginals' sum to chain_ops (one log_contract of the bmm
+    family over (b, t)), returning beta and the chains' weights. Here a backend that always does so, built from the
+    reference, must give the whole gradient, with tags (a CRF's loss) and without, -inf chains included."""
+    from semiring_ops.ops import chain_ops
+
+    em, trans, start, end, lengths = _random_factored(5, 9, 6, device, seed=3)
+    trans[0, 1] = -math.inf  # a forbidden transition
+    em[1] = -math.inf  # an impossible chain (log_z = -inf)
+    log_semiring = resolve_semiring("log").kernel_id
+    log_z, alpha = reference.chain_scan(em, trans, start, end, lengths, log_semiring, False, True)
+    grad = torch.rand(5, dtype=em.dtype, device=device)
+    tags = torch.randint(2, 6, (5, 9), device=device) if with_tags else None  # gold paths avoid 0 -> 1
+    want = reference.chain_log_backward(em, trans, start, end, lengths, alpha, log_z, grad, tags)
+
+    class OffChip:
+        """The reference's gradient, minus its pair marginals, plus beta and the weights (csrc/ops.h)."""
+
+        @staticmethod
+        def chain_log_backward(em, trans, start, end, lengths, alpha, log_z, grad, tags):
+            g_em, g_trans, g_start, g_end = reference.chain_log_backward(
+                em, trans, start, end, lengths, alpha, log_z, grad, tags
+            )
+            _, beta = reference.chain_scan(em, trans, start, end, lengths, log_semiring, True, True)
+            weight = torch.where(log_z == -math.inf, 0.0, grad)
+            pairs = chain_ops.pair_marginal_sum(em, trans, lengths, alpha, log_z, weight, beta)
+            return g_em, g_trans - pairs, g_start, g_end, beta, weight
+
+        log_contract = staticmethod(reference.log_contract)
+
+    monkeypatch.setattr(chain_ops, "backend_for", lambda device: OffChip)
+    got = chain_ops._chain_log_backward(em, trans, start, end, lengths, alpha, log_z, grad, tags)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)
+
+
+def test_pair_marginal_sum_equals_the_pair_marginals(device):
+    """pair_marginal_sum with grad = 1 is the expected count of every transition: sum over the chains and steps of
+    the pair marginals, which the reference's gradient of log Z with respect to trans is."""
+    from semiring_ops.ops.chain_ops import pair_marginal_sum
+
+    em, trans, start, end, lengths = _random_factored(7, 140, 5, device, seed=11)  # 973 rows: several chunks
+    log_semiring = resolve_semiring("log").kernel_id
+    log_z, alpha = reference.chain_scan(em, trans, start, end, lengths, log_semiring, False, True)
+    _, beta = reference.chain_scan(em, trans, start, end, lengths, log_semiring, True, True)
+    ones = torch.ones(7, dtype=em.dtype, device=device)
+    want = reference.chain_log_backward(em, trans, start, end, lengths, alpha, log_z, ones)[1]
+    torch.testing.assert_close(pair_marginal_sum(em, trans, lengths, alpha, log_z, ones, beta), want)

@@ -122,13 +122,13 @@ std::vector<at::Tensor> bmm_forward(const at::Tensor& a, const at::Tensor& b, in
               "semiring bmm kernel (CPU): k must fit in int32, got a ", describe(a));
   const int64_t B = a.size(0), n = a.size(1), k = a.size(2), m = b.size(2);
   const at::ScalarType acc_type = at::toOpMathType(a.scalar_type());
-  at::Tensor out = new_output({B, n, m}, a.options().dtype(acc_type));
-  at::Tensor arg = at::empty({0}, a.options().dtype(at::kLong));
+  at::Tensor out = new_output(a, {B, n, m}, a.options().dtype(acc_type));
+  at::Tensor arg = a.new_empty({0}, a.options().dtype(at::kLong));
 
   const bool found = dispatch_semiring(semiring_id, [&](auto semiring) {
     using S = decltype(semiring);
     const bool want_arg = S::kSelects && with_arg;
-    if (want_arg) arg = new_output({B, n, m}, a.options().dtype(at::kLong));
+    if (want_arg) arg = new_output(a, {B, n, m}, a.options().dtype(at::kLong));
     if (out.numel() == 0) return;
     if (k == 0) {
       AT_DISPATCH_FLOATING_TYPES(acc_type, "semiring_bmm_forward_cpu_zero",

@@ -283,13 +283,13 @@ std::vector<at::Tensor> chain_log_backward(const at::Tensor& emissions, const at
            : std::nullopt;
   const int64_t B = emissions.size(0), T_len = emissions.size(1), C = emissions.size(2);
   const auto opts = emissions.options();
-  at::Tensor g_em = new_output({B, T_len, C}, opts);
-  at::Tensor g_trans = at::zeros({C, C}, opts), g_start = at::zeros({C}, opts), g_end = at::zeros({C}, opts);
+  at::Tensor g_em = new_output(emissions, {B, T_len, C}, opts);
+  at::Tensor g_trans = emissions.new_zeros({C, C}), g_start = emissions.new_zeros({C}), g_end = emissions.new_zeros({C});
   AT_DISPATCH_FLOATING_TYPES(emissions.scalar_type(), "semiring_chain_log_backward_cpu", [&] {
     log_backward_chains<scalar_t>(emissions, transitions, start, end, lengths, alpha.contiguous(), log_z.contiguous(),
                                   grad.contiguous(), gold ? &*gold : nullptr, g_em, g_trans, g_start, g_end);
   });
-  return {g_em, g_trans, g_start, g_end};
+  return {g_em, g_trans, g_start, g_end, emissions.new_empty({0}), emissions.new_empty({0})};  // pair marginals summed
 }
 
 std::vector<at::Tensor> crf_log_likelihood(const at::Tensor& emissions, const at::Tensor& transitions,
@@ -300,7 +300,8 @@ std::vector<at::Tensor> crf_log_likelihood(const at::Tensor& emissions, const at
   TORCH_CHECK(emissions.device().is_cpu(), "crf_log_likelihood (CPU): got emissions ", describe(emissions));
   const int64_t B = emissions.size(0), T_len = emissions.size(1), C = emissions.size(2);
   const auto opts = emissions.options();
-  at::Tensor llh = new_output({B}, opts), log_z = new_output({B}, opts), alpha = new_output({B, T_len, C}, opts);
+  at::Tensor llh = new_output(emissions, {B}, opts), log_z = new_output(emissions, {B}, opts);
+  at::Tensor alpha = new_output(emissions, {B, T_len, C}, opts);
   const GoldPaths gold{tags.data_ptr<int64_t>(), tags.stride(0), tags.stride(1)};
   AT_DISPATCH_FLOATING_TYPES(emissions.scalar_type(), "semiring_crf_log_likelihood_cpu", [&] {
     using T = scalar_t;

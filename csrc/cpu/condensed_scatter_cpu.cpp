@@ -2,8 +2,8 @@
 // written into the condensed vector of its pairs (scipy.spatial.distance.pdist's layout). Row i of the block
 // holds consecutive entries of the condensed vector, so the block is one copy per row, rows in parallel:
 // streaming stores for a block of at least kStreamMinBytes (stream_store.h, as stream_copy), else memcpy.
-#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
 
 #include <algorithm>
 

@@ -17,7 +17,6 @@
 // result (inf and NaN follow IEEE as before); it only lets the compiler evaluate both sides of a select.
 #pragma once
 
-#include <ATen/ATen.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 
@@ -26,6 +25,7 @@
 #include <type_traits>
 
 #include "semiring.h"
+#include "tensor_api.h"
 
 #if defined(AT_PARALLEL_OPENMP) && AT_PARALLEL_OPENMP && !defined(_OPENMP)
 #warning "semiring_ops CPU kernels built without -fopenmp: at::parallel_for will run on one thread"

@@ -112,7 +112,7 @@ at::Tensor log_contract(const at::Tensor& l0, const std::optional<at::Tensor>& l
   check_contract_args(l0, l1, r0, r1, o0);
   TORCH_CHECK(l0.device().is_cpu(), "log_contract (CPU): got L0 ", describe(l0));
   const int64_t B = l0.size(0), R = l0.size(1), K = l0.size(2), S = r0.size(2);
-  at::Tensor out = new_output({B, R, S}, l0.options());
+  at::Tensor out = new_output(l0, {B, R, S}, l0.options());
   if (out.numel() == 0) return out;
   if (K == 0) return out.zero_();
 

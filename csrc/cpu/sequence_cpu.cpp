@@ -1,7 +1,6 @@
 // semiring_ops::sequence_lengths for CPU tensors (contract in ops.h): one pass over each row of the mask and
 // of the tags; each sequence's problems are or-ed into bits that sequence_host.h turns into errors, or, without
 // raise_errors, mark that sequence's length kInvalidLength.
-#include <ATen/ATen.h>
 
 #include <optional>
 
@@ -14,12 +13,13 @@ at::Tensor sequence_lengths(const std::optional<at::Tensor>& mask, const std::op
                             const std::optional<at::Tensor>& tags, int64_t batch, int64_t steps, int64_t num_tags,
                             bool raise_errors) {
   check_sequence_args(mask, lengths, tags, batch, steps, num_tags);
-  const at::Tensor* any = mask ? &*mask : lengths ? &*lengths : tags ? &*tags : nullptr;
-  TORCH_CHECK(!any || any->device().is_cpu(), "sequence_lengths (CPU): got ", describe(*any));
+  TORCH_CHECK(mask || lengths || tags, "sequence_lengths (CPU): needs a mask, lengths or tags");
+  const at::Tensor& any = mask ? *mask : lengths ? *lengths : *tags;
+  TORCH_CHECK(any.device().is_cpu(), "sequence_lengths (CPU): got ", describe(any));
   // given lengths are copied (int64, contiguous): marking writes them, and an operator's output may not alias
   // its input, so never the caller's tensor
-  at::Tensor out =
-      lengths ? at::empty({batch}, at::kLong).copy_(*lengths) : at::full({batch}, steps, at::kLong);
+  const auto long_opts = any.options().dtype(at::kLong);
+  at::Tensor out = lengths ? any.new_empty({batch}, long_opts).copy_(*lengths) : any.new_full({batch}, steps, long_opts);
   int64_t* L = out.data_ptr<int64_t>();
   const at::Tensor m = mask ? mask->to(at::kByte) : at::Tensor();
   const at::Tensor y = tags ? tags->to(at::kLong) : at::Tensor();

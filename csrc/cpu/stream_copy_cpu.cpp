@@ -1,8 +1,8 @@
 // semiring_ops::stream_copy (contract in ops.h): dst = src for a block of rows of a big host output, with
 // streaming stores for large copies (stream_store.h). The copy is cut into pieces of src's bytes; threads take
 // consecutive pieces (at::parallel_for), each piece one or more runs that end at dst's row ends.
-#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
 
 #include <algorithm>
 #include <cstdint>

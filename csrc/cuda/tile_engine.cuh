@@ -27,8 +27,9 @@
 //   __device__ static void store(const State&, const Params&, int64_t idx);
 //                                       idx = (p * R + r) * S + s, the offset into a contiguous
 //                                       (B, R, S) output; called only for in-range outputs.
-// A new operation is one such struct plus a host function that fills ContractionArgs and calls
-// launch_contraction<Policy>.
+// A new operation is one such struct, a launcher in a *_kernels.cu file that calls launch_contraction<Policy>
+// (explicitly instantiated there), and a host function (*_cuda.cpp) that fills the ContractionArgs (contraction.h,
+// contraction_host.h) and calls the launcher.
 //
 // Kernel structure: one block computes a BM x BN output tile of one batch (grid.x enumerates the
 // tiles, grid.y strides over the batch); each thread owns a TM x TN micro-tile of states in registers.
@@ -42,14 +43,13 @@
 // never reach a policy.
 #pragma once
 
-#include <ATen/ATen.h>
-#include <c10/cuda/CUDAException.h>
-#include <cuda_runtime.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+
+#include "cuda/contraction.h"
+#include "cuda/launch_status.h"
 
 namespace semiring_ops {
 namespace cuda {
@@ -71,38 +71,9 @@ struct TileShape {
   static_assert((BM * BK) / kThreads <= 32 && (BN * BK) / kThreads <= 32, "validity masks are 32-bit");
 };
 
-// ---------------------------------------------------------------- kernel arguments
-
-// A left field [p, r, t] or right field [p, t, s], seen by the engine as (p, outer, t):
-// outer = r for a left field, s for a right field.
-template <class T>
-struct OperandField {
-  const T* ptr;
-  int64_t stride_p, stride_outer, stride_t;
-};
-
-// The output-indexed field [p, r, s].
-template <class T>
-struct OutField {
-  const T* ptr;
-  int64_t stride_p, stride_r, stride_s;
-};
-
+// The kernel's arguments for a Policy (contraction.h).
 template <class Policy>
-struct ContractionArgs {
-  using scalar_t = typename Policy::scalar_t;
-  OperandField<scalar_t> left[Policy::kNumLeft];
-  OperandField<scalar_t> right[Policy::kNumRight];
-  OutField<scalar_t> out_field;  // read only when Policy::kHasOutField
-  int64_t batch;                 // B
-  int32_t rows, cols, depth;     // R, S, T (each < kMaxExtent, checked at launch)
-  int32_t tiles_n;               // number of BN-wide column tiles
-  typename Policy::Params params;
-};
-
-// Row / column / reduction extents stay far enough below 2^31 that int32 tile arithmetic
-// (tile origin + in-tile offset) cannot overflow.
-constexpr int64_t kMaxExtent = std::numeric_limits<int32_t>::max() - 4096;
+using ArgsOf = ContractionArgs<typename Policy::scalar_t, Policy::kNumLeft, Policy::kNumRight, typename Policy::Params>;
 
 namespace detail {
 
@@ -242,7 +213,7 @@ struct Engine {
   using StagedL = Staged<scalar_t, kLoadsL>;
   using StagedR = Staged<scalar_t, kLoadsR>;
 
-  static __device__ __forceinline__ void init(State (&st)[TM][TN], const ContractionArgs<Policy>& args, int64_t p,
+  static __device__ __forceinline__ void init(State (&st)[TM][TN], const ArgsOf<Policy>& args, int64_t p,
                                               int r_base, int s_base) {
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
@@ -264,7 +235,7 @@ struct Engine {
 
   // The staging maps of all fields (fixed for the whole kernel).
   static __device__ __forceinline__ void stage_maps(StageMap (&ml)[NL], StageMap (&mr)[NR],
-                                                    const ContractionArgs<Policy>& args, int tid) {
+                                                    const ArgsOf<Policy>& args, int tid) {
 #pragma unroll
     for (int f = 0; f < NL; ++f) ml[f] = stage_map<BM, BK, kThreads>(args.left[f], tid);
 #pragma unroll
@@ -272,7 +243,7 @@ struct Engine {
   }
 
   static __device__ __forceinline__ void fetch(StagedL (&sl)[NL], StagedR (&sr)[NR], const StageMap (&ml)[NL],
-                                               const StageMap (&mr)[NR], const ContractionArgs<Policy>& args,
+                                               const StageMap (&mr)[NR], const ArgsOf<Policy>& args,
                                                int64_t p, int r0, int s0, int k0) {
 #pragma unroll
     for (int f = 0; f < NL; ++f) fetch_field(sl[f], args.left[f], ml[f], p, r0, args.rows, k0, args.depth);
@@ -342,7 +313,7 @@ struct Engine {
     }
   }
 
-  static __device__ __forceinline__ void store(const State (&st)[TM][TN], const ContractionArgs<Policy>& args,
+  static __device__ __forceinline__ void store(const State (&st)[TM][TN], const ArgsOf<Policy>& args,
                                                int64_t p, int r_base, int s_base) {
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
@@ -360,7 +331,7 @@ struct Engine {
 
 template <class Policy>
 __global__ void __launch_bounds__(Policy::Shape::kThreads, Policy::Shape::kMinBlocks)
-    contraction_kernel(const __grid_constant__ ContractionArgs<Policy> args) {
+    contraction_kernel(const __grid_constant__ ArgsOf<Policy> args) {
   using E = detail::Engine<Policy>;
   using acc_t = typename E::acc_t;
   constexpr int BK = E::BK;
@@ -422,44 +393,17 @@ __global__ void __launch_bounds__(Policy::Shape::kThreads, Policy::Shape::kMinBl
   }
 }
 
-// ---------------------------------------------------------------- host helpers
+// ---------------------------------------------------------------- launch
 
-// A field with neither of its last two strides in {0, 1} cannot be read coalesced in either loop
-// order: copy it contiguous, keeping a broadcast (stride 0) batch a broadcast. Other tensors pass as-is.
-inline at::Tensor with_unit_inner_stride(const at::Tensor& t) {
-  if (t.stride(1) <= 1 || t.stride(2) <= 1) return t;
-  if (t.stride(0) == 0) return t.select(0, 0).contiguous().unsqueeze(0).expand(t.sizes());
-  return t.contiguous();
-}
-
-// t is [p, r, t] (left) or [p, t, s] (right); pass tensors through with_unit_inner_stride first.
-template <class T>
-OperandField<T> left_field(const at::Tensor& t) {
-  return {t.const_data_ptr<T>(), t.stride(0), t.stride(1), t.stride(2)};
-}
-template <class T>
-OperandField<T> right_field(const at::Tensor& t) {
-  return {t.const_data_ptr<T>(), t.stride(0), t.stride(2), t.stride(1)};
-}
-template <class T>
-OutField<T> out_field(const at::Tensor& t) {
-  return {t.const_data_ptr<T>(), t.stride(0), t.stride(1), t.stride(2)};
-}
-
-// Fills the shape part of args and launches; the caller has filled the fields and params.
-// Needs batch * rows * cols > 0.
+// Fills the shape part of args and launches on `stream`; the host has filled the fields and params and checked
+// the extents (contraction_host.h). Needs batch * rows * cols > 0.
 template <class Policy>
-void launch_contraction(ContractionArgs<Policy>& args, int64_t batch, int64_t rows, int64_t cols, int64_t depth,
-                        cudaStream_t stream) {
+LaunchStatus launch_contraction(ArgsOf<Policy>& args, int64_t batch, int64_t rows, int64_t cols, int64_t depth,
+                                cudaStream_t stream) {
   using Shape = typename Policy::Shape;
-  TORCH_CHECK(batch > 0 && rows > 0 && cols > 0 && depth >= 0, "launch_contraction: empty problem");
-  TORCH_CHECK(rows <= kMaxExtent && cols <= kMaxExtent && depth <= kMaxExtent,
-              "semiring_ops CUDA kernel: dimensions must stay below ", kMaxExtent, ", got R=", rows, " S=", cols,
-              " T=", depth);
   const int64_t tiles_m = (rows + Shape::BM - 1) / Shape::BM;
   const int64_t tiles_n = (cols + Shape::BN - 1) / Shape::BN;
-  TORCH_CHECK(tiles_m * tiles_n <= std::numeric_limits<int32_t>::max(),
-              "semiring_ops CUDA kernel: too many output tiles (", tiles_m, " x ", tiles_n, ")");
+  if (tiles_m * tiles_n > std::numeric_limits<int32_t>::max()) return refused("too many output tiles (over 2^31)");
   args.batch = batch;
   args.rows = static_cast<int32_t>(rows);
   args.cols = static_cast<int32_t>(cols);
@@ -467,7 +411,7 @@ void launch_contraction(ContractionArgs<Policy>& args, int64_t batch, int64_t ro
   args.tiles_n = static_cast<int32_t>(tiles_n);
   const dim3 grid(static_cast<unsigned>(tiles_m * tiles_n), static_cast<unsigned>(std::min<int64_t>(batch, 65535)));
   contraction_kernel<Policy><<<grid, Shape::kThreads, 0, stream>>>(args);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return last_launch();
 }
 
 }  // namespace cuda

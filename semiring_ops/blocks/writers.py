@@ -17,16 +17,15 @@ __all__ = ["CondensedWriter", "DenseWriter", "compiled_condensed_scatter", "comp
 
 
 def compiled_condensed_scatter():
-    """The CPU extension's ``condensed_scatter(out, values, n, r0, c0, diagonal)`` (csrc/ops.h), or None when
-    the CPU kernels are not compiled (the PyTorch reference backend)."""
-    return getattr(backend_for(torch.device("cpu")).module, "condensed_scatter", None)
+    """The host writers' ``condensed_scatter(out, values, n, r0, c0, diagonal)`` (csrc/ops.h), or None when
+    those CPU kernels are not compiled."""
+    return getattr(backend_for(torch.device("cpu")).family("host_writers"), "condensed_scatter", None)
 
 
 def compiled_stream_copy() -> Callable[[torch.Tensor, torch.Tensor], None] | None:
     """The CPU extension's ``stream_copy(dst, src)`` (csrc/ops.h: dst = src for dst a block of rows, src
-    contiguous, streaming stores from 1 MiB), or None when the CPU kernels are not compiled (the PyTorch
-    reference backend)."""
-    return getattr(backend_for(torch.device("cpu")).module, "stream_copy", None)
+    contiguous, streaming stores from 1 MiB), or None when those CPU kernels are not compiled."""
+    return getattr(backend_for(torch.device("cpu")).family("host_writers"), "stream_copy", None)
 
 
 def is_row_block(t: torch.Tensor) -> bool:

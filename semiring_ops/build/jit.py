@@ -1,10 +1,13 @@
-"""Building the compiled extensions: ahead of time (setup.py) or just in time on first use.
+"""Building the compiled extensions just in time, on first use: one module per kernel family (families.py).
 
 Just-in-time builds go through torch.utils.cpp_extension.load (ninja) into a cache folder whose name
 holds a hash of the sources, the flags, torch's version and the target GPU architectures, so a cached
 build is never stale. An exclusive lock file (fcntl, released by the OS even if a process dies)
 serialises builds of one folder across processes; a marker written atomically after a successful build
-lets later processes import the library directly, without ninja.
+lets later processes import the library directly, without ninja. CUDA builds run with the toolkit
+toolkit.py finds (a system one, or NVIDIA's pip packages).
+
+This module imports only the standard library and torch: setup.py reads it without importing the package.
 
 Environment:
     SEMIRING_OPS_CACHE   cache root (default: $XDG_CACHE_HOME/semiring_ops or ~/.cache/semiring_ops)
@@ -21,13 +24,17 @@ import logging
 import os
 import shutil
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import torch
 
-__all__ = ["CPU_EXTENSION", "CUDA_EXTENSION", "ExtensionSpec", "cache_root", "load", "source_root"]
+if TYPE_CHECKING:
+    from .families import ExtensionSpec
+    from .toolkit import CudaToolkit
+
+__all__ = ["build_directory", "cache_root", "is_cached", "load", "source_root"]
 
 
 def source_root() -> Path:
@@ -47,59 +54,6 @@ def cache_root() -> Path:
     return Path(base) / "semiring_ops"
 
 
-@dataclass(frozen=True)
-class ExtensionSpec:
-    """One compiled module: its name, sources (relative to csrc) and compiler flags."""
-
-    name: str
-    sources: tuple[str, ...]
-    cflags: tuple[str, ...]
-    cuda_cflags: tuple[str, ...] = ()
-    ldflags: tuple[str, ...] = ()
-    aot_module: str = ""  # the module setup.py builds when SEMIRING_OPS_BUILD_EXT=1
-
-    @property
-    def is_cuda(self) -> bool:
-        return any(s.endswith(".cu") for s in self.sources)
-
-
-CPU_EXTENSION = ExtensionSpec(
-    name="semiring_ops_cpu",
-    sources=(
-        "bindings.cpp",
-        "cpu/bmm_forward_cpu.cpp",
-        "cpu/log_contract_cpu.cpp",
-        "cpu/chain_cpu.cpp",
-        "cpu/sequence_cpu.cpp",
-        "cpu/condensed_scatter_cpu.cpp",
-        "cpu/stream_copy_cpu.cpp",
-        "cpu/span_cpu.cpp",
-    ),
-    # -fopenmp: at::parallel_for runs threads only in files built with it (resolves to torch's libgomp);
-    # -fno-trapping-math: lets GCC if-convert (vectorise) the selects; no result changes, inf/NaN included
-    cflags=("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fopenmp"),
-    ldflags=("-fopenmp",),
-    aot_module="semiring_ops._C_cpu",
-)
-
-CUDA_EXTENSION = ExtensionSpec(
-    name="semiring_ops_cuda",
-    sources=(
-        "bindings.cpp",
-        "cuda/bmm_forward_cuda.cu",
-        "cuda/log_contract_cuda.cu",
-        "cuda/chain_cuda.cu",
-        "cuda/sequence_cuda.cu",
-        "cuda/log_bmm_fast_cuda.cu",
-        "cuda/packed_select_cuda.cu",
-        "cuda/span_cuda.cu",
-    ),
-    cflags=("-O3", "-DSEMIRING_OPS_WITH_CUDA"),  # bindings.cpp binds the CUDA-only entry points (log_bmm_fast)
-    cuda_cflags=("-O3", "-lineinfo"),
-    aot_module="semiring_ops._C_cuda",
-)
-
-
 def cuda_arch_list() -> list[str]:
     """Target architectures: TORCH_CUDA_ARCH_LIST if set, else those of the visible GPUs."""
     env = os.environ.get("TORCH_CUDA_ARCH_LIST")
@@ -109,7 +63,7 @@ def cuda_arch_list() -> list[str]:
     return [f"{major}.{minor}" for major, minor in sorted(caps)]
 
 
-def _fingerprint(spec: ExtensionSpec) -> str:
+def _fingerprint(spec: ExtensionSpec, cuda_release: str = "") -> str:
     h = hashlib.sha256()
     root = source_root()
     headers = sorted(p for p in root.rglob("*") if p.suffix in (".h", ".cuh"))
@@ -119,12 +73,18 @@ def _fingerprint(spec: ExtensionSpec) -> str:
     h.update(repr((spec.cflags, spec.cuda_cflags, spec.ldflags, torch.__version__, torch.version.cuda)).encode())
     h.update(sys.version.encode())
     if spec.is_cuda:
-        h.update(repr(cuda_arch_list()).encode())
+        h.update(repr((cuda_arch_list(), cuda_release)).encode())
     return h.hexdigest()[:16]
 
 
-def build_directory(spec: ExtensionSpec) -> Path:
-    return cache_root() / f"{spec.name}-{_fingerprint(spec)}"
+def build_directory(spec: ExtensionSpec, toolkit: CudaToolkit | None = None) -> Path:
+    """The cache folder of `spec` (built with `toolkit`, for a CUDA spec)."""
+    return cache_root() / f"{spec.name}-{_fingerprint(spec, toolkit.version if toolkit else '')}"
+
+
+def is_cached(spec: ExtensionSpec, toolkit: CudaToolkit | None = None) -> bool:
+    """Whether a build of `spec` is in the cache (its marker written), without loading it."""
+    return (build_directory(spec, toolkit) / "build.ok").is_file()
 
 
 @contextlib.contextmanager
@@ -154,20 +114,20 @@ def _library_path(folder: Path, name: str) -> Path:
 _loaded: dict[Path, ModuleType] = {}
 
 
-def load(spec: ExtensionSpec) -> ModuleType:
-    """The compiled module for `spec`: prebuilt (setup.py), cached, or compiled now (one message).
+def load(spec: ExtensionSpec, toolkit: CudaToolkit | None = None) -> ModuleType:
+    """The compiled module for `spec`: from the cache, or compiled now (one message naming the folder). A CUDA spec
+    needs the toolkit it builds with (toolkit.find_cuda_toolkit).
 
     Raises whatever the build raises; the caller decides about falling back.
     """
-    with contextlib.suppress(ImportError):
-        return importlib.import_module(spec.aot_module)
-    folder = build_directory(spec)
-    if folder not in _loaded:
-        _loaded[folder] = _load_or_build(spec, folder)
-    return _loaded[folder]
+    folder = build_directory(spec, toolkit)
+    module = _loaded.get(folder)
+    if module is None:
+        module = _loaded[folder] = _load_or_build(spec, folder, toolkit)
+    return module
 
 
-def _load_or_build(spec: ExtensionSpec, folder: Path) -> ModuleType:
+def _load_or_build(spec: ExtensionSpec, folder: Path, toolkit: CudaToolkit | None) -> ModuleType:
     marker, library = folder / "build.ok", _library_path(folder, spec.name)
     if marker.is_file():
         with contextlib.suppress(ImportError, OSError):  # a damaged cached library is rebuilt below
@@ -182,10 +142,10 @@ def _load_or_build(spec: ExtensionSpec, folder: Path) -> ModuleType:
                 marker.unlink()
                 library.unlink(missing_ok=True)
                 try:  # usually only the library is damaged: ninja relinks it from the cached objects
-                    return _build(spec, folder, marker)
+                    return _build(spec, folder, marker, toolkit)
                 except Exception:  # damaged objects too: everything from scratch, once
                     shutil.rmtree(folder, ignore_errors=True)
-        return _build(spec, folder, marker)
+        return _build(spec, folder, marker, toolkit)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -211,14 +171,15 @@ def _import_intact(library: Path, marker: Path, name: str) -> ModuleType:
     return _import_from(library, name)
 
 
-def _build(spec: ExtensionSpec, folder: Path, marker: Path) -> ModuleType:
+def _build(spec: ExtensionSpec, folder: Path, marker: Path, toolkit: CudaToolkit | None) -> ModuleType:
     """Compiles `spec` into `folder` (the caller holds the folder's lock), imports it, then writes the marker."""
     folder.mkdir(parents=True, exist_ok=True)
     # torch's own baton file inside the folder can only be stale here (we hold the lock)
     (folder / "lock").unlink(missing_ok=True)
-    what = "CUDA" if spec.is_cuda else "CPU"
+    device, _, family = spec.name.removeprefix("semiring_ops_").partition("_")
     print(
-        f"semiring_ops: compiling the {what} kernels (first use; about a minute) into {folder}",
+        f"semiring_ops: compiling the {device.upper()} {family} kernels (first use; {len(spec.sources)} files) into "
+        f"{folder}",
         file=sys.stderr,
         flush=True,
     )
@@ -226,27 +187,45 @@ def _build(spec: ExtensionSpec, folder: Path, marker: Path) -> ModuleType:
         from torch.utils.cpp_extension import load as torch_load
 
     root = source_root()
+    # ninja's default (cpu count + 2) oversubscribes a small machine: a family has a few files, one job each
+    jobs_env = os.environ.get("MAX_JOBS")
+    if not jobs_env:
+        os.environ["MAX_JOBS"] = str(max(1, min(os.cpu_count() or 1, len(spec.sources))))
     env_arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
     if spec.is_cuda and not env_arch:
         os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(cuda_arch_list())
     try:
-        module = torch_load(
-            name=spec.name,
-            sources=[str(root / s) for s in spec.sources],
-            extra_include_paths=[str(root)],
-            extra_cflags=list(spec.cflags),
-            extra_cuda_cflags=list(spec.cuda_cflags),
-            extra_ldflags=list(spec.ldflags),
-            build_directory=str(folder),
-            verbose=os.environ.get("SEMIRING_OPS_VERBOSE_BUILD") == "1",
-        )
+        with _toolkit(spec, toolkit):
+            module = torch_load(
+                name=spec.name,
+                sources=[str(root / s) for s in spec.sources],
+                extra_include_paths=[str(root)],
+                extra_cflags=list(spec.cflags),
+                extra_cuda_cflags=list(spec.cuda_cflags),
+                extra_ldflags=list(spec.ldflags),
+                build_directory=str(folder),
+                verbose=os.environ.get("SEMIRING_OPS_VERBOSE_BUILD") == "1",
+            )
     finally:
         if spec.is_cuda and not env_arch:
             os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
+        if not jobs_env:
+            os.environ.pop("MAX_JOBS", None)
     tmp = marker.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(f"{torch.__version__}\n{_library_stamp(_library_path(folder, spec.name))}\n")
     os.replace(tmp, marker)
     return module
+
+
+def _toolkit(spec: ExtensionSpec, toolkit: CudaToolkit | None):
+    """CUDA_HOME set to the toolkit for a CUDA build; nothing for a CPU one."""
+    if not spec.is_cuda:
+        return contextlib.nullcontext()
+    if toolkit is None:
+        raise RuntimeError(f"{spec.name}: a CUDA build needs a CUDA toolkit (toolkit.find_cuda_toolkit)")
+    from .toolkit import cuda_home_for_build
+
+    return cuda_home_for_build(toolkit)
 
 
 class _DropCudaHomeGuess(logging.Filter):

@@ -23,6 +23,8 @@ Shapes: em (B, T, C), trans (C, C) [from, to], start and end (C,), lengths (B,) 
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -106,7 +108,7 @@ def chain_log_backward(
     """Gradients with respect to (em, trans, start, end) of sum_b grad_b log_z_b, or with tags (B, T) of
     sum_b grad_b (gold_b - log_z_b) (gold: the tag path's score; a CRF's log-likelihood), by one reverse scan
     (forward-backward); a chain whose log_z or gold score is -inf gets zero gradient (csrc/ops.h)."""
-    return tuple(backend_for(em.device).chain_log_backward(em, trans, start, end, lengths, alpha, log_z, grad, tags))
+    return _chain_log_backward(em, trans, start, end, lengths, alpha, log_z, grad, tags)
 
 
 @chain_log_backward.register_fake
@@ -178,7 +180,46 @@ def chain_log_backward_eager(em, trans, start, end, lengths, alpha, log_z, grad,
     args = (em, trans, start, end, lengths, alpha, log_z, grad, tags)
     if not plain_eager(*args) or (torch.is_grad_enabled() and grad.requires_grad):
         return chain_log_backward(*args)
-    return tuple(backend_for(em.device).chain_log_backward(*args))
+    return _chain_log_backward(*args)
+
+
+def _chain_log_backward(em, trans, start, end, lengths, alpha, log_z, grad, tags):
+    """The backend's chain_log_backward, with the pair marginals' sum added when its kernel left them off chip
+    (large C on a GPU: it then returns beta and the chains' weights, csrc/ops.h)."""
+    g_em, g_trans, g_start, g_end, *off_chip = backend_for(em.device).chain_log_backward(
+        em, trans, start, end, lengths, alpha, log_z, grad, tags
+    )
+    if off_chip and off_chip[0].numel():
+        beta, weight = off_chip
+        g_trans = pair_marginal_sum(em, trans, lengths, alpha, log_z, weight, beta).add_(g_trans)
+    return g_em, g_trans, g_start, g_end
+
+
+def pair_marginal_sum(em, trans, lengths, alpha, log_z, weight, beta) -> Tensor:
+    """sum_n weight_n exp(left[n, i] + right[n, j] + trans[i, j]) over n = (b, t), with left = alpha[b, t] - log_z_b
+    and right = em[b, t + 1] + beta[b, t + 1] (-inf past the length): the weighted pair marginals' sum, (C, C).
+    One log_contract (the bmm family) over chunks of n run as a batch, so that even a single (C, C) output fills
+    the GPU. em, alpha, beta (B, T, C); trans (C, C); lengths, log_z, weight (B,)."""
+    B, T, C = em.shape
+    neg_z = torch.where(log_z == -math.inf, log_z, -log_z).view(B, 1, 1)
+    live = (torch.arange(1, T, device=em.device).view(1, -1) < lengths.view(-1, 1)).unsqueeze(-1)
+    left = (alpha[:, :-1] + neg_z).reshape(-1, C)
+    right = torch.where(live, em[:, 1:] + beta[:, 1:], -math.inf).reshape(-1, C)
+    w = weight.reshape(B, 1, 1).expand(B, T - 1, C).reshape(-1, C)
+    n = left.shape[0]
+    tiles = ((C + 63) // 64) ** 2  # log_contract's 64 x 64 output tiles per chunk
+    chunks = max(1, min((n + 63) // 64, (264 + tiles - 1) // tiles))  # about 264 blocks (2 per H100 SM) in all
+    size = (n + chunks - 1) // chunks
+    pad = chunks * size - n
+    if pad:
+        left = torch.cat([left, left.new_full((pad, C), -math.inf)])
+        right = torch.cat([right, right.new_full((pad, C), -math.inf)])
+        w = torch.cat([w, w.new_zeros((pad, C))])
+    left, right, w = (x.view(chunks, size, C) for x in (left, right, w))
+    parts = backend_for(em.device).log_contract(
+        left.transpose(1, 2), None, right, w, trans.unsqueeze(0).expand(chunks, C, C)
+    )
+    return parts.sum(0)
 
 
 def chain_viterbi_eager(

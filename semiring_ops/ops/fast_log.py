@@ -69,8 +69,10 @@ def _tensor_cores(device: torch.device) -> bool:
 def _forward(a: Tensor, b: Tensor, passes: int) -> Tensor:
     stats["calls"] += 1
     backend = backend_for(a.device)
-    kernel = getattr(backend.module, "log_bmm_fast", None)
-    if kernel is None or a.device.type != "cuda" or a.dtype not in FAST_DTYPES or not _tensor_cores(a.device):
+    if a.device.type != "cuda" or a.dtype not in FAST_DTYPES or not _tensor_cores(a.device):
+        return backend.bmm_forward(a, b, _LOG, False)[0]
+    kernel = getattr(backend.family("fast_log"), "log_bmm_fast", None)
+    if kernel is None:
         return backend.bmm_forward(a, b, _LOG, False)[0]
     stats["kernel"] += 1
     out, flags, count = kernel(a, b, passes)

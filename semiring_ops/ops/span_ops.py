@@ -53,7 +53,9 @@ def span_inside(
 ) -> tuple[Tensor, Tensor]:
     """(total (B,), charts): see the module docstring."""
     return tuple(
-        backend_for(potentials.device).module.span_inside(potentials, lengths, structure, semiring_id, multiroot)
+        backend_for(potentials.device)
+        .family("span")
+        .span_inside(potentials, lengths, structure, semiring_id, multiroot)
     )
 
 
@@ -86,7 +88,7 @@ def span_adjoint(
     potentials: Tensor, lengths: Tensor, structure: int, semiring_id: int, multiroot: bool, charts: Tensor, grad: Tensor
 ) -> Tensor:
     """d sum_b grad[b] total[b] / d potentials (B, N, N): see the module docstring."""
-    module = backend_for(potentials.device).module
+    module = backend_for(potentials.device).family("span")
     return module.span_adjoint(potentials, lengths, structure, semiring_id, multiroot, charts, grad)
 
 
@@ -128,7 +130,7 @@ class _EagerSpanTotal(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, potentials, lengths, structure, semiring_id, multiroot):
-        module = backend_for(potentials.device).module
+        module = backend_for(potentials.device).family("span")
         total, charts = module.span_inside(potentials, lengths, structure, semiring_id, multiroot)
         _inside_setup_context(ctx, (potentials, lengths, structure, semiring_id, multiroot), (total, charts))
         return total
@@ -138,7 +140,7 @@ class _EagerSpanTotal(torch.autograd.Function):
         potentials, lengths, charts = ctx.saved_tensors
         if grad_total is None or torch.is_grad_enabled() or not direct_call_ok(potentials):
             return _inside_backward(ctx, grad_total, None)  # (a graph of the gradient: the custom op's autograd)
-        module = backend_for(potentials.device).module
+        module = backend_for(potentials.device).family("span")
         grad = grad_total.to(potentials.dtype)
         return module.span_adjoint(potentials, lengths, *ctx.args, charts, grad), None, None, None, None
 

@@ -1,4 +1,5 @@
-// semiring_ops::span_inside and span_adjoint for CUDA tensors (contracts in ops.h; the dynamic programs in
+// The span structures' kernels (semiring_ops::span_inside and span_adjoint: contracts in ops.h; host side
+// span_cuda.cpp; launcher span_launch.h, instantiated per semiring by span_kernels_*.cu; the dynamic programs in
 // span_dp.h): one thread block per batch item, its warps the teams (a warp reduces one span at a time, its
 // lanes over the split points), a __syncthreads between the phases of a width. 256 threads; 1024 for the
 // semi-Markov program over more than 8 labels (one warp per label: a position's labels in one round). The charts live in global
@@ -7,21 +8,23 @@
 // lanes a label up to 64 labels (else a warp), the rows in shared memory and the tiles of edges staged there up to
 // 3 steps ahead by asynchronous copies; its backward is one pass over the cells (log) or the path's steps. The
 // alignment (alignment_dp.h): one block per item, a thread per cell of an anti-diagonal.
-#include <ATen/ATen.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
+#pragma once
+
 #include <cuda_pipeline.h>
 
 #include <algorithm>
-#include <vector>
+#include <cstdint>
 
-#include "ops.h"
-#include "span_host.h"
+#include "alignment_dp.h"
+#include "chain_dp.h"
+#include "cuda/span_launch.h"
+#include "span_dp.h"
 #include "warp_merge.cuh"
 
 namespace semiring_ops {
 namespace cuda {
 namespace {
+
 
 template <int kThreads> struct WarpTeam {
   int lane, warp;
@@ -66,15 +69,14 @@ template <class S, class T> __global__ void __launch_bounds__(1024) alignment_ad
 }
 
 // One block per item, a thread per cell of the longest anti-diagonal (at most min(N, M) cells).
-template <class S, class T> void launch_alignment(bool adjoint, const SpanArgs<T>& a, int64_t B) {
-  const auto stream = at::cuda::getCurrentCUDAStream();
+template <class S, class T> LaunchStatus launch_alignment(bool adjoint, const SpanArgs<T>& a, int64_t B, cudaStream_t stream) {
   const int64_t cells = std::min(a.N, a.C);
   const int threads = int(std::min<int64_t>(1024, std::max<int64_t>(32, (cells + 31) / 32 * 32)));
   if (adjoint)
     alignment_adjoint_kernel<S, T><<<unsigned(B), threads, 0, stream>>>(a);
   else
     alignment_inside_kernel<S, T><<<unsigned(B), threads, 0, stream>>>(a);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return last_launch();
 }
 
 // ---------------------------------------------------------------- the linear chain
@@ -167,51 +169,49 @@ template <class S, class T> __global__ void __launch_bounds__(256) chain_adjoint
 
 // The kernel with the 2 C rows and `scratch` values of dynamic shared memory.
 template <class Kernel, class T>
-void launch_with_smem(Kernel kernel, dim3 grid, int threads, int64_t scratch, int stages, cudaStream_t stream,
-                      const SpanArgs<T>& a) {
+LaunchStatus launch_with_smem(Kernel kernel, dim3 grid, int threads, int64_t scratch, int stages, cudaStream_t stream,
+                              const SpanArgs<T>& a) {
   const size_t smem = (2 * a.C + scratch) * sizeof(T);
   if (smem > 48 * 1024)
-    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    SEMIRING_OPS_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   kernel<<<grid, threads, smem, stream>>>(a, scratch, stages);
+  return last_launch();
 }
 
 constexpr size_t kMaxStagedBytes = 160 * 1024;
 
-template <class S, class T> void launch_chain(bool adjoint, const SpanArgs<T>& a, int64_t B) {
-  const auto stream = at::cuda::getCurrentCUDAStream();
+template <class S, class T> LaunchStatus launch_chain(bool adjoint, const SpanArgs<T>& a, int64_t B, cudaStream_t stream) {
   const int64_t C = a.C;
   if (adjoint) {  // log: a warp a step, an item's steps over up to 64 blocks of 8; max / min: one block an item
     const unsigned y = S::kSelects ? 1u : unsigned(std::min<int64_t>(64, std::max<int64_t>(1, (a.N - 1 + 7) / 8)));
     chain_adjoint_kernel<S, T><<<dim3(unsigned(B), y), 256, 0, stream>>>(a);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    return;
+    return last_launch();
   }
   const dim3 grid(unsigned(B), S::kSelects ? 1u : 2u);
   const int64_t tile = C * (C + 1);  // one staged step, padded
   int device = 0, optin = 0;
-  C10_CUDA_CHECK(cudaGetDevice(&device));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  SEMIRING_OPS_CUDA_TRY(cudaGetDevice(&device));
+  SEMIRING_OPS_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   const size_t budget = std::min(kMaxStagedBytes, size_t(optin));
   const int stages = int(std::min<int64_t>(4, int64_t(budget / sizeof(T) - 2 * C) / tile));
   if (stages >= 2 && C <= 64) {  // 8 lanes a label: C x 8 threads
     const int threads = int((C * 8 + 31) / 32 * 32);
-    launch_with_smem(chain_inside_kernel<S, T, 8, true>, grid, threads, stages * tile, stages, stream, a);
-  } else if (stages >= 2) {
-    launch_with_smem(chain_inside_kernel<S, T, 32, true>, grid, 1024, stages * tile, stages, stream, a);
-  } else {  // tiles read in place; chain_follow gets 16 KiB of rows (at least one)
-    const int64_t follow = std::max<int64_t>(C, 16 * 1024 / sizeof(T) / C * C);
-    TORCH_CHECK((2 * C + follow) * sizeof(T) <= 48 * 1024, "span_inside (CUDA): a linear chain of at most ",
-                48 * 1024 / (3 * sizeof(T)), " labels, got C = ", C);
-    launch_with_smem(chain_inside_kernel<S, T, 32, false>, grid, 1024, follow, 0, stream, a);
+    return launch_with_smem(chain_inside_kernel<S, T, 8, true>, grid, threads, stages * tile, stages, stream, a);
   }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  if (stages >= 2) return launch_with_smem(chain_inside_kernel<S, T, 32, true>, grid, 1024, stages * tile, stages, stream, a);
+  // tiles read in place; chain_follow gets 16 KiB of rows (at least one)
+  const int64_t follow = std::max<int64_t>(C, 16 * 1024 / sizeof(T) / C * C);
+  if ((2 * C + follow) * sizeof(T) > 48 * 1024)
+    return refused(sizeof(T) == 4 ? "a linear chain of at most 4096 labels in float32" : "a linear chain of at most 2048 labels in float64");
+  return launch_with_smem(chain_inside_kernel<S, T, 32, false>, grid, 1024, follow, 0, stream, a);
 }
 
+}  // namespace
+
 // One block per item, with the thread count of the module comment.
-template <class S, class T> void launch(bool adjoint, const SpanArgs<T>& a, int64_t B) {
-  if (a.structure == kSpanLinearChain) return launch_chain<S, T>(adjoint, a, B);
-  if (a.structure == kSpanAlignment) return launch_alignment<S, T>(adjoint, a, B);
-  const auto stream = at::cuda::getCurrentCUDAStream();
+template <class S, class T> LaunchStatus span_launch(bool adjoint, const SpanArgs<T>& a, int64_t B, cudaStream_t stream) {
+  if (a.structure == kSpanLinearChain) return launch_chain<S, T>(adjoint, a, B, stream);
+  if (a.structure == kSpanAlignment) return launch_alignment<S, T>(adjoint, a, B, stream);
   if (a.structure == kSpanSemiMarkov && a.C > 8) {
     if (adjoint)
       span_adjoint_kernel<S, T, 1024><<<unsigned(B), 1024, 0, stream>>>(a);
@@ -223,39 +223,13 @@ template <class S, class T> void launch(bool adjoint, const SpanArgs<T>& a, int6
     else
       span_inside_kernel<S, T, 256><<<unsigned(B), 256, 0, stream>>>(a);
   }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return last_launch();
 }
 
-void check_cuda(const at::Tensor& pot, const char* who) {
-  TORCH_CHECK(pot.is_cuda(), who, " (CUDA): got potentials ", describe(pot));
-  TORCH_CHECK(pot.size(0) <= 0x7fffffff, who, " (CUDA): at most 2^31 - 1 items, got potentials ", describe(pot));
-}
-
-}  // namespace
 }  // namespace cuda
-
-std::vector<at::Tensor> span_inside(const at::Tensor& potentials, const at::Tensor& lengths, int64_t structure,
-                                    int64_t semiring_id, bool multiroot) {
-  cuda::check_cuda(potentials, "span_inside");
-  const c10::cuda::CUDAGuard guard(potentials.device());
-  return span_host("span_inside (CUDA)", potentials, lengths, structure, semiring_id, multiroot, nullptr, nullptr,
-                   [&](auto s, const auto& a) {
-                     using S = decltype(s);
-                     using T = std::remove_cv_t<std::remove_pointer_t<decltype(a.pot)>>;
-                     cuda::launch<S, T>(false, a, potentials.size(0));
-                   });
-}
-
-at::Tensor span_adjoint(const at::Tensor& potentials, const at::Tensor& lengths, int64_t structure,
-                        int64_t semiring_id, bool multiroot, const at::Tensor& charts, const at::Tensor& grad) {
-  cuda::check_cuda(potentials, "span_adjoint");
-  const c10::cuda::CUDAGuard guard(potentials.device());
-  return span_host("span_adjoint (CUDA)", potentials, lengths, structure, semiring_id, multiroot, &charts, &grad,
-                   [&](auto s, const auto& a) {
-                     using S = decltype(s);
-                     using T = std::remove_cv_t<std::remove_pointer_t<decltype(a.pot)>>;
-                     cuda::launch<S, T>(true, a, potentials.size(0));
-                   })[0];
-}
-
 }  // namespace semiring_ops
+
+// The launchers of one semiring, for the span_kernels_*.cu files.
+#define SEMIRING_OPS_SPAN_LAUNCHERS(S)                                                                        \
+  template LaunchStatus span_launch<S, float>(bool, const SpanArgs<float>&, int64_t, cudaStream_t);   \
+  template LaunchStatus span_launch<S, double>(bool, const SpanArgs<double>&, int64_t, cudaStream_t);

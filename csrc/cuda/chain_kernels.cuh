@@ -1,4 +1,5 @@
-// semiring_ops::chain_scan and chain_viterbi for CUDA tensors (contracts in ops.h).
+// The fused linear chains' kernels (semiring_ops::chain_scan, chain_viterbi, chain_log_backward, crf_log_likelihood:
+// contracts in ops.h; host side chain_cuda.cpp, launchers chain_launch.h, instantiated by chain_kernels_*.cu).
 //
 // One thread block per chain walks the chain's whole length in one launch ("persistent" over t): the
 // vector of the current step lives in shared memory, and so does the step matrix (in the kernel domain)
@@ -17,23 +18,20 @@
 // back-pointers (in shared memory when they fit) and backtracks in the same kernel, so a decode is one
 // launch. Given gold tag paths (a CRF's loss), the block also sums the gold path's score, so the forward
 // scan yields the log-likelihood and the reverse scan its whole gradient.
-#include <ATen/ATen.h>
-#include <ATen/Dispatch.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
+#pragma once
+
 #include <cooperative_groups.h>
 
 #include <algorithm>
-#include <cstdlib>
+#include <cstdint>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <tuple>
-#include <map>
+#include <type_traits>
 
-#include "chain_host.h"
-#include "checks.h"
-#include "ops.h"
+#include "cuda/chain_launch.h"
 #include "semiring.h"
 #include "warp_merge.cuh"
 
@@ -43,42 +41,6 @@ namespace {
 
 constexpr int kMaxWarps = 16;  // 512 threads: up to 128 registers each
 
-template <class T> struct ChainParams {
-  const T* em;
-  int64_t es0, es1, es2;
-  const T* trans;         // (C, C) the transitions [from, to], user domain, any strides
-  int64_t trs0, trs1;
-  const T* mat;           // (C, C) output-major, user domain, contiguous: read from L2 when not kMatShared
-  const T* boundary_in;   // start (forward) or end (reverse), contiguous (C)
-  const T* boundary_out;  // end (forward) or start (reverse)
-  const int64_t* lengths;
-  T* total;               // (B,)
-  T* scores;              // (B, T, C) or null
-  int16_t* pointers;      // (B, T, C) global back-pointers, or null when they live in shared memory
-  int64_t* tags;          // (B, T) or null
-  int steps, C;  // T (the chain dimension) and C
-  int group;     // G: lanes per output (a power of two <= 32)
-  int pitch;     // P: the on-chip matrix's row pitch (kMatShared)
-  int cluster;   // K: blocks per chain (kCluster; else 1)
-  int slice;     // S: the outputs each block of a chain owns, ceil(C / K)
-  bool reverse;
-  // The log-partition's gradient, computed during the reverse scan (kGrad; the log semiring only):
-  const T* alpha;      // (B, T, C) the forward scan's scores
-  const T* log_z;      // (B,) the forward totals
-  const T* grad;       // (B,) d loss / d log_z (with gold: d loss / d llh), stride grad_stride (0: one value)
-  int64_t grad_stride;
-  T* g_em;             // (B, T, C) g * marginals
-  T* g_start;          // (C) accumulated with atomics
-  T* g_end;            // (C)
-  T* g_trans;          // (C, C) accumulated with atomics, when kXi (pair marginals summed on chip)
-  // Gold tag paths (log semiring; null without): the forward scan writes llh = gold - log_z, the reverse
-  // scan (kGrad) subtracts the gold path's indicators from the marginals.
-  const int64_t* gold;  // (B, T) any strides
-  int64_t gs0, gs1;
-  T* llh;               // (B,) forward only
-  T* g_trans_gold;      // (C, C) the gold transitions' counts go here with atomics (kGrad)
-  T* grad_used;         // (B,) or null: the weight each chain's gradient got (0 for an impossible chain)
-};
 
 // Thread block clusters (sm_90+; the host launches clusters only there). cluster_sync: the cluster-wide
 // barrier (release / acquire; costly: its fence waits for every global store in flight, so it runs only
@@ -508,13 +470,6 @@ __global__ void __launch_bounds__(kMaxWarps * 32) chain_kernel(ChainParams<T> p)
   }
 }
 
-// The log-partition's gradient outputs, for a reverse scan run as the backward pass (kGrad).
-struct GradArgs {
-  const at::Tensor *alpha, *log_z, *grad;
-  at::Tensor *g_em, *g_trans, *g_start, *g_end;
-  at::Tensor* grad_used;  // (B,) or null
-};
-
 // G, lanes per output for an on-chip matrix of `rows` outputs of C terms: doubled while a lane keeps more
 // than 8 terms and the block stays within 512 threads (rows = C = 8: 1, 32: 4, 64: 8, 128: 4, 256: 2;
 // 32 rows of C = 512: 16).
@@ -528,13 +483,6 @@ int lanes_per_output(int rows, int C) {
 // groups of a warp (consecutive o, lanes reading k = lane mod G + ...) hit distinct banks.
 int matrix_pitch(int C, int G) { return C + (((G - C) % 32) + 32) % 32; }
 
-// How a batch of chains runs: K blocks per chain (a cluster when K > 1), each owning S = ceil(C / K) outputs
-// of a step; what lives in shared memory; the block size.
-struct ChainPlan {
-  int K = 1, S = 0, G = 32, P = 0, warps = 1;
-  bool mat_shared = false, xi = false, ptr_shared = false;
-  size_t smem = 0;
-};
 
 template <class T> ChainPlan plan_for(int K, int C, int Tn, bool arg, bool grad, int optin) {
   ChainPlan pl;
@@ -566,21 +514,13 @@ constexpr int kMinBlockTerms = 8192;  // a cluster that spreads a small batch ke
 // one block per SM (B 2K <= SMs) and each block keeps kMinBlockTerms terms of a step (S C). H100, CRF train /
 // decode in ms (docs/perf_notes.md): B=32 C=128: K=1 1.00 / 0.38, K=2 0.75 / 0.31, K=4 1.10 / 0.48;
 // B=8 C=256: K=2 1.29 / 0.57, K=8 0.96 / 0.39; B=8 C=512: K=8 1.45 / 0.63, K=16 1.98 / 0.68.
-// SEMIRING_OPS_CHAIN_CLUSTER=K overrides (a power of two <= 16; 1: no clusters) for measurements.
-template <class T> ChainPlan choose_plan(const at::Tensor& em, bool arg, bool grad, int optin) {
-  const int64_t B = em.size(0);
-  const int Tn = static_cast<int>(em.size(1)), C = static_cast<int>(em.size(2));
-  int major = 0, sms = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, em.get_device()));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, em.get_device()));
+// forced (SEMIRING_OPS_CHAIN_CLUSTER=K, a power of two <= 16, read and checked by the host; 1: no clusters)
+// overrides for measurements; 0: choose.
+template <class T>
+ChainPlan choose_plan(int64_t B, int Tn, int C, bool arg, bool grad, int optin, int major, int sms, int forced) {
   const auto plan = [&](int K) { return plan_for<T>(K, C, Tn, arg, grad, optin); };
   if (major < 9 || B * kMaxCluster > std::numeric_limits<int>::max()) return plan(1);
-  if (const char* env = std::getenv("SEMIRING_OPS_CHAIN_CLUSTER")) {
-    const int K = std::atoi(env);
-    TORCH_CHECK(K >= 1 && K <= kMaxCluster && (K & (K - 1)) == 0,
-                "SEMIRING_OPS_CHAIN_CLUSTER must be a power of two in 1..16, got ", env);
-    return plan(K);
-  }
+  if (forced > 0) return plan(forced);
   const auto fits = [&](const ChainPlan& q, bool want_xi) { return q.mat_shared && (!want_xi || q.xi); };
   const bool want_xi = grad && C <= kMaxWarps * 32;
   int K = 1;
@@ -634,227 +574,64 @@ template <class Kernel> int max_active_clusters(Kernel kernel, int K, int thread
   return cache[key] = n;
 }
 
-// Runs the kernel over the batch; returns whether the pair marginals were summed on chip (kGrad).
-template <class S, class T, bool kArg, bool kGrad>
-bool launch(const at::Tensor& em, const at::Tensor& trans, const at::Tensor& start, const at::Tensor& end,
-            const at::Tensor& lengths, bool reverse, at::Tensor& total, at::Tensor* scores, at::Tensor* tags,
-            const GradArgs* grads = nullptr, const at::Tensor* gold = nullptr, at::Tensor* llh = nullptr) {
-  const int64_t B = em.size(0);
-  const int Tn = static_cast<int>(em.size(1)), C = static_cast<int>(em.size(2));
-  if (B == 0) return true;
-  const at::Tensor start_c = start.contiguous(), end_c = end.contiguous();
+template <class S, class T, bool kArg, bool kGrad> using ChainKernel = void (*)(ChainParams<T>);
 
-  int optin = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, em.get_device()));
-  ChainPlan plan = choose_plan<T>(em, kArg, kGrad, optin);
-  using Kernel = void (*)(ChainParams<T>);
-  const auto kernel_for = [](const ChainPlan& q) -> Kernel {
-    if (!q.mat_shared) return chain_kernel<S, T, kArg, false, kGrad, false, false>;
-    if (q.K > 1)
-      return q.xi ? chain_kernel<S, T, kArg, true, kGrad, kGrad, true> : chain_kernel<S, T, kArg, true, kGrad, false, true>;
-    return q.xi ? chain_kernel<S, T, kArg, true, kGrad, kGrad, false> : chain_kernel<S, T, kArg, true, kGrad, false, false>;
-  };
-  Kernel kernel = kernel_for(plan);
-  const auto prepare = [&](Kernel k, const ChainPlan& q) {
-    C10_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(q.smem)));
-    if (q.K > kPortableCluster)
-      C10_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  };
-  prepare(kernel, plan);
-  // a 16-block cluster runs only where a GPC has 16 free SMs: 8 blocks per chain when fewer than B (or, with
-  // K forced, none) run at once
-  if (plan.K > kPortableCluster) {
-    const int active = max_active_clusters(kernel, plan.K, plan.warps * 32, plan.smem, em.get_device());
-    if (active == 0 || (active < B && !std::getenv("SEMIRING_OPS_CHAIN_CLUSTER"))) {
-      plan = plan_for<T>(kPortableCluster, C, Tn, kArg, kGrad, optin);
-      if (!plan.mat_shared) plan = plan_for<T>(1, C, Tn, kArg, kGrad, optin);
-      kernel = kernel_for(plan);
-      prepare(kernel, plan);
-    }
-  }
-  // Output-major step matrix, for reading from L2 (large C): forward steps produce tag j from tag i
-  // (M[j, i] = trans[i, j]); reverse steps produce i from j (M[i, j] = trans[i, j]). On chip it is staged
-  // from trans directly, with its strides.
-  const at::Tensor mat = plan.mat_shared ? at::Tensor() : (reverse ? trans : trans.t()).contiguous();
-  const bool xi = plan.xi;
-  at::Tensor ptr_scratch;
-  if (kArg && !plan.ptr_shared) ptr_scratch = at::empty({B, Tn, C}, em.options().dtype(at::kShort));
-
-  ChainParams<T> p{};
-  p.em = em.data_ptr<T>();
-  p.es0 = em.stride(0);
-  p.es1 = em.stride(1);
-  p.es2 = em.stride(2);
-  p.trans = trans.data_ptr<T>();
-  p.trs0 = trans.stride(0);
-  p.trs1 = trans.stride(1);
-  p.mat = plan.mat_shared ? nullptr : mat.data_ptr<T>();
-  p.boundary_in = (reverse ? end_c : start_c).data_ptr<T>();
-  p.boundary_out = (reverse ? start_c : end_c).data_ptr<T>();
-  p.lengths = lengths.data_ptr<int64_t>();
-  p.total = total.data_ptr<T>();
-  p.scores = scores && !(kGrad && xi) ? scores->data_ptr<T>() : nullptr;  // with xi, beta is not needed
-  p.pointers = ptr_scratch.defined() ? ptr_scratch.data_ptr<int16_t>() : nullptr;
-  p.tags = tags ? tags->data_ptr<int64_t>() : nullptr;
-  p.steps = Tn;
-  p.C = C;
-  p.group = plan.G;
-  p.pitch = plan.P;
-  p.cluster = plan.K;
-  p.slice = plan.S;
-  p.reverse = reverse;
-  if (gold) {
-    p.gold = gold->data_ptr<int64_t>();
-    p.gs0 = gold->stride(0);
-    p.gs1 = gold->stride(1);
-    p.llh = llh ? llh->data_ptr<T>() : nullptr;
-    p.g_trans_gold = grads ? grads->g_trans->data_ptr<T>() : nullptr;
-  }
-  if (grads) {
-    p.alpha = grads->alpha->data_ptr<T>();
-    p.log_z = grads->log_z->data_ptr<T>();
-    p.grad = grads->grad->data_ptr<T>();
-    p.grad_stride = grads->grad->stride(0);
-    p.g_em = grads->g_em->data_ptr<T>();
-    p.g_start = grads->g_start->data_ptr<T>();
-    p.g_end = grads->g_end->data_ptr<T>();
-    p.g_trans = xi ? grads->g_trans->data_ptr<T>() : nullptr;
-    p.grad_used = grads->grad_used ? grads->grad_used->data_ptr<T>() : nullptr;
-  }
-
-  const dim3 grid(static_cast<unsigned>(B * plan.K)), block(plan.warps * 32);
-  if (plan.K > 1) {
-    const ClusterLaunch launch(plan.K, grid, block, plan.smem, at::cuda::getCurrentCUDAStream());
-    C10_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, kernel, p));
-  } else {
-    kernel<<<grid, block, plan.smem, at::cuda::getCurrentCUDAStream()>>>(p);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  }
-  return xi;
+// The kernel for a plan.
+template <class S, class T, bool kArg, bool kGrad> ChainKernel<S, T, kArg, kGrad> kernel_for(const ChainPlan& q) {
+  if (!q.mat_shared) return chain_kernel<S, T, kArg, false, kGrad, false, false>;
+  if (q.K > 1)
+    return q.xi ? chain_kernel<S, T, kArg, true, kGrad, kGrad, true> : chain_kernel<S, T, kArg, true, kGrad, false, true>;
+  return q.xi ? chain_kernel<S, T, kArg, true, kGrad, kGrad, false> : chain_kernel<S, T, kArg, true, kGrad, false, false>;
 }
 
-// g_trans when the pair marginals do not fit on chip: the contraction
-//   sum_n grad_n exp(left[n, i] + right[n, j] + trans[i, j]),  n = (b, t), left = alpha[b, t] - log_z_b,
-//   right = em[b, t + 1] + beta[b, t + 1] (-inf past the length),
-// as log_contract (ops.h) over chunks of n run as a batch, so that even a single (C, C) output fills the GPU.
-at::Tensor pair_marginal_sum(const at::Tensor& em, const at::Tensor& trans, const at::Tensor& lengths,
-                             const at::Tensor& alpha, const at::Tensor& log_z, const at::Tensor& grad,
-                             const at::Tensor& beta) {
-  using at::indexing::None;
-  using at::indexing::Slice;
-  const int64_t B = em.size(0), T_len = em.size(1), C = em.size(2);
-  const double inf = std::numeric_limits<double>::infinity();
-  const at::Tensor neg_z = at::where(log_z == -inf, log_z, -log_z).view({B, 1, 1});
-  const at::Tensor live = (at::arange(1, T_len, lengths.options()).view({1, -1}) < lengths.view({-1, 1})).unsqueeze(-1);
-  at::Tensor left = (alpha.index({Slice(), Slice(None, -1)}) + neg_z).reshape({-1, C});
-  at::Tensor right = at::where(live, em.index({Slice(), Slice(1, None)}) + beta.index({Slice(), Slice(1, None)}), -inf)
-                         .reshape({-1, C});
-  at::Tensor weight = grad.view({B, 1, 1}).expand({B, T_len - 1, C}).reshape({-1, C});
-  const int64_t N = left.size(0);
-  const int64_t tiles = ((C + 63) / 64) * ((C + 63) / 64);
-  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>((N + 63) / 64, (264 + tiles - 1) / tiles));
-  const int64_t size = (N + chunks - 1) / chunks, pad = chunks * size - N;
-  if (pad) {
-    left = at::cat({left, at::full({pad, C}, -inf, left.options())});
-    right = at::cat({right, at::full({pad, C}, -inf, right.options())});
-    weight = at::cat({weight, at::zeros({pad, C}, weight.options())});
-  }
-  const at::Tensor parts = log_contract(left.view({chunks, size, C}).transpose(1, 2), std::nullopt,
-                                        right.view({chunks, size, C}), weight.view({chunks, size, C}),
-                                        trans.unsqueeze(0).expand({chunks, C, C}));
-  return parts.sum(0);
-}
-
-void check_cuda(const at::Tensor& em, const char* what) {
-  TORCH_CHECK(em.is_cuda(), what, " (CUDA): got emissions ", describe(em));
-  TORCH_CHECK(em.size(0) <= 0x7fffffff && em.size(1) <= 0x7fffffff, what,
-              " (CUDA): at most 2^31 - 1 chains and steps, got emissions ", describe(em));
+// The kernel's dynamic shared memory, and the non-portable cluster size it may need.
+template <class Kernel> cudaError_t prepare(Kernel k, const ChainPlan& q) {
+  cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(q.smem));
+  if (e == cudaSuccess && q.K > kPortableCluster) e = cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  return e;
 }
 
 }  // namespace
-}  // namespace cuda
 
-std::vector<at::Tensor> chain_scan(const at::Tensor& emissions, const at::Tensor& transitions,
-                                   const at::Tensor& start, const at::Tensor& end, const at::Tensor& lengths,
-                                   int64_t semiring_id, bool reverse, bool save_scores) {
-  check_chain_args(emissions, transitions, start, end, lengths);
-  cuda::check_cuda(emissions, "chain_scan");
-  const c10::cuda::CUDAGuard guard(emissions.device());
-  return chain_scan_host("chain_scan (CUDA)", emissions, semiring_id, save_scores,
-                         [&](auto s, auto x, auto arg, at::Tensor& total, at::Tensor* scores, at::Tensor* tags) {
-                           cuda::launch<decltype(s), decltype(x), decltype(arg)::value, false>(
-                               emissions, transitions, start, end, lengths, reverse, total, scores, tags);
-                         });
-}
-
-std::vector<at::Tensor> chain_viterbi(const at::Tensor& emissions, const at::Tensor& transitions,
-                                      const at::Tensor& start, const at::Tensor& end, const at::Tensor& lengths,
-                                      int64_t semiring_id) {
-  check_chain_args(emissions, transitions, start, end, lengths);
-  cuda::check_cuda(emissions, "chain_viterbi");
-  const c10::cuda::CUDAGuard guard(emissions.device());
-  return chain_viterbi_host("chain_viterbi (CUDA)", emissions, semiring_id,
-                            [&](auto s, auto x, auto arg, at::Tensor& total, at::Tensor* scores, at::Tensor* tags) {
-                              cuda::launch<decltype(s), decltype(x), decltype(arg)::value, false>(
-                               emissions, transitions, start, end, lengths, false, total, scores, tags);
-                            });
-}
-
-std::vector<at::Tensor> chain_log_backward(const at::Tensor& emissions, const at::Tensor& transitions,
-                                           const at::Tensor& start, const at::Tensor& end, const at::Tensor& lengths,
-                                           const at::Tensor& alpha, const at::Tensor& log_z, const at::Tensor& grad,
-                                           const std::optional<at::Tensor>& tags) {
-  check_chain_args(emissions, transitions, start, end, lengths);
-  check_chain_grad_args(emissions, alpha, log_z, grad);
-  if (tags) check_chain_tags(emissions, *tags, "chain_log_backward");
-  cuda::check_cuda(emissions, "chain_log_backward");
-  const c10::cuda::CUDAGuard guard(emissions.device());
-  const int64_t B = emissions.size(0), T_len = emissions.size(1), C = emissions.size(2);
-  const auto opts = emissions.options();
-  at::Tensor total = at::empty({B}, opts);
-  at::Tensor g_em = new_output({B, T_len, C}, opts);
-  // the atomically accumulated sums start at zero; three allocations, not views of one buffer: a registered
-  // operator's outputs may not share storage (torch.compile rejects it), so one memset each
-  at::Tensor g_trans = at::empty({C, C}, opts), g_start = at::empty({C}, opts), g_end = at::empty({C}, opts);
-  for (at::Tensor* sum : {&g_trans, &g_start, &g_end})
-    C10_CUDA_CHECK(cudaMemsetAsync(sum->data_ptr(), 0, sum->nbytes(), at::cuda::getCurrentCUDAStream()));
-  at::Tensor beta = at::empty({B, T_len, C}, opts);
-  // grad may be a broadcast scalar (stride 0: the backward of a sum): read in place
-  const at::Tensor alpha_c = alpha.contiguous(), log_z_c = log_z.contiguous();
-  const at::Tensor grad_c = grad.stride(0) == 0 ? grad : grad.contiguous();
-  bool xi_on_chip = true;
-  // with tags, the weights the kernel gave the chains (0 where the gold path is impossible) feed the
-  // off-chip pair-marginal sum
-  at::Tensor grad_used = tags ? at::empty({B}, opts) : at::Tensor();
-  AT_DISPATCH_FLOATING_TYPES(emissions.scalar_type(), "semiring_chain_log_backward_cuda", [&] {
-    const cuda::GradArgs grads{&alpha_c, &log_z_c, &grad_c, &g_em, &g_trans, &g_start, &g_end,
-                               tags ? &grad_used : nullptr};
-    xi_on_chip = cuda::launch<LogSemiring, scalar_t, false, true>(emissions, transitions, start, end, lengths, true,
-                                                                  total, &beta, nullptr, &grads, tags ? &*tags : nullptr);
-  });
-  if (!xi_on_chip && T_len > 1) {  // g_trans holds the gold transitions' counts (zeros without tags)
-    at::Tensor pairs = cuda::pair_marginal_sum(emissions, transitions, lengths, alpha_c, log_z_c,
-                                               tags ? grad_used : grad_c, beta);
-    g_trans = tags ? pairs.add_(g_trans) : pairs;
+template <class S, class T, bool kArg, bool kGrad>
+LaunchStatus chain_plan(ChainPlan& plan, int64_t B, int Tn, int C, int device, int forced_cluster) {
+  int optin = 0, major = 0, sms = 0;
+  SEMIRING_OPS_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  SEMIRING_OPS_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  SEMIRING_OPS_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  plan = choose_plan<T>(B, Tn, C, kArg, kGrad, optin, major, sms, forced_cluster);
+  auto kernel = kernel_for<S, T, kArg, kGrad>(plan);
+  SEMIRING_OPS_CUDA_TRY(prepare(kernel, plan));
+  // a 16-block cluster runs only where a GPC has 16 free SMs: 8 blocks per chain when fewer than B (or, with
+  // K forced, none) run at once
+  if (plan.K > kPortableCluster) {
+    const int active = max_active_clusters(kernel, plan.K, plan.warps * 32, plan.smem, device);
+    if (active == 0 || (active < B && forced_cluster == 0)) {
+      plan = plan_for<T>(kPortableCluster, C, Tn, kArg, kGrad, optin);
+      if (!plan.mat_shared) plan = plan_for<T>(1, C, Tn, kArg, kGrad, optin);
+      SEMIRING_OPS_CUDA_TRY(prepare(kernel_for<S, T, kArg, kGrad>(plan), plan));
+    }
   }
-  return {g_em, g_trans, g_start, g_end};
+  return {};
 }
 
-std::vector<at::Tensor> crf_log_likelihood(const at::Tensor& emissions, const at::Tensor& transitions,
-                                           const at::Tensor& start, const at::Tensor& end, const at::Tensor& lengths,
-                                           const at::Tensor& tags) {
-  check_chain_args(emissions, transitions, start, end, lengths);
-  check_chain_tags(emissions, tags, "crf_log_likelihood");
-  cuda::check_cuda(emissions, "crf_log_likelihood");
-  const c10::cuda::CUDAGuard guard(emissions.device());
-  const int64_t B = emissions.size(0), T_len = emissions.size(1), C = emissions.size(2);
-  const auto opts = emissions.options();
-  at::Tensor llh = new_output({B}, opts), log_z = new_output({B}, opts), alpha = new_output({B, T_len, C}, opts);
-  AT_DISPATCH_FLOATING_TYPES(emissions.scalar_type(), "semiring_crf_log_likelihood_cuda", [&] {
-    cuda::launch<LogSemiring, scalar_t, false, false>(emissions, transitions, start, end, lengths, false, log_z,
-                                                      &alpha, nullptr, nullptr, &tags, &llh);
-  });
-  return {llh, alpha, log_z};
+template <class S, class T, bool kArg, bool kGrad>
+LaunchStatus chain_launch(const ChainPlan& plan, const ChainParams<T>& p, int64_t B, cudaStream_t stream) {
+  const auto kernel = kernel_for<S, T, kArg, kGrad>(plan);
+  const dim3 grid(static_cast<unsigned>(B * plan.K)), block(plan.warps * 32);
+  if (plan.K > 1) {
+    const ClusterLaunch launch(plan.K, grid, block, plan.smem, stream);
+    SEMIRING_OPS_CUDA_TRY(cudaLaunchKernelEx(&launch.cfg, kernel, p));
+    return {};
+  }
+  kernel<<<grid, block, plan.smem, stream>>>(p);
+  return last_launch();
 }
 
+}  // namespace cuda
 }  // namespace semiring_ops
+
+// One (S, T, kArg, kGrad) of the launchers, for the chain_kernels_*.cu files.
+#define SEMIRING_OPS_CHAIN_LAUNCHERS(S, T, ARG, GRAD)                                                              \
+  template LaunchStatus chain_plan<S, T, ARG, GRAD>(ChainPlan&, int64_t, int, int, int, int);                    \
+  template LaunchStatus chain_launch<S, T, ARG, GRAD>(const ChainPlan&, const ChainParams<T>&, int64_t, cudaStream_t);

@@ -18,28 +18,23 @@
 // form a pair). k beyond the depth is staged as the semiring zero in both operands (zero + zero = zero),
 // so every tile runs the full kBK without a length check; rows / columns beyond the output are staged as
 // zero too and never stored. Per k and thread: 2 + 1 LDS.128, kTM * kTN / 2 HADD2 and as many HMNMX2.
-#include <ATen/ATen.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <limits>
 
-#include "checks.h"
-#include "cuda/packed_select.h"
+#include "cuda/packed_select_launch.h"
 #include "cuda/tile_engine.cuh"
-#include "ops.h"
 
 namespace semiring_ops {
 namespace cuda {
 namespace {
 
-constexpr int kBM = 128, kBN = 128, kBK = 8, kTM = 8, kTN = 8;
+constexpr int kBM = kPackedTileRows, kBN = kPackedTileCols, kBK = 8, kTM = 8, kTN = 8;
 constexpr int kThreadsN = kBN / kTN, kThreads = (kBM / kTM) * kThreadsN;  // 16 x 16 = 256
 constexpr int kPitchA = kBM + 4;  // in pairs (4 bytes): rows stay 16-byte aligned
 constexpr int kPitchB = kBN + 8;  // in scalars (2 bytes): idem
@@ -49,19 +44,19 @@ constexpr int kLoadsA = kBM * kBK / kThreads, kLoadsB = kBN * kBK / kThreads;
 template <class T>
 struct Packed;
 template <>
-struct Packed<at::Half> {
+struct Packed<c10::Half> {
   using scalar = __half;
   using pair = __half2;
-  static __device__ __forceinline__ scalar bits(at::Half x) { return __ushort_as_half(x.x); }
+  static __device__ __forceinline__ scalar bits(c10::Half x) { return __ushort_as_half(x.x); }
   static __device__ __forceinline__ pair dup(scalar x) { return __half2half2(x); }
   static __device__ __forceinline__ scalar from_float(float x) { return __float2half_rn(x); }
   static __device__ __forceinline__ float2 to_float2(pair x) { return __half22float2(x); }
 };
 template <>
-struct Packed<at::BFloat16> {
+struct Packed<c10::BFloat16> {
   using scalar = __nv_bfloat16;
   using pair = __nv_bfloat162;
-  static __device__ __forceinline__ scalar bits(at::BFloat16 x) { return __ushort_as_bfloat16(x.x); }
+  static __device__ __forceinline__ scalar bits(c10::BFloat16 x) { return __ushort_as_bfloat16(x.x); }
   static __device__ __forceinline__ pair dup(scalar x) { return __bfloat162bfloat162(x); }
   static __device__ __forceinline__ scalar from_float(float x) { return __float2bfloat16_rn(x); }
   static __device__ __forceinline__ float2 to_float2(pair x) { return __bfloat1622float2(x); }
@@ -78,15 +73,6 @@ struct PackedSelect {
       return __hmin2_nan(x, y);
     }
   }
-};
-
-template <class T>
-struct PackedArgs {
-  OperandField<T> a, b;  // a as a left field [p, i, k], b as a right field [p, k, j]
-  float* out;            // contiguous (batch, rows, cols), fp32
-  int64_t batch;
-  int32_t rows, cols, depth, tiles_n;
-  float zero;  // the semiring's zero (-inf for max, +inf for min)
 };
 
 template <class T, bool kIsMax>
@@ -194,19 +180,13 @@ __global__ void __launch_bounds__(kThreads, 2) packed_select_kernel(const __grid
 #endif
 }
 
+}  // namespace
+
 template <class T, bool kIsMax>
-void launch(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
-  const at::Tensor ua = with_unit_inner_stride(a);
-  const at::Tensor ub = with_unit_inner_stride(b);
-  const int64_t batch = a.size(0), rows = a.size(1), depth = a.size(2), cols = b.size(2);
-  TORCH_CHECK(rows <= kMaxExtent && cols <= kMaxExtent && depth <= kMaxExtent,
-              "semiring bmm kernel (packed 16-bit): dimensions must stay below ", kMaxExtent, ", got n=", rows,
-              " m=", cols, " k=", depth);
+LaunchStatus launch_packed_select(PackedArgs<T>& args, int64_t batch, int64_t rows, int64_t cols, int64_t depth,
+                                  cudaStream_t stream) {
   const int64_t tiles_m = (rows + kBM - 1) / kBM, tiles_n = (cols + kBN - 1) / kBN;
-  PackedArgs<T> args{};
-  args.a = left_field<T>(ua);
-  args.b = right_field<T>(ub);
-  args.out = out.data_ptr<float>();
+  if (tiles_m * tiles_n > std::numeric_limits<int32_t>::max()) return refused("too many output tiles (over 2^31)");
   args.batch = batch;
   args.rows = static_cast<int32_t>(rows);
   args.cols = static_cast<int32_t>(cols);
@@ -214,64 +194,16 @@ void launch(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   args.tiles_n = static_cast<int32_t>(tiles_n);
   args.zero = kIsMax ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
   const dim3 grid(static_cast<unsigned>(tiles_m * tiles_n), static_cast<unsigned>(std::min<int64_t>(batch, 65535)));
-  packed_select_kernel<T, kIsMax><<<grid, kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(args);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  packed_select_kernel<T, kIsMax><<<grid, kThreads, 0, stream>>>(args);
+  return last_launch();
 }
 
-}  // namespace
-
-// The kernel addresses a batch entry's elements with int32 offsets: true when every (row, k) offset of t
-// fits, as passed or as with_unit_inner_stride may copy it (contiguous).
-static bool offsets_fit_int32(const at::Tensor& t) {
-  const int64_t as_is = (t.size(1) - 1) * t.stride(1) + (t.size(2) - 1) * t.stride(2);
-  const int64_t copied = t.size(1) * t.size(2);
-  return std::max(as_is, copied) < static_cast<int64_t>(std::numeric_limits<int32_t>::max());
-}
-
-bool packed_select_supported(const at::Tensor& a, const at::Tensor& b) {
-  const auto dtype = a.scalar_type();
-  if (dtype != at::kHalf && dtype != at::kBFloat16) return false;
-  if (!offsets_fit_int32(a) || !offsets_fit_int32(b)) return false;
-  int major = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, a.get_device()));
-  return major >= 8;
-}
-
-bool packed_select_pays(const at::Tensor& a, const at::Tensor& b) {
-  if (!packed_select_supported(a, b)) return false;
-  int sms = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, a.get_device()));
-  const int64_t blocks = a.size(0) * ((a.size(1) + kBM - 1) / kBM) * ((b.size(2) + kBN - 1) / kBN);
-  return blocks >= 2 * static_cast<int64_t>(sms);
-}
-
-void packed_select_bmm(const at::Tensor& a, const at::Tensor& b, at::Tensor& out, bool is_max) {
-  TORCH_CHECK(packed_select_supported(a, b),
-              "packed_select_bmm: needs float16 / bfloat16 on sm_80+, each batch entry under 2^31 elements");
-  TORCH_CHECK(out.is_contiguous() && out.scalar_type() == at::kFloat, "packed_select_bmm: out must be contiguous fp32");
-  if (out.numel() == 0) return;
-  if (a.scalar_type() == at::kHalf) {
-    is_max ? launch<at::Half, true>(a, b, out) : launch<at::Half, false>(a, b, out);
-  } else {
-    is_max ? launch<at::BFloat16, true>(a, b, out) : launch<at::BFloat16, false>(a, b, out);
-  }
-}
+#define SEMIRING_OPS_PACKED(T, MAX) \
+  template LaunchStatus launch_packed_select<T, MAX>(PackedArgs<T>&, int64_t, int64_t, int64_t, int64_t, cudaStream_t);
+SEMIRING_OPS_PACKED(c10::Half, true)
+SEMIRING_OPS_PACKED(c10::Half, false)
+SEMIRING_OPS_PACKED(c10::BFloat16, true)
+SEMIRING_OPS_PACKED(c10::BFloat16, false)
 
 }  // namespace cuda
-
-at::Tensor bmm_packed_select(const at::Tensor& a, const at::Tensor& b, bool is_max) {
-  check_bmm_args(a, b);
-  TORCH_CHECK(a.is_cuda() && cuda::packed_select_supported(a, b),
-              "bmm_packed_select: float16 / bfloat16 CUDA tensors on a GPU of compute capability 8.0+, with under "
-              "2^31 elements per batch entry; got a ",
-              describe(a), ", b ", describe(b));
-  const c10::cuda::OptionalCUDAGuard guard(at::device_of(a));
-  at::Tensor out = new_output({a.size(0), a.size(1), b.size(2)}, a.options().dtype(at::kFloat));
-  if (out.numel() == 0) return out;
-  if (a.size(2) == 0) return out.fill_(is_max ? -std::numeric_limits<float>::infinity()
-                                              : std::numeric_limits<float>::infinity());
-  cuda::packed_select_bmm(a, b, out, is_max);
-  return out;
-}
-
 }  // namespace semiring_ops

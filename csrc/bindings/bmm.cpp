@@ -1,0 +1,15 @@
+// The bmm family's module (CPU or CUDA, by the sources it is linked with): the semiring batched matmul and the
+// log-weighted contraction its gradients are made of (contracts in ops.h).
+#include "bindings/module.h"
+#include "ops.h"
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  namespace py = pybind11;
+  semiring_ops::bind_common(m, "semiring_ops kernels: semiring batched matmul (one device type)");
+  m.def("bmm_forward", &semiring_ops::bmm_forward,
+        "Semiring batched matmul, forward: a (B, n, k), b (B, k, m) -> [out (B, n, m), arg (B, n, m) int64 or empty]",
+        py::arg("a"), py::arg("b"), py::arg("semiring_id"), py::arg("with_arg"));
+  m.def("log_contract", &semiring_ops::log_contract,
+        "out[p, r, s] = sum_t L1[p, r, t] * R1[p, t, s] * exp(L0[p, r, t] + R0[p, t, s] + O0[p, r, s])",
+        py::arg("l0"), py::arg("l1") = py::none(), py::arg("r0"), py::arg("r1") = py::none(), py::arg("o0"));
+}

@@ -1,0 +1,41 @@
+// The fast log family's launcher (log_bmm_fast_kernels.cu), called by log_bmm_fast_cuda.cpp: the kernel's shape
+// (which the host's padding and tile maxima follow) and its arguments. ATen-free.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "cuda/launch_status.h"
+
+namespace semiring_ops {
+namespace cuda {
+namespace fast_log {
+
+constexpr int kKT = 32;                                  // k-tile: one alpha / beta per kKT terms
+constexpr int kWarpsM = 2, kWarpsN = 2;                  // warps per block, along rows and columns
+constexpr int kWarpM = 32, kWarpN = 32;                  // one warp's output tile
+constexpr int kBM = kWarpsM * kWarpM, kBN = kWarpsN * kWarpN;  // a block's output tile
+
+template <class scalar_t>
+struct Args {
+  const scalar_t* a;  // a[p, i, k] at a + p * a_sp + i * a_sr + k
+  const scalar_t* b;  // b[p, k, j] at b + p * b_sp + k * b_sr + j
+  const float* rmax;  // (B or 1, num_kt, n_pad): row maxima of each k-tile, natural units (NaN: bad row)
+  const float* cmax;  // (B or 1, num_kt, m_pad): column maxima
+  float* out;         // (B, n, m) contiguous
+  uint8_t* flags;     // (B, n, m) contiguous: 1 = not trusted, recompute
+  unsigned long long* count;  // number of flags set
+  int64_t a_sp, a_sr, b_sp, b_sr, rmax_sp, cmax_sp;
+  int64_t batch;
+  int32_t n, k, m, n_pad, m_pad, tiles_m, tiles_n, num_kt;
+};
+
+// Launches the kernel for scalar_t in {c10::Half, c10::BFloat16, float} with kPasses 1 or 3 (log_bmm_fast_kernels.cu);
+// the host has filled every argument. Needs a GPU of compute capability 8.0+.
+template <class scalar_t, int kPasses>
+LaunchStatus launch_fast_log(const Args<scalar_t>& args, cudaStream_t stream);
+
+}  // namespace fast_log
+}  // namespace cuda
+}  // namespace semiring_ops

@@ -1,0 +1,10 @@
+// The span structures' launchers under the log semiring (one of three translation units, compiled in parallel).
+#include "cuda/span_kernels.cuh"
+
+namespace semiring_ops {
+namespace cuda {
+
+SEMIRING_OPS_SPAN_LAUNCHERS(LogSemiring)
+
+}  // namespace cuda
+}  // namespace semiring_ops

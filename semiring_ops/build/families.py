@@ -1,0 +1,130 @@
+"""The kernel families: one compiled module per family and device type, so that a first call compiles only the
+family it uses (a CRF step the chain kernels, a logbmm the bmm kernels), and ``python -m semiring_ops build``
+compiles them all in parallel.
+
+Each CUDA family splits into ATen-free kernel files (``*_kernels.cu``: nvcc compiles device code only, in parallel)
+and host files compiled by the C++ compiler (``*_cuda.cpp``, the bindings); csrc/cuda/launch_status.h says why.
+
+This module imports nothing beyond the standard library: setup.py reads it without importing the package.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["FAMILIES", "ExtensionSpec", "Family", "families_for", "family"]
+
+# -fopenmp: at::parallel_for runs threads only in files built with it (resolves to torch's libgomp);
+# -fno-trapping-math: lets GCC if-convert (vectorise) the selects; no result changes, inf/NaN included.
+# -march: the JIT builds for this machine (native); a wheel for a portable baseline (families.AOT_CPU_ARCH).
+_CPU_CFLAGS = ("-O3", "-fno-math-errno", "-fno-trapping-math", "-fopenmp")
+_CUDA_HOST_CFLAGS = ("-O3",)
+_CUDA_CFLAGS = ("-O3", "-lineinfo")
+
+# What a prebuilt CPU library (a wheel) is compiled for on x86-64: AVX2 and FMA (Haswell, 2013, and later), which
+# the CPU kernels' inner loops and the host writers' streaming stores use. prebuilt.py checks the running CPU
+# before loading one; elsewhere the JIT builds with -march=native.
+AOT_CPU_ARCH = "x86-64-v3"
+AOT_CPU_FLAGS = ("avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe")  # /proc/cpuinfo names of x86-64-v3
+
+
+@dataclass(frozen=True)
+class ExtensionSpec:
+    """One compiled module: its name, sources (relative to csrc) and compiler flags."""
+
+    name: str
+    sources: tuple[str, ...]
+    cflags: tuple[str, ...]
+    cuda_cflags: tuple[str, ...] = ()
+    ldflags: tuple[str, ...] = ()
+    aot_module: str = ""  # the module setup.py builds when SEMIRING_OPS_BUILD_EXT=1
+
+    @property
+    def is_cuda(self) -> bool:
+        return any(s.endswith(".cu") for s in self.sources)
+
+
+@dataclass(frozen=True)
+class Family:
+    """A family of kernels on one device type: the Python module its bindings make, and what the module serves."""
+
+    name: str  # bmm, chain, span, fast_log, packed, host_writers
+    device_type: str  # cpu | cuda
+    sources: tuple[str, ...]  # relative to csrc; the bindings first
+    serves: str  # what uses it, for `info`
+
+    @property
+    def key(self) -> str:
+        return f"{self.device_type}_{self.name}"
+
+    def spec(self, ahead_of_time: bool = False) -> ExtensionSpec:
+        """The module's build: JIT (-march=native on the CPU) or ahead of time (a portable CPU target)."""
+        if self.device_type == "cpu":
+            arch = f"-march={AOT_CPU_ARCH}" if ahead_of_time else "-march=native"
+            cflags, cuda_cflags, ldflags = (*_CPU_CFLAGS, arch), (), ("-fopenmp",)
+        else:
+            cflags, cuda_cflags, ldflags = _CUDA_HOST_CFLAGS, _CUDA_CFLAGS, ()
+        return ExtensionSpec(
+            name=f"semiring_ops_{self.key}",
+            sources=self.sources,
+            cflags=cflags,
+            cuda_cflags=cuda_cflags,
+            ldflags=ldflags,
+            aot_module=f"semiring_ops._C_{self.key}",
+        )
+
+
+def _cpu(name: str, serves: str, *sources: str) -> Family:
+    return Family(name, "cpu", (f"bindings/{name}.cpp", *(f"cpu/{s}" for s in sources)), serves)
+
+
+def _cuda(name: str, serves: str, *sources: str) -> Family:
+    return Family(name, "cuda", (f"bindings/{name}.cpp", *(f"cuda/{s}" for s in sources)), serves)
+
+
+FAMILIES: tuple[Family, ...] = (
+    _cpu("bmm", "semiring matmul (log, max, min) and its gradients", "bmm_forward_cpu.cpp", "log_contract_cpu.cpp"),
+    _cpu("chain", "LinearChainCRF, HMM, chain_* (fused chains)", "chain_cpu.cpp", "sequence_cpu.cpp"),
+    _cpu("span", "structures: dependency, CKY, semi-Markov, linear chain, alignment", "span_cpu.cpp"),
+    _cpu("host_writers", "the block engine's host writes", "condensed_scatter_cpu.cpp", "stream_copy_cpu.cpp"),
+    _cuda(
+        "bmm",
+        "semiring matmul (log, max, min) and its gradients",
+        "bmm_cuda.cpp",
+        "bmm_kernels.cu",
+        "log_contract_kernels.cu",
+    ),
+    _cuda(
+        "chain",
+        "LinearChainCRF, HMM, chain_* (fused chains)",
+        "chain_cuda.cpp",
+        "chain_kernels_scan.cu",
+        "chain_kernels_viterbi.cu",
+        "chain_kernels_grad.cu",
+        "sequence_cuda.cpp",
+        "sequence_kernels.cu",
+    ),
+    _cuda(
+        "span",
+        "structures: dependency, CKY, semi-Markov, linear chain, alignment",
+        "span_cuda.cpp",
+        "span_kernels_log.cu",
+        "span_kernels_max.cu",
+        "span_kernels_min.cu",
+    ),
+    _cuda(
+        "fast_log", "log matmul, precision='fast' (tensor cores)", "log_bmm_fast_cuda.cpp", "log_bmm_fast_kernels.cu"
+    ),
+    _cuda("packed", "float16 / bfloat16 max / min matmul", "packed_select_cuda.cpp", "packed_select_kernels.cu"),
+)
+
+
+def family(device_type: str, name: str) -> Family:
+    for fam in FAMILIES:
+        if fam.device_type == device_type and fam.name == name:
+            return fam
+    raise KeyError(f"no kernel family {name!r} for device type {device_type!r}")
+
+
+def families_for(device_type: str) -> list[Family]:
+    return [fam for fam in FAMILIES if fam.device_type == device_type]

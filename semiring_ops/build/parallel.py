@@ -1,0 +1,122 @@
+"""``python -m semiring_ops build``: every kernel family compiled into the cache at once, one process per family.
+
+Families run side by side while the compile jobs they ask for (one per source file, at most ``jobs``) fit in
+``jobs`` (the CPU count by default), the largest first; each family's ninja gets MAX_JOBS = its share. A family
+already in the cache, or served by a matching wheel, is skipped. The cache's locks make this safe beside other
+processes that build on first use: whoever comes second waits and loads.
+
+    python -m semiring_ops.build.parallel cuda chain     # one family (what each worker process runs)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+from .families import Family, family
+
+__all__ = ["FamilyBuild", "build_families"]
+
+
+@dataclass
+class FamilyBuild:
+    family: Family
+    status: str  # compiled | cached | prebuilt | failed | skipped
+    seconds: float = 0.0
+    detail: str = ""
+
+
+def _jobs_for(fam: Family, jobs: int) -> int:
+    return max(1, min(len(fam.sources), jobs))
+
+
+def build_families(fams: list[Family], jobs: int | None = None, echo=print) -> list[FamilyBuild]:
+    """Compiles `fams` into the cache in parallel worker processes; one line per family through `echo` as each ends."""
+    from . import backends, jit, prebuilt, toolkit
+
+    jobs = jobs or os.cpu_count() or 1
+    results: list[FamilyBuild] = []
+    pending: list[Family] = []
+    for fam in fams:
+        device_index = 0 if fam.device_type == "cuda" and _has_gpu() else None
+        if prebuilt.prebuilt_status(fam, device_index)[0] == "prebuilt":
+            results.append(FamilyBuild(fam, "prebuilt"))
+            continue
+        tk = toolkit.find_cuda_toolkit(jit.cache_root()) if fam.device_type == "cuda" else None
+        if jit.is_cached(fam.spec(), tk):
+            results.append(FamilyBuild(fam, "cached"))
+            continue
+        problem = backends._toolchain_problem(fam.device_type)
+        if problem is not None:
+            results.append(FamilyBuild(fam, "skipped", detail=problem[0]))
+            continue
+        pending.append(fam)
+    for r in results:
+        echo(f"  {r.family.device_type:4s} {r.family.name:12s} {r.status}{': ' + r.detail if r.detail else ''}")
+    pending.sort(key=lambda f: -len(f.sources))
+    running: list[tuple[Family, subprocess.Popen, float, int]] = []  # (family, worker, start, its jobs)
+    while pending or running:
+        used = sum(share for *_, share in running)
+        started = False
+        for fam in list(pending):
+            share = _jobs_for(fam, jobs)
+            if not running or used + share <= jobs:
+                running.append((fam, _start(fam, share), time.perf_counter(), share))
+                pending.remove(fam)
+                used += share
+                started = True
+        if not started:
+            time.sleep(0.05)
+        for item in list(running):
+            fam, proc, t0, _ = item
+            if proc.poll() is None:
+                continue
+            running.remove(item)
+            proc.log.seek(0)
+            err = proc.log.read()
+            proc.log.close()
+            seconds = time.perf_counter() - t0
+            if proc.returncode == 0:
+                result = FamilyBuild(fam, "compiled", seconds)
+            else:
+                tail = "\n".join(line for line in err.strip().splitlines()[-12:])
+                result = FamilyBuild(fam, "failed", seconds, tail)
+            results.append(result)
+            echo(
+                f"  {fam.device_type:4s} {fam.name:12s} {result.status} in {seconds:.1f} s"
+                + (f"\n{result.detail}" if result.detail else "")
+            )
+    return results
+
+
+def _has_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _start(fam: Family, share: int) -> subprocess.Popen:
+    """A worker process building `fam` with `share` compile jobs; its stderr goes to a temporary file (a pipe
+    read only at the end could fill up with compiler output and stall the worker), kept as proc.log."""
+    env = {**os.environ, "MAX_JOBS": str(share)}
+    cmd = [sys.executable, "-m", "semiring_ops.build.parallel", fam.device_type, fam.name]
+    log = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed when the worker has been waited for)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log, text=True)
+    proc.log = log  # type: ignore[attr-defined]
+    return proc
+
+
+def _build_one(device_type: str, name: str) -> None:
+    from . import jit, toolkit
+
+    fam = family(device_type, name)
+    tk = toolkit.find_cuda_toolkit(jit.cache_root()) if device_type == "cuda" else None
+    jit.load(fam.spec(), tk)
+
+
+if __name__ == "__main__":
+    _build_one(sys.argv[1], sys.argv[2])

@@ -1,0 +1,139 @@
+"""Prebuilt kernels: the modules a wheel built with SEMIRING_OPS_BUILD_EXT=1 carries (semiring_ops/_C_<device>_<family>)
+and its manifest (semiring_ops/_prebuilt.json, written by setup.py), which says what they were built for.
+
+A prebuilt library is imported only when the manifest matches what is running: the same torch (version, CUDA
+version, C++ ABI: a library built against another torch can crash the process when it is loaded, before any Python
+error), the CPU's instruction set for the CPU kernels, and a compiled architecture that runs on the GPU for the CUDA
+kernels. Otherwise the package says so in one line and compiles that family on first use (jit.py), as without a
+wheel.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import platform
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from .families import AOT_CPU_FLAGS, Family
+
+__all__ = ["MANIFEST_NAME", "build_manifest", "load_prebuilt", "manifest", "mismatch", "prebuilt_status"]
+
+MANIFEST_NAME = "_prebuilt.json"
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent
+
+
+def build_manifest(modules: list[str], cuda_archs: list[str], cpu_arch: str) -> dict[str, Any]:
+    """What setup.py writes beside the modules it builds: the torch they are for and their targets."""
+    return {
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
+        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+        "machine": platform.machine(),
+        "cpu_arch": cpu_arch,
+        "cuda_archs": cuda_archs,  # e.g. ["8.0", "8.6", "9.0", "12.0+PTX"]
+        "modules": sorted(modules),  # family keys, e.g. ["cpu_bmm", "cuda_chain"]
+    }
+
+
+@functools.cache
+def manifest() -> dict[str, Any] | None:
+    """The installed package's manifest, None without one (a source checkout, a wheel built without kernels)."""
+    path = _PACKAGE_DIR / MANIFEST_NAME
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {"unreadable": str(path)}
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def _arch_runs(archs: list[str], capability: tuple[int, int]) -> bool:
+    """Whether code compiled for `archs` (TORCH_CUDA_ARCH_LIST entries) runs on a GPU of `capability`: SASS of the
+    same major and a minor at most the GPU's, or PTX of a version at most the GPU's (the driver compiles it)."""
+    major, minor = capability
+    for entry in archs:
+        version, ptx = entry.removesuffix("+PTX"), entry.endswith("+PTX")
+        a_major, a_minor = (int(x) for x in version.split("."))
+        if (a_major == major and a_minor <= minor) or (ptx and (a_major, a_minor) <= capability):
+            return True
+    return False
+
+
+def mismatch(fam: Family, info: dict[str, Any], device_index: int | None = None) -> str | None:
+    """Why the manifest's build of `fam` cannot be loaded here, or None when it can."""
+    if "unreadable" in info:
+        return f"its manifest {info['unreadable']} cannot be read"
+    if fam.key not in info.get("modules", []):
+        return "the wheel has no such module"
+    built = f"torch {info.get('torch')}"
+    if info.get("torch") != torch.__version__ or info.get("torch_cuda") != torch.version.cuda:
+        return f"they were built for {built} (CUDA {info.get('torch_cuda')}), this is torch {torch.__version__}"
+    if info.get("cxx11_abi") != bool(torch._C._GLIBCXX_USE_CXX11_ABI):
+        return f"they were built for {built} with another C++ ABI"
+    if info.get("machine") != platform.machine():
+        return f"they were built for {info.get('machine')}, this machine is {platform.machine()}"
+    if fam.device_type == "cpu" and info.get("cpu_arch") == "x86-64-v3":
+        missing = sorted(set(AOT_CPU_FLAGS) - _cpu_flags())
+        if missing:
+            return f"they need an x86-64-v3 CPU; this one lacks {', '.join(missing)}"
+    if fam.device_type == "cuda" and device_index is not None:
+        capability = torch.cuda.get_device_capability(device_index)
+        if not _arch_runs(list(info.get("cuda_archs", [])), capability):
+            return (
+                f"they were compiled for sm {', '.join(info.get('cuda_archs', []))}, which does not run on this GPU "
+                f"(sm {capability[0]}.{capability[1]})"
+            )
+    return None
+
+
+def prebuilt_status(fam: Family, device_index: int | None = None) -> tuple[str, str]:
+    """("prebuilt", path) when the wheel's build of `fam` can be loaded here, ("mismatch", why) when the wheel has one
+    that cannot, ("none", "") when there is no prebuilt module."""
+    info = manifest()
+    if info is None:
+        return "none", ""
+    why = mismatch(fam, info, device_index)
+    if why is not None:
+        return ("none", "") if why == "the wheel has no such module" else ("mismatch", why)
+    return "prebuilt", str(_PACKAGE_DIR / f"_C_{fam.key}")
+
+
+_told: set[str] = set()
+
+
+def load_prebuilt(fam: Family, device_index: int | None = None) -> ModuleType | None:
+    """The wheel's module of `fam` when it matches (module docstring); None otherwise, with one line on stderr the
+    first time a wheel's module is refused."""
+    status, detail = prebuilt_status(fam, device_index)
+    if status == "none":
+        return None
+    if status == "mismatch":
+        if detail not in _told:
+            _told.add(detail)
+            print(
+                f"semiring_ops: not loading the prebuilt kernels: {detail}; compiling them on first use instead "
+                f"(or install the semiring_ops wheel made for torch {torch.__version__})",
+                file=sys.stderr,
+                flush=True,
+            )
+        return None
+    return importlib.import_module(f"semiring_ops._C_{fam.key}")

@@ -4,6 +4,11 @@
 # Usage (repo root): bash benchmarks/gpu_run.sh [pytest args]
 #   STAGES="tests sanitize bench" (default all three; a call is limited to 10 minutes, so split them over
 #   calls made back to back, e.g. STAGES=tests then STAGES=sanitize: the build cache in /tmp is reused);
+#   STAGES=notoolkit: as a GPU user without a CUDA toolkit: the system toolkit hidden (nvcc off PATH, CUDA_HOME
+#   unset, /usr/local/cuda renamed), NVIDIA's pip layout of the compiler made from its files
+#   (pip_toolkit_from_system.sh: the machine reaches no registry for the wheels) on PYTHONPATH; first-use times
+#   from cold caches (first_use.py), then the stages after it in the list run in that environment; the toolkit
+#   is restored at the end. E.g. STAGES="notoolkit tests" PYTEST_ARGS="-n 4".
 #   BENCH="bmm crf ..." picks benchmarks; run the sanitize stage in every session that changes a kernel.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 MAX_JOBS=${MAX_JOBS:-16}
@@ -20,11 +25,32 @@ fi
 STAGES=${STAGES:-tests sanitize bench}
 python3 -m pip install -q --no-deps --no-build-isolation -e . > "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
+
+hidden=""
+if [[ " $STAGES " == *" notoolkit "* ]]; then
+  system=$(readlink -f /usr/local/cuda)
+  bash benchmarks/pip_toolkit_from_system.sh /tmp/pip_cuda "$system" | tee "$OUT/notoolkit.log"
+  for d in /usr/local/cuda "$system"; do [ -e "$d" ] && mv "$d" "$d.hidden" && hidden="$d $hidden"; done
+  restore() { for d in $hidden; do mv "$d.hidden" "$d"; done; }
+  trap restore EXIT
+  [ -e /usr/local/cuda ] && { echo "notoolkit: /usr/local/cuda could not be hidden; stopping"; exit 1; }
+  PATH=$(echo "$PATH" | tr ':' '\n' | grep -v -e cuda -e '^/usr/local/bin$' | paste -sd:)
+  export PATH
+  unset CUDA_HOME CUDA_PATH
+  export PYTHONPATH="/tmp/pip_cuda${PYTHONPATH:+:$PYTHONPATH}"
+  { echo "nvcc on PATH: $(command -v nvcc || echo none); CUDA_HOME=${CUDA_HOME-unset}"; python3 -m semiring_ops info; } \
+    2>&1 | tee -a "$OUT/notoolkit.log"
+  # cold first uses, then every family built into the test cache from cold (first_use.py's 'build all')
+  rm -rf "$SEMIRING_OPS_CACHE"
+  timeout 500 python3 benchmarks/first_use.py --json "$OUT/first_use.json" --build-into "$SEMIRING_OPS_CACHE" 2>&1 \
+    | tee -a "$OUT/notoolkit.log"
+fi
 t0=$(date +%s)
 python3 -m semiring_ops build 2>&1 | tee "$OUT/build.log"
 echo "build took $(( $(date +%s) - t0 )) s"
 if [[ " $STAGES " == *" tests "* ]]; then
-  timeout 420 python3 -m pytest -m "${PYTEST_MARK:-cuda}" -q -p no:cacheprovider "$@" 2>&1 | tee "$OUT/pytest_cuda.log" | tail -40
+  timeout ${TEST_TIMEOUT:-420} python3 -m pytest -m "${PYTEST_MARK:-cuda}" -q -p no:cacheprovider ${PYTEST_ARGS:-} "$@" 2>&1 \
+    | tee "$OUT/pytest_cuda.log" | tail -40
 fi
 if [[ " $STAGES " == *" sanitize "* ]]; then  # every kernel family under memcheck, racecheck, synccheck, initcheck
   mkdir -p /tmp/sanitize_logs

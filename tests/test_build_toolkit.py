@@ -59,16 +59,21 @@ def clean(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(empty))
     monkeypatch.setattr(toolkit, "DEFAULT_HOME", tmp_path / "no-usr-local-cuda")
     monkeypatch.setitem(sys.modules, "nvidia", types.ModuleType("nvidia"))  # a namespace with no path
+    monkeypatch.setattr(toolkit, "_site_paths", list)  # nor a site folder (CI's venv holds the cuda13 extra)
     monkeypatch.setattr(torch.version, "cuda", "13.0")
     toolkit._search.cache_clear()
     yield tmp_path / "cache"
     toolkit._search.cache_clear()
 
 
-def _use_site(monkeypatch, site: Path) -> None:
-    fake = types.ModuleType("nvidia")
-    fake.__path__ = [str(site / "nvidia")]
-    monkeypatch.setitem(sys.modules, "nvidia", fake)
+def _use_site(monkeypatch, site: Path, on_sys_path: bool = False) -> None:
+    """The pip toolkit under `site`: seen through the nvidia package's path, or as a sys.path entry."""
+    if on_sys_path:
+        monkeypatch.setattr(toolkit, "_site_paths", lambda: [str(site)])
+    else:
+        fake = types.ModuleType("nvidia")
+        fake.__path__ = [str(site / "nvidia")]
+        monkeypatch.setitem(sys.modules, "nvidia", fake)
 
 
 def test_no_toolkit_gives_the_reason_with_the_pip_extra(clean, monkeypatch):
@@ -80,9 +85,10 @@ def test_no_toolkit_gives_the_reason_with_the_pip_extra(clean, monkeypatch):
     assert "376 ms instead of 8.8" in reason, "the warning says what the fallback costs"
 
 
-def test_a_pip_toolkit_gets_a_cuda_home_assembled_in_the_cache(clean, monkeypatch, tmp_path):
+@pytest.mark.parametrize("on_sys_path", [False, True], ids=["nvidia-package", "sys-path"])
+def test_a_pip_toolkit_gets_a_cuda_home_assembled_in_the_cache(clean, monkeypatch, tmp_path, on_sys_path):
     root = _pip_toolkit(tmp_path / "site")
-    _use_site(monkeypatch, tmp_path / "site")
+    _use_site(monkeypatch, tmp_path / "site", on_sys_path)
     tk = toolkit.find_cuda_toolkit(clean)
     assert tk is not None and tk.from_pip and tk.version == "13.0"
     assert tk.home.parent == clean

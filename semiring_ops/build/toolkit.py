@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,15 +86,21 @@ def _system_candidates() -> Iterator[tuple[Path, str]]:
     yield DEFAULT_HOME, str(DEFAULT_HOME)
 
 
+def _site_paths() -> list[str]:
+    return sys.path
+
+
 def _pip_toolkit_root(major: int) -> Path | None:
-    """site-packages/nvidia/cu<major> holding a whole compiler (CUDA 13's wheel layout), or None."""
-    try:
-        import nvidia  # namespace package of NVIDIA's wheels (torch's CUDA wheels install some)
-    except ImportError:
-        return None
-    for base in getattr(nvidia, "__path__", []):
-        root = Path(base) / f"cu{major}"
-        needed = ("bin/nvcc", "bin/ptxas", "nvvm/bin/cicc", "include/cuda_runtime.h", "include/crt/host_config.h")
+    """site-packages/nvidia/cu<major> holding a whole compiler (CUDA 13's wheel layout), or None. Looked for on
+    sys.path (any site folder, a --target install, PYTHONPATH) and in the nvidia package's path."""
+    bases = [Path(entry) / "nvidia" for entry in _site_paths() if entry]
+    with contextlib.suppress(ImportError):
+        import nvidia  # the package of NVIDIA's wheels (torch's CUDA wheels install some)
+
+        bases += [Path(base) for base in getattr(nvidia, "__path__", [])]
+    needed = ("bin/nvcc", "bin/ptxas", "nvvm/bin/cicc", "include/cuda_runtime.h", "include/crt/host_config.h")
+    for base in bases:
+        root = base / f"cu{major}"
         if all((root / rel).exists() for rel in needed) and any((root / "lib").glob("libcudart.so*")):
             return root
     return None

@@ -16,7 +16,7 @@ Usage:
     python benchmarks/bmm.py --ops max min --dtype float16 --sizes 1024      # 16-bit max / min (packed kernel)
 
 With --dtype float16 / bfloat16 the inputs are 16-bit: max / min forwards run the packed kernel
-(csrc/cuda/packed_select_cuda.cu) and their % column is against the packed f16x2 max-plus ceiling.
+(csrc/cuda/packed_select_kernels.cu) and their % column is against the packed f16x2 max-plus ceiling.
 
 On the GPU the log op has two more rows, its fast mode (semiring_ops/ops/fast_log.py): "semiring_ops fast"
 (logbmm(..., precision="fast"), fast_log.DEFAULT_PASSES TF32 passes) and "semiring_ops fast3" (3xTF32);

@@ -1,7 +1,7 @@
 // Monotone alignments of two sequences (structures/alignment.py, torch-struct's AlignmentCRF layout) as a
 // span-kernel structure (kSpanAlignment): match potentials (B, N, M, 3), m(i, j, op) scoring entry into cell
 // (i, j) by op 0 from (i, j - 1), op 1 from (i - 1, j - 1) (a match) or op 2 from (i - 1, j). Written once for
-// the CPU and CUDA backends (csrc/cpu/span_cpu.cpp, csrc/cuda/span_cuda.cu), generic over the semirings whose
+// the CPU and CUDA backends (csrc/cpu/span_cpu.cpp, csrc/cuda/span_kernels.cuh), generic over the semirings whose
 // product is + (log, max, min) and over the Team of span_dp.h (one thread a cell on either backend: a cell
 // reduces three or four terms, too few to share).
 //

@@ -1,6 +1,6 @@
 // The linear chain of torch-struct's layout as a span-kernel structure (kSpanLinearChain): edge potentials
 // (B, N - 1, C, C), edge(n, c, c') scoring label c at position n + 1 after label c' at position n. Written once
-// for the CPU and CUDA backends (csrc/cpu/span_cpu.cpp, csrc/cuda/span_cuda.cu), generic over the semirings whose
+// for the CPU and CUDA backends (csrc/cpu/span_cpu.cpp, csrc/cuda/span_kernels.cuh), generic over the semirings whose
 // product is + (log, max, min) and over the Team of span_dp.h (a warp per label on the GPU, one thread on the CPU).
 //
 // Forward (span_inside): the alpha pass, and under log the beta pass (two independent recursions: two thread

@@ -105,7 +105,7 @@ at::Tensor sequence_lengths(const std::optional<at::Tensor>& mask, const std::op
 
 // The log-semiring batched matmul's fast mode (CUDA only, compute capability 8.0+; not in the CPU build):
 //   out[p,i,j] = logsumexp_k a[p,i,k] + b[p,k,j]  on tensor cores (TF32 products of per-k-tile scaled
-//   exponentials, combined with a running maximum; csrc/cuda/log_bmm_fast_cuda.cu has the math).
+//   exponentials, combined with a running maximum; csrc/cuda/log_bmm_fast_kernels.cu has the math).
 //   a: (B, n, k), b: (B, k, m), one dtype (float32, float16, bfloat16), one CUDA device; any strides (an
 //   operand whose inner stride is not 1, or whose row / batch strides or data are not 4-element aligned, is
 //   copied; a batch stride of 0 stays a broadcast). passes: 1 (TF32, |error| <= ~1e-3) or 3 (3xTF32, ~1e-6).

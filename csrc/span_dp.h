@@ -1,6 +1,6 @@
 // The inside algorithms over spans (Eisner's projective dependency trees, CKY's binary span trees, the semi-Markov
 // model's labelled segments, which with segments of length 1 is the linear chain of torch-struct's layout) and their
-// adjoints, written once for the CPU and CUDA backends (csrc/cpu/span_cpu.cpp, csrc/cuda/span_cuda.cu) and
+// adjoints, written once for the CPU and CUDA backends (csrc/cpu/span_cpu.cpp, csrc/cuda/span_kernels.cuh) and
 // generic over the semirings whose product is + (log, max, min: semiring.h).
 //
 // One batch item at a time. A span's value is a semiring sum over its split points, computed by a Team: the

@@ -1,4 +1,4 @@
-"""A NumPy model of csrc/cuda/log_bmm_fast_cuda.cu, run on the CPU by tests/test_bmm_fast.py.
+"""A NumPy model of csrc/cuda/log_bmm_fast_kernels.cu, run on the CPU by tests/test_bmm_fast.py.
 
 Two parts, each written to mirror the kernel's code line by line (keep them in step with it):
 
@@ -20,7 +20,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-KERNEL_SOURCE = Path(__file__).resolve().parent.parent / "csrc" / "cuda" / "log_bmm_fast_cuda.cu"
+# the kernel and its launch header (the block shape the host shares)
+KERNEL_SOURCES = [
+    Path(__file__).resolve().parent.parent / "csrc" / "cuda" / name
+    for name in ("log_bmm_fast_kernels.cu", "fast_log_launch.h")
+]
 
 # the kernel's shape constants (test_kernel_constants_match_the_model checks them against the source)
 KT, WARPS_M, WARPS_N, WARP_M, WARP_N = 32, 2, 2, 32, 32
@@ -42,7 +46,7 @@ LN2 = np.float32(math.log(2.0))
 
 def kernel_constants() -> dict[str, str]:
     """`constexpr int NAME = VALUE;` / `constexpr int A = x, B = y;` definitions of the kernel source."""
-    text = KERNEL_SOURCE.read_text()
+    text = "\n".join(path.read_text() for path in KERNEL_SOURCES)
     found = {}
     for decl in re.findall(r"constexpr int ([^;]+);", text):
         for part in decl.split(","):

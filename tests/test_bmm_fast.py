@@ -1,5 +1,5 @@
 """The log semiring's fast mode (precision="fast"): tensor-core TF32 products of per-k-tile scaled
-exponentials with an underflow guard (csrc/cuda/log_bmm_fast_cuda.cu, semiring_ops/ops/fast_log.py).
+exponentials with an underflow guard (csrc/cuda/log_bmm_fast_kernels.cu, semiring_ops/ops/fast_log.py).
 
 CPU: the argument checks, "fast" = exact off the GPU, and a NumPy model of the kernel (tests/fast_log_model.py):
 its thread / shared-memory / mma-fragment index mapping against the PTX and CuTe layouts, and its arithmetic
@@ -374,7 +374,7 @@ def test_cuda_kernel_matches_the_numpy_model():
     b[0, :, 9] = -math.inf
     b[1, 50:, 4] = 40.0  # a column whose maximum is far from most rows' maxima in the last tiles
     for passes in (1, 3):
-        out, flags, count = backend_for(a.device).log_bmm_fast(a, b, passes)
+        out, flags, count = backend_for(a.device).family("fast_log").log_bmm_fast(a, b, passes)
         m_out, m_flags, m_count = model_log_bmm_fast(a.cpu(), b.cpu(), passes)
         assert torch.equal(flags.cpu(), m_flags), "flags differ from the model's"
         assert int(count) == int(m_count)

@@ -1,4 +1,4 @@
-"""The packed 16-bit max-plus / min-plus kernel (csrc/cuda/packed_select_cuda.cu): float16 / bfloat16 max and
+"""The packed 16-bit max-plus / min-plus kernel (csrc/cuda/packed_select_kernels.cu): float16 / bfloat16 max and
 min products without an index asked for, on sm_80+, taken by bmm_forward when its tiles fill the GPU and
 called directly here (bmm_packed_select) at every size. Its answer must be the float64 answer of the same
 inputs rounded once to the input dtype, bit for bit (rounding is monotone, so max_k round(x_k) =

@@ -5,7 +5,7 @@
         out[p, i, j] = logsumexp_k (a[p, i, k] + b[p, k, j]); differentiable, its backward is the exact
         log backward (registry.log_bmm_backward, given this output)
 
-The kernel (csrc/cuda/log_bmm_fast_cuda.cu) turns each k-tile of 32 terms into a plain product of
+The kernel (csrc/cuda/log_bmm_fast_kernels.cu) turns each k-tile of 32 terms into a plain product of
 exponentials scaled by the tile's row and column maxima, computed with TF32 mma (``passes=1``: error
 <= ~1e-3 nats; ``passes=3``, the 3xTF32 split: ~1e-6), and combines the tiles with a running maximum. It
 flags every output whose scaled sum fell under 2^-64 (a tile whose row and column maxima sit at different

@@ -6,7 +6,7 @@
     lengths     (B,) int or None  each chain's length in 0..T (None: all T).
 
 This is the shape of a linear-chain CRF and of an HMM (log probabilities). The fused chain kernels
-(semiring_ops::chain_scan / chain_viterbi, csrc/cpu/chain_cpu.cpp and csrc/cuda/chain_cuda.cu) run the
+(semiring_ops::chain_scan / chain_viterbi, csrc/cpu/chain_cpu.cpp and csrc/cuda/chain_kernels.cuh) run the
 whole recursion in one launch with the transition matrix on chip, and the (B, T-1, C, C) edge tensor
 never exists; the log-partition's gradient is forward-backward (a reverse scan). A semiring with no
 C++ twin, or a gradient the fused kernels do not provide (through max / min sums), takes the generic

@@ -205,18 +205,78 @@ def test_a_block_that_runs_out_of_memory_is_split_and_retried():
 
 @pytest.mark.skipif(os.name != "posix", reason="SIGINT to this process")
 def test_ctrl_c_stops_every_worker_and_goes_on():
-    class Slow(MatmulPolicy):
+    """A real SIGINT to this process in the middle of a run: KeyboardInterrupt comes out of run_blocks once every
+    worker has finished the block in hand, and no thread is left. Independent of timing: the signal is sent from
+    the fifth block, and the blocks computed after it wait until the main thread has received it; and of how the
+    test runner was started: a job run in the background of a non-interactive shell ignores SIGINT (Python then
+    installs no KeyboardInterrupt for it), so the test installs Python's own behaviour for its duration."""
+    delivered = threading.Event()
+    computed: list[int] = []
+    lock = threading.Lock()
+
+    def keyboard_interrupt(signum, frame):  # signal.default_int_handler, noting the delivery
+        delivered.set()
+        raise KeyboardInterrupt
+
+    class Interrupting(MatmulPolicy):
         def compute(self, state, block, device):
-            time.sleep(0.05)
+            with lock:
+                computed.append(block.index)
+                fifth = len(computed) == 5
+            if fifth:
+                os.kill(os.getpid(), signal.SIGINT)
+            if len(computed) >= 5 and not delivered.wait(60):
+                raise AssertionError("SIGINT never reached the main thread")
             return super().compute(state, block, device)
 
-    policy = Slow(torch.randn(300, 3), torch.randn(3, 300), "max")
+    policy = Interrupting(torch.randn(300, 3), torch.randn(3, 300), "max")
     grid = plan_blocks(300, 300, max_device_bytes=4 * 4 * 10 * 10, sm_count=1, rows_per_sm=1)
-    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        run_blocks(policy, DenseWriter(torch.zeros(300, 300)), grid, [torch.device("cpu")] * 2, progress=False)
-    timer.join()
+    workers = 2
+    previous = signal.signal(signal.SIGINT, keyboard_interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_blocks(
+                policy, DenseWriter(torch.zeros(300, 300)), grid, [torch.device("cpu")] * workers, progress=False
+            )
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert delivered.is_set()
+    assert 5 <= len(computed) <= 5 + workers < len(grid.blocks), "each worker stops after the block in hand"
+    assert not any(t.name.startswith("semiring_ops.blocks") for t in threading.enumerate())
+
+
+def test_an_interrupt_while_the_workers_start_leaves_none_running(monkeypatch):
+    """KeyboardInterrupt out of the second worker's start (where a Ctrl-C could land before the engine held it):
+    run_blocks stops and waits for the one worker that did start, and raises, rather than waiting for the one that
+    never ran."""
+    starts = []
+    real_start = threading.Thread.start
+
+    class Thread(threading.Thread):
+        def start(self):
+            starts.append(self.name)
+            if len(starts) == 2:
+                raise KeyboardInterrupt
+            real_start(self)
+
+    monkeypatch.setattr(engine.threading, "Thread", Thread)
+    policy = MatmulPolicy(torch.randn(300, 3), torch.randn(3, 300), "max")
+    grid = plan_blocks(300, 300, max_device_bytes=4 * 4 * 10 * 10, sm_count=1, rows_per_sm=1)
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            run_blocks(policy, DenseWriter(torch.zeros(300, 300)), grid, [torch.device("cpu")] * 3, progress=False)
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    caller = threading.Thread(target=run)  # (the real Thread: the patch is the engine's)
+    real_start(caller)
+    caller.join(60)
+    assert not caller.is_alive(), "run_blocks hung waiting for a worker that never started"
+    assert len(outcome) == 1 and isinstance(outcome[0], KeyboardInterrupt)
+    assert len(starts) == 2
     assert not any(t.name.startswith("semiring_ops.blocks") for t in threading.enumerate())
 
 

@@ -52,7 +52,7 @@ def _pip_toolkit(site: Path, major: int = 13, with_nvvm: bool = True) -> Path:
 def clean(monkeypatch, tmp_path):
     """No toolkit visible: no CUDA_HOME / CUDA_PATH, no nvcc on PATH, no /usr/local/cuda, no nvidia package;
     torch reports CUDA 13.0. Returns a fresh cache folder."""
-    for var in ("CUDA_HOME", "CUDA_PATH"):
+    for var in ("CUDA_HOME", "CUDA_PATH", "SEMIRING_OPS_CUDA_TOOLKIT"):
         monkeypatch.delenv(var, raising=False)
     empty = tmp_path / "empty-bin"
     empty.mkdir()
@@ -117,6 +117,19 @@ def test_a_system_toolkit_comes_first_and_cuda_home_first_of_all(clean, monkeypa
     explicit = _system_toolkit(tmp_path / "explicit", "13.0")
     monkeypatch.setenv("CUDA_HOME", str(explicit))
     assert toolkit.find_cuda_toolkit(clean).home == explicit
+
+
+def test_the_choice_can_be_limited_to_the_pip_or_the_system_toolkit(clean, monkeypatch, tmp_path):
+    _pip_toolkit(tmp_path / "site")
+    _use_site(monkeypatch, tmp_path / "site")
+    monkeypatch.setenv("CUDA_HOME", str(_system_toolkit(tmp_path / "system", "13.0")))
+    for which, from_pip in (("auto", False), ("pip", True), ("system", False)):
+        monkeypatch.setenv("SEMIRING_OPS_CUDA_TOOLKIT", which)
+        toolkit._search.cache_clear()
+        assert toolkit.find_cuda_toolkit(clean).from_pip is from_pip, which
+    monkeypatch.setenv("SEMIRING_OPS_CUDA_TOOLKIT", "nvcc")
+    toolkit._search.cache_clear()
+    assert "SEMIRING_OPS_CUDA_TOOLKIT=nvcc is not auto, pip or system" in toolkit.missing_toolkit_reason(clean)
 
 
 def test_a_system_toolkit_of_another_major_is_passed_over(clean, monkeypatch, tmp_path):

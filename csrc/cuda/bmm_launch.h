@@ -6,23 +6,13 @@
 
 #include <cstdint>
 
-#include "cuda/contraction.h"
+#include "cuda/bmm_args.h"
 #include "cuda/launch_status.h"
 
 namespace semiring_ops {
 namespace cuda {
 
 // ---------------------------------------------------------------- bmm_forward
-
-template <class acc_t>
-struct BmmParams {
-  acc_t* out;    // (B, n, m) contiguous, in the accumulation type
-  int64_t* arg;  // (B, n, m) the selected k, written only when kArg
-};
-
-// a the one left field (B, n, k), b the one right field (B, k, m).
-template <class T>
-using BmmArgs = ContractionArgs<T, 1, 1, BmmParams<acc_of_t<T>>>;
 
 // out[p, i, j] = (+)_k a[p, i, k] (x) b[p, k, j] in the semiring S, for T in {c10::Half, c10::BFloat16, float,
 // double}; kArg (the selecting semirings only) also writes the argmax / argmin. Needs B n m > 0 and k > 0.
@@ -31,15 +21,6 @@ LaunchStatus launch_bmm(BmmArgs<T>& args, int64_t batch, int64_t rows, int64_t c
                         cudaStream_t stream);
 
 // ---------------------------------------------------------------- log_contract
-
-template <class T>
-struct LogContractParams {
-  T* out;  // (B, R, S) contiguous
-};
-
-// Left fields {L0, L1 if kL1}, right fields {R0, R1 if kR1}, out_field O0.
-template <class T, bool kL1, bool kR1>
-using LogContractArgs = ContractionArgs<T, kL1 ? 2 : 1, kR1 ? 2 : 1, LogContractParams<T>>;
 
 // out[p, r, s] = sum_t L1[p, r, t] R1[p, t, s] exp(L0[p, r, t] + R0[p, t, s] + O0[p, r, s]) for T in {float, double}.
 // Needs B R S > 0.

@@ -49,7 +49,9 @@
 #include <type_traits>
 
 #include "cuda/contraction.h"
+#if !defined(__CUDACC_RTC__)  // the launcher is host code: NVRTC compiles the kernel alone
 #include "cuda/launch_status.h"
+#endif
 
 namespace semiring_ops {
 namespace cuda {
@@ -395,6 +397,8 @@ __global__ void __launch_bounds__(Policy::Shape::kThreads, Policy::Shape::kMinBl
 
 // ---------------------------------------------------------------- launch
 
+#if !defined(__CUDACC_RTC__)
+
 // Fills the shape part of args and launches on `stream`; the host has filled the fields and params and checked
 // the extents (contraction_host.h). Needs batch * rows * cols > 0.
 template <class Policy>
@@ -413,6 +417,8 @@ LaunchStatus launch_contraction(ArgsOf<Policy>& args, int64_t batch, int64_t row
   contraction_kernel<Policy><<<grid, Shape::kThreads, 0, stream>>>(args);
   return last_launch();
 }
+
+#endif  // !__CUDACC_RTC__
 
 }  // namespace cuda
 }  // namespace semiring_ops

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import signal
 import sys
 import threading
 import time
@@ -379,6 +380,30 @@ def _gpu_worker(policy, writer, device, shared: _Shared, progress: Progress, sta
             torch.cuda.synchronize(device)  # nothing left running on the worker's streams
 
 
+_HOLDS_SIGNALS = hasattr(signal, "pthread_sigmask")
+
+
+@contextlib.contextmanager
+def _sigint_held():
+    """SIGINT blocked in this thread for the block (POSIX): a Ctrl-C meanwhile stays pending and is delivered, as
+    KeyboardInterrupt in the main thread, when the block ends. Threads started inside inherit the mask."""
+    if not _HOLDS_SIGNALS:
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _release_sigint() -> None:
+    """A worker started under _sigint_held unblocks SIGINT again, so that what it runs (a compiler, a subprocess)
+    inherits no blocked Ctrl-C."""
+    if _HOLDS_SIGNALS:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def run_blocks(
     policy: BlockPolicy,
     writer: BlockWriter,
@@ -398,29 +423,33 @@ def run_blocks(
     shown = progress if progress is not None else (len(grid.blocks) > 1 and sys.stderr.isatty())
     bar = Progress(len(grid.blocks), shown)
     shared = _Shared(grid.blocks)
-    done = [threading.Event() for _ in devices]
 
     def work(dev: torch.device, finished: threading.Event) -> None:
+        _release_sigint()  # (inherited held from the starting thread: _sigint_held)
         try:
             (_gpu_worker if dev.type == "cuda" else _cpu_worker)(policy, writer, dev, shared, bar, stats)
         finally:
             finished.set()
 
-    workers = [
-        threading.Thread(target=work, args=(dev, ev), name=f"semiring_ops.blocks {dev}", daemon=True)
-        for dev, ev in zip(devices, done, strict=True)
-    ]
+    started: list[tuple[threading.Thread, threading.Event]] = []
 
     def wait_all() -> None:  # timed waits on events, so that Ctrl-C reaches this thread (a join it cuts short
-        for ev in done:  # may return with the thread still running: the events say when a worker is done)
+        for _, ev in started:  # may return with the thread still running: the events say when a worker is done)
             while not ev.wait(0.1):
                 pass
-        for w in workers:
+        for w, _ in started:
             w.join()
 
     try:
-        for w in workers:
-            w.start()
+        # Ctrl-C held while the workers start: one landing between a start and its bookkeeping would leave a
+        # started worker unwaited for, or a never-started one waited for forever (the interrupt then arrives
+        # when the mask is restored, below in this try)
+        with _sigint_held():
+            for dev in devices:
+                ev = threading.Event()
+                w = threading.Thread(target=work, args=(dev, ev), name=f"semiring_ops.blocks {dev}", daemon=True)
+                w.start()
+                started.append((w, ev))
         wait_all()
     except KeyboardInterrupt:
         shared.stop.set()

@@ -9,7 +9,8 @@ Order, for CUDA (the first usable one wins):
   4. the pip toolkit: nvidia/cu<major>/ in site-packages with nvcc, cicc (nvidia-nvvm), the crt headers and the
      CUDA runtime (CUDA 13's wheels; CUDA 12's nvidia-cuda-nvcc-cu12 holds ptxas but not nvcc).
 A system toolkit of another major version than torch's is passed over (what it builds would need another CUDA
-runtime); it is named in the reason when nothing else is found.
+runtime); it is named in the reason when nothing else is found. SEMIRING_OPS_CUDA_TOOLKIT=pip looks only for the
+pip toolkit (=system: only for a system one; default auto: both, in this order).
 
 This module imports only the standard library and torch: setup.py uses it before torch.utils.cpp_extension is
 imported (which reads CUDA_HOME once, at import).
@@ -149,7 +150,10 @@ def _search(cache: Path) -> _Search:
     major = torch_cuda_major()
     passed: list[str] = []
     seen: set[Path] = set()
-    for home, source in _system_candidates():
+    which = os.environ.get("SEMIRING_OPS_CUDA_TOOLKIT", "auto")
+    if which not in ("auto", "pip", "system"):
+        passed.append(f"SEMIRING_OPS_CUDA_TOOLKIT={which} is not auto, pip or system")
+    for home, source in _system_candidates() if which in ("auto", "system") else ():
         nvcc = home / "bin" / "nvcc"
         if home in seen or not home.is_dir():
             if source.startswith("$") and not home.is_dir():
@@ -167,7 +171,7 @@ def _search(cache: Path) -> _Search:
             passed.append(f"nvcc {release} at {home} ({source}) is not CUDA {major}, torch's")
         else:
             return _Search(CudaToolkit(home, source, release), tuple(passed))
-    if major is not None:
+    if major is not None and which in ("auto", "pip"):
         root = _pip_toolkit_root(major)
         if root is not None:
             release = _nvcc_release(root / "bin" / "nvcc")

@@ -1,0 +1,64 @@
+// The log-weighted contraction's tile-engine policy (log_contract_kernels.cu instantiates it): see there.
+// Device code and plain data only: NVRTC compiles it too (benchmarks/build_routes.py).
+#pragma once
+
+#include "cuda/bmm_args.h"
+#include "cuda/tile_engine.cuh"
+#include "semiring.h"
+
+namespace semiring_ops {
+namespace cuda {
+
+// Tile shapes, per element type (fp64 halves the tile, as for bmm).
+template <class T>
+struct ContractTiles;
+template <>
+struct ContractTiles<float> {
+  using type = TileShape</*BM*/ 64, /*BN*/ 64, /*BK*/ 16, /*TM*/ 4, /*TN*/ 4, /*min blocks*/ 2>;
+};
+template <>
+struct ContractTiles<double> {
+  using type = TileShape</*BM*/ 32, /*BN*/ 32, /*BK*/ 16, /*TM*/ 2, /*TN*/ 2, /*min blocks*/ 1>;
+};
+
+template <class T, bool kL1, bool kR1>
+struct LogContractPolicy {
+  using scalar_t = T;
+  using acc_t = T;
+  using Shape = typename ContractTiles<T>::type;
+  static constexpr int kNumLeft = kL1 ? 2 : 1;   // field 0: L0, field 1: L1
+  static constexpr int kNumRight = kR1 ? 2 : 1;  // field 0: R0, field 1: R1
+  static constexpr bool kHasOutField = true;     // O0
+  struct State {
+    acc_t sum;
+    acc_t o;  // O0[p, r, s] * log2(e)
+  };
+  using Params = LogContractParams<T>;
+
+  static __device__ __forceinline__ acc_t load_left(int f, acc_t x) { return f == 0 ? LogWeight::to_kernel(x) : x; }
+  static __device__ __forceinline__ acc_t load_right(int f, acc_t x) { return f == 0 ? LogWeight::to_kernel(x) : x; }
+  static __device__ __forceinline__ acc_t load_out(acc_t x) { return LogWeight::to_kernel(x); }
+  static __device__ __forceinline__ void init(State& st, acc_t o) {
+    st.sum = acc_t(0);
+    st.o = o;
+  }
+  static __device__ __forceinline__ void cell(State& st, const acc_t (&l)[kNumLeft], const acc_t (&r)[kNumRight],
+                                              int32_t /*t*/) {
+    const acc_t w = LogWeight::weight(l[0] + r[0] + st.o);
+    if constexpr (kL1 && kR1) {
+      st.sum += (l[1] * r[1]) * w;
+    } else if constexpr (kL1) {
+      st.sum += l[1] * w;
+    } else if constexpr (kR1) {
+      st.sum += r[1] * w;
+    } else {
+      st.sum += w;
+    }
+  }
+  static __device__ __forceinline__ void store(const State& st, const Params& prm, int64_t idx) {
+    prm.out[idx] = st.sum;
+  }
+};
+
+}  // namespace cuda
+}  // namespace semiring_ops

@@ -69,6 +69,26 @@ def test_families_cover_every_source_file_once_per_device():
     )
 
 
+def test_a_family_is_fingerprinted_by_the_files_it_includes(tmp_path, monkeypatch):
+    """A change to a header a family includes (directly or not) makes a new cache folder; a change to another
+    family's files leaves this one's cache valid."""
+    (tmp_path / "cuda").mkdir()
+    (tmp_path / "semiring.h").write_text("// shared\n")
+    (tmp_path / "checks.h").write_text('#include "semiring.h"\n')
+    (tmp_path / "mine.cpp").write_text('#include "checks.h"\n#include <vector>\n')
+    (tmp_path / "cuda" / "theirs.cuh").write_text('#include "semiring.h"\n')
+    monkeypatch.setattr(jit, "source_root", lambda: tmp_path)
+    spec = CPU_BMM.spec().__class__(name="x", sources=("mine.cpp",), cflags=())
+    assert jit.project_files([tmp_path / "mine.cpp"], tmp_path) == sorted(
+        tmp_path / n for n in ("mine.cpp", "checks.h", "semiring.h")
+    )
+    before = jit.build_directory(spec)
+    (tmp_path / "cuda" / "theirs.cuh").write_text('#include "semiring.h"\n// changed\n')
+    assert jit.build_directory(spec) == before
+    (tmp_path / "semiring.h").write_text("// changed\n")
+    assert jit.build_directory(spec) != before
+
+
 @pytest.mark.slow
 def test_four_processes_making_the_first_call_at_once_compile_the_family_once(tmp_path):
     env = {"SEMIRING_OPS_CACHE": str(tmp_path)}
@@ -148,7 +168,7 @@ def _warm_cpu_build_copied_to(cache: Path, monkeypatch) -> Path:
     state.family("bmm")
     if state.families["bmm"].kind != "compiled":
         pytest.skip("the CPU kernels are not JIT-built here (prebuilt or the reference)")
-    warm = jit.build_directory(CPU_BMM.spec())
+    warm = Path(state.families["bmm"].detail).parent  # the folder this process loaded the family from
     monkeypatch.setattr(torch.version, "cuda", "13.0")  # the child's fingerprint holds it
     monkeypatch.setenv("SEMIRING_OPS_CACHE", str(cache))
     target = jit.build_directory(CPU_BMM.spec())

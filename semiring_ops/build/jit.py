@@ -22,6 +22,7 @@ import hashlib
 import importlib.util
 import logging
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -63,11 +64,31 @@ def cuda_arch_list() -> list[str]:
     return [f"{major}.{minor}" for major, minor in sorted(caps)]
 
 
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+
+
+def project_files(sources: list[Path], root: Path) -> list[Path]:
+    """`sources` and every project header they include, transitively (#include "..." resolved against the csrc
+    root, then the including file's folder): what a build of them depends on among csrc's files."""
+    seen: dict[Path, None] = {}
+    todo = list(sources)
+    while todo:
+        path = todo.pop()
+        if path in seen or not path.is_file():
+            continue
+        seen[path] = None
+        for name in _INCLUDE.findall(path.read_text(errors="replace")):
+            todo.append(root / name if (root / name).is_file() else path.parent / name)
+    return sorted(seen)
+
+
 def _fingerprint(spec: ExtensionSpec, cuda_release: str = "") -> str:
+    """A hash of everything a build of `spec` depends on: its sources and the headers they include (so a change
+    to another family's files leaves this one's cache valid), flags, torch, Python, and for CUDA the targets and
+    the nvcc release."""
     h = hashlib.sha256()
     root = source_root()
-    headers = sorted(p for p in root.rglob("*") if p.suffix in (".h", ".cuh"))
-    for path in [root / s for s in spec.sources] + headers:
+    for path in project_files([root / s for s in spec.sources], root):
         h.update(str(path.relative_to(root)).encode())
         h.update(path.read_bytes())
     h.update(repr((spec.cflags, spec.cuda_cflags, spec.ldflags, torch.__version__, torch.version.cuda)).encode())

@@ -204,10 +204,19 @@ def test_cpu_kernels_for_x86_64_v3_are_refused_on_an_older_cpu(monkeypatch):
         (["9.0"], (12, 0), False),  # no PTX: nothing for a newer major
         (["8.0", "12.0+PTX"], (12, 1), True),
         (["8.0", "9.0+PTX"], (10, 0), True),  # the driver compiles the PTX
+        (["9.0a"], (9, 0), True),  # arch-specific SASS (wgmma): that GPU alone
+        (["9.0a"], (9, 1), False),
+        (["10.0f", "8.0"], (10, 3), False),
     ],
 )
 def test_cuda_architectures_decide_whether_the_gpu_runs_them(archs, capability, runs):
     assert prebuilt._arch_runs(archs, capability) is runs
+
+
+def test_an_unreadable_architecture_refuses_the_wheel_rather_than_failing(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: (9, 0))
+    why = prebuilt.mismatch(family("cuda", "bmm"), _manifest(cuda_archs=["sm90"]), device_index=0)
+    assert why == "its manifest says unreadable CUDA architecture 'sm90'"
 
 
 def test_a_refused_wheel_says_so_once_and_the_family_compiles_instead(monkeypatch, tmp_path, capsys):

@@ -14,6 +14,7 @@ import functools
 import importlib
 import json
 import platform
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -66,14 +67,23 @@ def _cpu_flags() -> set[str]:
     return set()
 
 
+_ARCH = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$")
+
+
 def _arch_runs(archs: list[str], capability: tuple[int, int]) -> bool:
-    """Whether code compiled for `archs` (TORCH_CUDA_ARCH_LIST entries) runs on a GPU of `capability`: SASS of the
-    same major and a minor at most the GPU's, or PTX of a version at most the GPU's (the driver compiles it)."""
-    major, minor = capability
+    """Whether code compiled for `archs` (TORCH_CUDA_ARCH_LIST entries: "8.6", "9.0a", "12.0+PTX") runs on a GPU of
+    `capability`: SASS of the same major and a minor at most the GPU's (an arch-specific "a" / "f" build: the same
+    major and minor), or PTX of a version at most the GPU's, which the driver compiles. ValueError for an entry it
+    cannot read."""
     for entry in archs:
-        version, ptx = entry.removesuffix("+PTX"), entry.endswith("+PTX")
-        a_major, a_minor = (int(x) for x in version.split("."))
-        if (a_major == major and a_minor <= minor) or (ptx and (a_major, a_minor) <= capability):
+        found = _ARCH.match(entry.strip())
+        if found is None:
+            raise ValueError(f"unreadable CUDA architecture {entry!r}")
+        arch = (int(found.group(1)), int(found.group(2)))
+        specific, ptx = bool(found.group(3)), bool(found.group(4))
+        if arch == capability or (not specific and arch[0] == capability[0] and arch[1] <= capability[1]):
+            return True
+        if ptx and arch <= capability:
             return True
     return False
 
@@ -97,7 +107,11 @@ def mismatch(fam: Family, info: dict[str, Any], device_index: int | None = None)
             return f"they need an x86-64-v3 CPU; this one lacks {', '.join(missing)}"
     if fam.device_type == "cuda" and device_index is not None:
         capability = torch.cuda.get_device_capability(device_index)
-        if not _arch_runs(list(info.get("cuda_archs", [])), capability):
+        try:
+            runs = _arch_runs(list(info.get("cuda_archs", [])), capability)
+        except ValueError as exc:
+            return f"its manifest says {exc}"
+        if not runs:
             return (
                 f"they were compiled for sm {', '.join(info.get('cuda_archs', []))}, which does not run on this GPU "
                 f"(sm {capability[0]}.{capability[1]})"

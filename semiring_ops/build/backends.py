@@ -56,7 +56,6 @@ class Backend:
     device_type: str
     forced: str = ""
     families: dict[str, FamilyState] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     # ---------------------------------------------------------------- families
 
@@ -123,8 +122,8 @@ class Backend:
         return self.family("chain").chain_viterbi(em, trans, start, end, lengths, semiring_id)
 
     def chain_log_backward(self, em, trans, start, end, lengths, alpha, log_z, grad, tags=None):
-        """-> (g_em, g_trans, g_start, g_end) or, from the CUDA kernels when the pair marginals stay off chip, those
-        and (beta, weight) for the caller's pair-marginal sum (ops.h; chain_ops.py completes it)."""
+        """-> (g_em, g_trans, g_start, g_end, beta, weight) from the kernels, beta and weight empty unless the pair
+        marginals stayed off chip (ops.h; chain_ops.py then adds their sum); the four gradients from the reference."""
         return self.family("chain").chain_log_backward(em, trans, start, end, lengths, alpha, log_z, grad, tags)
 
     def crf_log_likelihood(self, em, trans, start, end, lengths, tags):
@@ -139,7 +138,7 @@ class Backend:
 _PACKED_DTYPES = (torch.float16, torch.bfloat16)
 _PACKED_MAX = {MaxSemiring.kernel_id: True, MinSemiring.kernel_id: False}
 _INT32_MAX = 2**31 - 1
-_sm_counts: dict[int, tuple[int, int]] = {}  # device index -> (multiprocessors, major capability)
+_device_props: dict[int, tuple[int, int]] = {}  # device index -> (multiprocessors, major capability)
 
 
 def _offsets_fit_int32(t) -> bool:
@@ -153,11 +152,11 @@ def _packed_pays(packed, a, b) -> bool:
     its tiles fill the GPU (at least 2 blocks per SM; below that the engine's 64 x 64 tiles spread wider: H100,
     B = 8, n = 256: 0.093 ms packed, 0.053 ms fp32)."""
     index = a.device.index if a.device.index is not None else torch.cuda.current_device()
-    sms_major = _sm_counts.get(index)
-    if sms_major is None:
+    known = _device_props.get(index)
+    if known is None:
         props = torch.cuda.get_device_properties(index)
-        sms_major = _sm_counts[index] = (props.multi_processor_count, props.major)
-    sms, major = sms_major
+        known = _device_props[index] = (props.multi_processor_count, props.major)
+    sms, major = known
     if major < 8 or a.shape[2] == 0 or not (_offsets_fit_int32(a) and _offsets_fit_int32(b)):
         return False
     rows, cols = packed.tile_shape()

@@ -6,10 +6,12 @@ v, idx = so.maxbmm(a, b, return_argmax=True)
 so.semiring_matmul(a, b, so.MinSemiring)
 crf = so.LinearChainCRF(num_tags, batch_first=True)   # pytorch-crf's interface, fused chain kernels
 hmm = so.HMM(n_states, n_symbols=V)                   # hmmlearn's interface
+so.einsum("ai,ij,jk->ak", x, W1, W2, semiring="max")  # any contraction, planned, on the fused kernels
 """
 
 __version__ = "0.1.0"
 
+from .einsum import einsum
 from .info import backend_info
 from .nn import SemiringLinear
 from .ops import logbmm, maxbmm, minbmm, semiring_matmul, stdbmm
@@ -28,6 +30,7 @@ __all__ = [
     "__version__",
     "allowed_transitions",
     "backend_info",
+    "einsum",
     "logbmm",
     "maxbmm",
     "minbmm",

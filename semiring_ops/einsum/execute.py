@@ -1,0 +1,306 @@
+"""Running an einsum: diagonals, reductions, and pairwise contractions on the semiring matmul kernels.
+
+Every operand is carried with its labels (one per dimension). In order:
+  1. a label repeated within an operand becomes its diagonal (torch.diagonal: a view);
+  2. a label that only one operand holds and the output does not is summed there (the semiring's sum, a
+     reduction), before and after every step;
+  3. two operands at a time (plan.py's order) are contracted into one: their shared labels still needed are
+     batch dimensions, their shared labels no longer needed are the contraction, the others are rows (first
+     operand) and columns (second): permuted and reshaped into a batched (n x k) (x) (k x m) product on
+     semiring_matmul, whose kernels never form the B n k m terms; a step with nothing to contract is the
+     semiring's elementwise product, broadcast;
+  4. the last operand is permuted into the output's order.
+Size-1 dimensions broadcast: batch dimensions through semiring_matmul's batch broadcasting (no copy), a
+contracted one by expanding it. Autograd follows from the pieces (their gradients, and the log semiring's second
+derivatives, are semiring_matmul's and torch's); under max / min the gradient reaches the selected terms, the
+first of tied ones within each step.
+
+With ``track`` (max / min), every summed label also gets, for each cell of the operand it was summed into, the
+index that won there, carried through the later steps by gathers: return_argmax.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from ..ops.matmul import semiring_matmul
+from ..semirings import Semiring
+from .equation import BoundEquation
+from .plan import plan_contractions, plan_cut
+
+__all__ = ["Operand", "contract"]
+
+
+@dataclass
+class Operand:
+    """A tensor, the label of each of its dimensions, and (when tracking) the winning index of each label already
+    summed into it, as int64 tensors broadcastable to the tensor."""
+
+    value: Tensor
+    labels: tuple[str, ...]
+    won: dict[str, Tensor] = field(default_factory=dict)
+
+
+def _diagonals(op: Operand) -> Operand:
+    value, labels = op.value, list(op.labels)
+    while len(set(labels)) < len(labels):
+        label = [lab for i, lab in enumerate(labels) if lab in labels[:i]][0]  # noqa: RUF015 (no generator: dynamo)
+        first, second = labels.index(label), len(labels) - 1 - labels[::-1].index(label)
+        value = torch.diagonal(value, dim1=first, dim2=second)  # the diagonal becomes the last dimension
+        labels = [lab for d, lab in enumerate(labels) if d not in (first, second)] + [label]
+    return Operand(value, tuple(labels), op.won)
+
+
+def _unravel(flat: Tensor, sizes: Sequence[int]) -> list[Tensor]:
+    """Indices (flat over dims of `sizes`, row-major) -> one index tensor per dim."""
+    out = []
+    for size in reversed(sizes):
+        out.append(flat % size if size > 1 else torch.zeros_like(flat))
+        flat = flat // size if size > 1 else flat
+    return out[::-1]
+
+
+def _reduce(op: Operand, labels: Sequence[str], S: type[Semiring], track: bool) -> Operand:
+    """The semiring sum of `op` over `labels` (dimensions it holds)."""
+    if not labels:
+        return op
+    keep = [d for d, lab in enumerate(op.labels) if lab not in labels]
+    gone = [op.labels.index(lab) for lab in labels]
+    value = op.value.permute((*keep, *gone))
+    rest = value.shape[: len(keep)]
+    sizes = [op.value.shape[d] for d in gone]
+    flat = value.reshape((*rest, math.prod(sizes)))
+    out_labels = tuple(op.labels[d] for d in keep)
+    if not track:
+        return Operand(S.sum(flat, -1), out_labels)
+    if flat.shape[-1] == 0:
+        result = flat.new_full(rest, S.zero)
+        index = torch.zeros(rest, dtype=torch.long, device=flat.device)
+    else:  # the first of tied extrema wins (argmax / argmin), and gets the gradient (as S.sum gives it)
+        index = flat.argmax(-1) if S.zero == -math.inf else flat.argmin(-1)
+        result = torch.gather(flat, -1, index.unsqueeze(-1)).squeeze(-1)
+        result = torch.where(result == S.zero, result.detach(), result)  # no structure: no gradient
+    won = {}
+    for label, tensor in op.won.items():  # earlier winners, looked up at this reduction's winner
+        full = tensor.expand(op.value.shape).permute((*keep, *gone)).reshape(flat.shape)
+        won[label] = torch.gather(full, -1, index.unsqueeze(-1)).squeeze(-1)
+    for label, idx in zip(labels, _unravel(index, sizes), strict=True):
+        won[label] = idx
+    return Operand(result, out_labels, won)
+
+
+def _unique_labels(operands: Sequence[Operand], output: Sequence[str]) -> list[list[str]]:
+    """Per operand, the labels no other operand and not the output holds."""
+    counts: dict[str, int] = {}
+    for op in operands:
+        for label in op.labels:
+            counts[label] = counts.get(label, 0) + 1
+    return [[lab for lab in op.labels if counts[lab] == 1 and lab not in output] for op in operands]
+
+
+def _times(x: Operand, y: Operand, S: type[Semiring]) -> Operand:
+    """The elementwise product of two operands with no label to contract, broadcast: labels x's then y's own."""
+    y_only = [lab for lab in y.labels if lab not in x.labels]
+    labels = (*x.labels, *y_only)
+    xv = x.value.reshape((*x.value.shape, *([1] * len(y_only))))
+    order = [y.labels.index(lab) if lab in y.labels else None for lab in labels]
+    yv = y.value.permute([d for d in order if d is not None])
+    shape = [y.value.shape[d] if d is not None else 1 for d in order]
+    yv = yv.reshape(shape)
+    value = S.times(xv, yv)
+    won = {lab: t.reshape((*t.shape, *([1] * len(y_only)))) if t.dim() else t for lab, t in x.won.items()}
+    for lab, t in y.won.items():
+        full = t.expand(y.value.shape).permute([d for d in order if d is not None]).reshape(shape)
+        won[lab] = full
+    return Operand(value, labels, won)
+
+
+def _broadcast(a: int, b: int) -> int:
+    """The size two broadcast dimensions make (equal, or one of them 1; 1 against 0 gives 0)."""
+    return b if a == 1 else a
+
+
+def _contract_pair(x: Operand, y: Operand, keep: set[str], S: type[Semiring], track: bool) -> Operand:
+    """x (x) y summed over their shared labels not in `keep`, as one batched semiring matmul."""
+    shared = [lab for lab in x.labels if lab in y.labels]
+    summed = [lab for lab in shared if lab not in keep]
+    if not summed:
+        return _times(x, y, S)
+    batch = [lab for lab in shared if lab in keep]
+    rows = [lab for lab in x.labels if lab not in y.labels]
+    cols = [lab for lab in y.labels if lab not in x.labels]
+    xs, ys = dict(zip(x.labels, x.value.shape, strict=True)), dict(zip(y.labels, y.value.shape, strict=True))
+    k_sizes = [_broadcast(xs[lab], ys[lab]) for lab in summed]
+    x_order = [x.labels.index(lab) for lab in (*batch, *rows, *summed)]
+    y_order = [y.labels.index(lab) for lab in (*batch, *summed, *cols)]
+    x_batch, y_batch = [xs[lab] for lab in batch], [ys[lab] for lab in batch]
+    n, k, m = math.prod([xs[lab] for lab in rows]), math.prod(k_sizes), math.prod([ys[lab] for lab in cols])
+    # a contracted label of size 1 in one operand broadcasts: expanded (a view; the reshape may then copy)
+    xv = x.value.permute(x_order).expand((*x_batch, *[xs[lab] for lab in rows], *k_sizes)).reshape((*x_batch, n, k))
+    yv = y.value.permute(y_order).expand((*y_batch, *k_sizes, *[ys[lab] for lab in cols])).reshape((*y_batch, k, m))
+    out_batch = [_broadcast(a, b) for a, b in zip(x_batch, y_batch, strict=True)]
+    labels = (*batch, *rows, *cols)
+    shape = (*out_batch, *[xs[lab] for lab in rows], *[ys[lab] for lab in cols])
+    if not track:
+        return Operand(semiring_matmul(xv, yv, S).reshape(shape), labels)
+    value, arg = semiring_matmul(xv, yv, S, return_argmax=True)
+    if k == 0:  # nothing summed: the semiring's zero, every winner index 0 (as _reduce gives an empty sum)
+        zero = torch.zeros(shape, dtype=torch.long, device=value.device)
+        return Operand(value.reshape(shape), labels, {lab: zero for lab in (*x.won, *y.won, *summed)})
+    won = {}
+    for lab, t in x.won.items():  # x's cell (batch, row, k = arg): gathered along k
+        full = t.expand(x.value.shape).permute(x_order).expand((*x_batch, *[xs[l] for l in rows], *k_sizes))
+        full = full.reshape((*x_batch, n, k)).expand((*out_batch, n, k))
+        won[lab] = torch.gather(full, -1, arg).reshape(shape)
+    for lab, t in y.won.items():  # y's cell (batch, k = arg, col): gathered along k
+        full = t.expand(y.value.shape).permute(y_order).expand((*y_batch, *k_sizes, *[ys[l] for l in cols]))
+        full = full.reshape((*y_batch, k, m)).expand((*out_batch, k, m))
+        won[lab] = torch.gather(full, -2, arg).reshape(shape)
+    for lab, idx in zip(summed, _unravel(arg, k_sizes), strict=True):
+        won[lab] = idx.reshape(shape)
+    return Operand(value.reshape(shape), labels, won)
+
+
+@torch.compiler.assume_constant_result
+@functools.lru_cache(maxsize=1024)
+def _plan_steps(inputs, output, sizes, budget_elements) -> tuple[tuple[int, int], ...]:
+    """plan.py's order for these labels and sizes: a function of Python values alone (remembered; torch.compile
+    runs it once while tracing and keeps the result as a constant)."""
+    return plan_contractions(inputs, output, dict(sizes), budget_elements).steps
+
+
+@torch.compiler.assume_constant_result
+@functools.lru_cache(maxsize=1024)
+def _plan_cut(inputs, output, sizes, budget_elements, summed_ok) -> tuple[str, int] | None:
+    """plan.py's cut (label, chunk) for a contraction whose intermediates pass the budget, or None."""
+    return plan_cut(inputs, output, dict(sizes), budget_elements, summed_ok)
+
+
+def contract(
+    bound: BoundEquation,
+    operands: Sequence[Tensor],
+    S: type[Semiring],
+    track: bool = False,
+    budget_elements: int | None = None,
+) -> tuple[Tensor, Tensor | None]:
+    """The einsum of `operands` under `bound` in the semiring S -> (result in the output's label order, and with
+    `track` the winning index of every summed label: out_shape + (len(bound.summed),), int64; else None).
+    ``budget_elements`` bounds the intermediates: the order is chosen for it, and where no order fits, the
+    contraction runs in chunks along one label (plan_cut)."""
+    ops = [_diagonals(Operand(t, labels)) for t, labels in zip(operands, bound.inputs, strict=True)]
+    ops = [_empty_broadcasts(op, bound.sizes) for op in ops]
+    output = bound.output
+    ops = [_reduce(op, unique, S, track) for op, unique in zip(ops, _unique_labels(ops, output), strict=True)]
+    return _contract_chunks(ops, output, dict(bound.sizes), bound.summed, S, track, budget_elements)
+
+
+def _empty_broadcasts(op: Operand, sizes: dict[str, int]) -> Operand:
+    """A size-1 dimension that broadcasts against an empty one, made empty too (its terms are none), so every
+    operand's sizes are the planner's: 1 against 0 would otherwise keep intermediates it counts as empty."""
+    value = op.value
+    for dim, label in enumerate(op.labels):
+        if sizes[label] == 0 and value.shape[dim] == 1:
+            value = value.narrow(dim, 0, 0)
+    return op if value is op.value else Operand(value, op.labels, op.won)
+
+
+def _contract_chunks(ops, output, sizes, summed, S, track, budget) -> tuple[Tensor, Tensor | None]:
+    """The contraction of the operands, whole, or chunk by chunk along the label plan_cut names."""
+    key = (tuple([op.labels for op in ops]), output, tuple(sorted(sizes.items())), budget)
+    cut = _plan_cut(*key, True) if budget is not None else None
+    if cut is None:
+        return _finish(_steps(ops, output, key[2], S, track, budget), output, sizes, summed, track)
+    label, chunk = cut
+    if label in output:
+        return _output_chunks(ops, output, sizes, summed, S, track, budget, label, chunk)
+    value = arg = None
+    for start in range(0, sizes[label], chunk):  # the semiring's sum of the chunks, the earlier of tied ones winning
+        length = min(chunk, sizes[label] - start)
+        sub = [_narrow(op, label, start, length) for op in ops]
+        v, a = _contract_chunks(sub, output, {**sizes, label: length}, summed, S, track, budget)
+        if a is not None:  # the chunk's winning values of `label` count from `start`
+            column = summed.index(label)
+            a = torch.cat([a[..., :column], a[..., column : column + 1] + start, a[..., column + 1 :]], -1)
+        if value is None:
+            value, arg = v, a
+            continue
+        both = torch.stack([value, v], -1)
+        if track:
+            pick = (both.argmax(-1) if S.zero == -math.inf else both.argmin(-1)).unsqueeze(-1)
+            arg = torch.where(pick.bool(), a, arg)
+        value = S.sum(both, -1)
+    return value, arg
+
+
+def _output_chunks(ops, output, sizes, summed, S, track, budget, label, chunk) -> tuple[Tensor, Tensor | None]:
+    """The contraction cut along the output label `label`: each chunk's result written into its slice of the
+    output as it comes (or concatenated, when autograd needs them)."""
+    dim = output.index(label)
+    shape = tuple(sizes[lab] for lab in output)
+    values, args = [], []
+    value = arg = None
+    for start in range(0, sizes[label], chunk):
+        length = min(chunk, sizes[label] - start)
+        sub = [_narrow(op, label, start, length) for op in ops]
+        v, a = _contract_chunks(sub, output, {**sizes, label: length}, summed, S, track, budget)
+        if v.requires_grad:
+            values.append(v)
+            args.append(a)
+            continue
+        if value is None:
+            value = v.new_empty(shape)
+            arg = None if a is None else a.new_empty((*shape, a.shape[-1]))
+        value.narrow(dim, start, length).copy_(v)
+        if a is not None:
+            arg.narrow(dim, start, length).copy_(a)
+    if values:
+        return torch.cat(values, dim), torch.cat(args, dim) if track else None
+    return value, arg
+
+
+def _narrow(op: Operand, label: str, start: int, length: int) -> Operand:
+    """The operand's values (and winners) where `label` lies in [start, start + length); unchanged without it or
+    where it broadcasts (size 1)."""
+    if label not in op.labels:
+        return op
+    dim = op.labels.index(label)
+    if op.value.shape[dim] == 1:
+        return op
+    won = {}
+    for lab, t in op.won.items():
+        won[lab] = t.narrow(dim, start, length) if t.dim() == op.value.dim() and t.shape[dim] != 1 else t
+    return Operand(op.value.narrow(dim, start, length), op.labels, won)
+
+
+def _steps(ops, output, sizes_key, S, track, budget) -> Operand:
+    """The pairwise contractions of the plan, with the reductions each one makes possible -> the last operand."""
+    steps = _plan_steps(tuple([op.labels for op in ops]), output, sizes_key, budget)
+    for i, j in steps:
+        x, y = ops[i], ops[j]
+        rest = ops[:i] + ops[i + 1 : j] + ops[j + 1 :]
+        keep = set(output).union(*[op.labels for op in rest])
+        result = _contract_pair(x, y, keep, S, track)
+        ops = [*rest, result]
+        ops = [_reduce(op, unique, S, track) for op, unique in zip(ops, _unique_labels(ops, output), strict=True)]
+    (last,) = ops
+    return last
+
+
+def _finish(last: Operand, output, sizes, summed, track) -> tuple[Tensor, Tensor | None]:
+    """The last operand in the output's label order and shape, and with `track` the winners stacked."""
+    order = [last.labels.index(lab) for lab in output]
+    value = last.value.permute(order)
+    shape = tuple(sizes[lab] for lab in output)
+    if tuple(value.shape) != shape:  # an output label of size 1 everywhere it was seen, or a broadcast one
+        value = value.expand(shape)
+    if not track:
+        return value, None
+    won = [last.won[lab].expand(last.value.shape).permute(order).expand(shape) for lab in summed]
+    arg = torch.stack(won, -1) if won else torch.zeros((*shape, 0), dtype=torch.long, device=value.device)
+    return value, arg

@@ -9,10 +9,13 @@ the GPU max fwd+bwd (the gradient goes to the argmax; torch-semiring-einsum has 
 Systems:
     ours        semiring_ops.einsum(equation, ..., semiring=...)
     by hand     the pairwise steps ours plans, written as semiring_ops.semiring_matmul calls (bmm: one call; chain:
-                ((x W1) W2) ...): ours should be within 1.1x of it (the planning and reshaping overhead)
+                ((x W1) W2) ...): ours should be within 1.1x of it (the planning and reshaping overhead); the two
+                are timed again in alternation, a call of each per round, and those medians are reported
+    drop-in     semiring_ops.semiring_einsum, torch-semiring-einsum's API on ours (its log and max forwards compute
+                in float64 for float32 inputs and round once: docs/einsum.md), AUTOMATIC_BLOCK_SIZE
     tse         torch-semiring-einsum with its AUTOMATIC_BLOCK_SIZE: log_einsum (fwd+bwd), log_einsum_forward,
                 max_tropical_einsum_forward (1.2.0 has none: log_viterbi_einsum_forward, which also finds the argmax)
-"ratio" = tse time / ours (> 1: ours faster); "vs hand" = ours / by hand. cells/s = the cells the planned steps
+"ratio" = tse time / ours (> 1: ours faster); "ours/hand" = ours / by hand. cells/s = the cells the planned steps
 compute (sum over steps of batch * n * k * m) / ours' time.
 
 Peak memory (log fwd+bwd, the issue's "at no more memory"), above the inputs: CUDA: torch.cuda.max_memory_allocated
@@ -42,7 +45,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing import release, time_ms
+from timing import paired_ms, release, time_ms
 
 import semiring_ops as so
 from semiring_ops.einsum.equation import bind, parse
@@ -83,6 +86,22 @@ def inputs(shapes, device: str, grad: bool) -> list[torch.Tensor]:
     return [torch.randn(s, generator=gen).to(device).requires_grad_(grad) for s in shapes]
 
 
+def total_terms(equation: str, shapes) -> int:
+    """The terms an einsum sums with every label at once (torch-semiring-einsum's work): the product of all sizes."""
+    bound = bind(parse(equation), shapes)
+    n = 1
+    for size in bound.sizes.values():
+        n *= size
+    return n
+
+
+def scaled_down(equation: str, shapes, limit: float) -> list[tuple[int, ...]]:
+    """The shapes with every dimension above 8 halved until the total terms are within `limit` (or none is left)."""
+    while total_terms(equation, shapes) > limit and any(d > 8 for s in shapes for d in s):
+        shapes = [tuple(d // 2 if d > 8 else d for d in s) for s in shapes]
+    return shapes
+
+
 def planned_cells(equation: str, shapes) -> int:
     bound = bind(parse(equation), shapes)
     return plan_contractions(bound.inputs, bound.output, dict(bound.sizes)).cells
@@ -109,20 +128,37 @@ def by_hand(case: str, semiring: str) -> Callable:
     return chain
 
 
-def tse(equation: str, mode: str) -> Callable | None:
+def drop_in(equation: str, mode: str) -> Callable | None:
+    """semiring_ops.semiring_einsum (torch-semiring-einsum's API: float64 inside for float32 inputs) as its users
+    call it, AUTOMATIC_BLOCK_SIZE."""
+    from semiring_ops import semiring_einsum as d
+
+    eq = d.compile_equation(equation)
+    if mode == "log fwd+bwd":
+        return lambda *xs: d.log_einsum(eq, *xs)
+    if mode == "log fwd":
+        return lambda *xs: d.log_einsum_forward(eq, *xs)
+    if mode == "max fwd":
+        return lambda *xs: d.max_tropical_einsum_forward(eq, *xs)
+    return None
+
+
+def tse(equation: str, mode: str, block: int | None = None) -> Callable | None:
+    """torch-semiring-einsum's call for the mode, with its AUTOMATIC_BLOCK_SIZE (or a fixed `block`)."""
     try:
         import torch_semiring_einsum as t
     except ImportError:
         return None
     eq = t.compile_equation(equation)
+    bs = t.AUTOMATIC_BLOCK_SIZE if block is None else block
     if mode == "log fwd+bwd":
-        return lambda *xs: t.log_einsum(eq, *xs, block_size=t.AUTOMATIC_BLOCK_SIZE)
+        return lambda *xs: t.log_einsum(eq, *xs, block_size=bs)
     if mode == "log fwd":
-        return lambda *xs: t.log_einsum_forward(eq, *xs, block_size=t.AUTOMATIC_BLOCK_SIZE)
+        return lambda *xs: t.log_einsum_forward(eq, *xs, block_size=bs)
     if mode == "max fwd" and hasattr(t, "max_tropical_einsum_forward"):  # after the 1.2.0 release
-        return lambda *xs: t.max_tropical_einsum_forward(eq, *xs, block_size=t.AUTOMATIC_BLOCK_SIZE)
+        return lambda *xs: t.max_tropical_einsum_forward(eq, *xs, block_size=bs)
     if mode == "max fwd":  # 1.2.0: the max comes with its argmax
-        return lambda *xs: t.log_viterbi_einsum_forward(eq, *xs, block_size=t.AUTOMATIC_BLOCK_SIZE)[0]
+        return lambda *xs: t.log_viterbi_einsum_forward(eq, *xs, block_size=bs)[0]
     return None  # no gradient for max in torch-semiring-einsum
 
 
@@ -139,6 +175,8 @@ def system(name: str, case: str, equation: str, mode: str) -> Callable | None:
     semiring = mode.split()[0]
     if name == "ours":
         return ours(equation, semiring)
+    if name == "drop-in":
+        return drop_in(equation, mode)
     if name == "by hand":
         return by_hand(case, semiring)
     return tse(equation, mode)
@@ -220,6 +258,20 @@ def main() -> None:
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory column")
     parser.add_argument("--no-tse", action="store_true", help="skip torch-semiring-einsum")
     parser.add_argument("--out", action="append", default=[], help="write FILE.json or FILE.md (repeatable)")
+    parser.add_argument(
+        "--tse-max-terms",
+        type=float,
+        default=4e10,
+        help="beyond this many terms (the product of all sizes) torch-semiring-einsum is timed on the shapes scaled "
+        "down to it and its time scaled up by the ratio of terms, marked ~ (default 4e10: the GPU's 4-matrix chain)",
+    )
+    parser.add_argument(
+        "--tse-block",
+        type=int,
+        default=32,
+        help="where torch-semiring-einsum's automatic block runs out of GPU memory (the scaled-down chain), it is "
+        "timed again with this fixed block_size, marked 'block N'",
+    )
     parser.add_argument("--peak-worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.peak_worker:
@@ -229,7 +281,7 @@ def main() -> None:
     dev = args.device
     reps = 1 if args.quick else (args.reps or (20 if dev == "cuda" else 3))
     modes = MODES if dev == "cuda" else MODES[:3]
-    names = ["ours", "by hand"] + ([] if args.no_tse else ["tse"])
+    names = ["ours", "by hand", "drop-in"] + ([] if args.no_tse else ["tse"])
     have_tse = tse("ij,jk->ik", "log fwd") is not None
     print(f"semiring_ops {so.__version__} | torch {torch.__version__} | torch-semiring-einsum {tse_version()}")
     print(f"device: {torch.cuda.get_device_name() if dev == 'cuda' else 'cpu'} | reps {reps}")
@@ -254,6 +306,16 @@ def main() -> None:
                     row[name] = row[f"{name} diff"] = "n/a"
                     continue
                 try:
+                    if name == "tse" and total_terms(equation, shapes) > args.tse_max_terms:
+                        row["tse estimated from"] = scaled_down(equation, shapes, args.tse_max_terms)
+                        try:
+                            row[name], row[f"{name} diff"] = tse_estimate(fn, equation, shapes, mode, dev, args)
+                        except torch.cuda.OutOfMemoryError:  # its automatic block passed the GPU's memory
+                            release(dev)
+                            row["tse block"] = args.tse_block
+                            fn = tse(equation, mode, args.tse_block)
+                            row[name], row[f"{name} diff"] = tse_estimate(fn, equation, shapes, mode, dev, args)
+                        continue
                     out = call(fn, xs, mode, out_grad)
                     row[f"{name} diff"] = float((out.double() - ref.double()).abs().nan_to_num(0.0).max())
                     row[name] = time_ms(lambda fn=fn, xs=xs, mode=mode, g=out_grad: call(fn, xs, mode, g), dev, reps)
@@ -268,6 +330,11 @@ def main() -> None:
                         cuda_peak_mb(fn, xs, mode, out_grad) if dev == "cuda" else cpu_peak_mb(name, case, mode, shapes)
                     )
                     release(dev)
+            if isinstance(row.get("ours"), float) and isinstance(row.get("by hand"), float):  # their ratio, paired
+                fns = [system(n, case, equation, mode) for n in ("ours", "by hand")]
+                timed = [lambda fn=fn, xs=xs, mode=mode, g=out_grad: call(fn, xs, mode, g) for fn in fns]
+                row["ours"], row["by hand"] = paired_ms(timed, dev, reps)
+                release(dev)
             rows.append(row)
             print(line(row, names), flush=True)
 
@@ -280,6 +347,21 @@ def main() -> None:
             Path(path).write_text(json.dumps({"date": str(date.today()), "device": dev, "rows": rows}, indent=1))
         else:
             Path(path).write_text(table + "\n")
+
+
+def tse_estimate(fn, equation: str, shapes, mode: str, dev: str, args) -> tuple[float, float]:
+    """torch-semiring-einsum's time where its every-label-at-once sum would run for hours (the GPU's chain of four
+    1024^2 matrices: 1024^5 terms): timed on the shapes scaled down to --tse-max-terms terms and scaled back up by
+    the ratio of terms (its blocks make its time linear in them) -> (ms, max difference from ours there)."""
+    small = scaled_down(equation, shapes, args.tse_max_terms)
+    xs = inputs(small, dev, "bwd" in mode)
+    with torch.no_grad():
+        ref = so.einsum(equation, *xs, semiring=mode.split()[0])
+    out_grad = torch.randn(ref.shape, generator=torch.Generator().manual_seed(1)).to(dev) if "bwd" in mode else None
+    out = call(fn, xs, mode, out_grad)
+    diff = float((out.double() - ref.double()).abs().nan_to_num(0.0).max())
+    ms = time_ms(lambda: call(fn, xs, mode, out_grad), dev, max(1, min(args.reps or 3, 3)))
+    return ms * total_terms(equation, shapes) / total_terms(equation, small), diff
 
 
 def _ratio(a, b) -> str:
@@ -303,10 +385,23 @@ def render(rows: list[dict], names: list[str], dev: str, reps: int) -> str:
         o = r["ours"]
         cells = f"{r['cells'] / (o * 1e-3):.3g}" if isinstance(o, float) else "-"
         diffs = ", ".join(f"{n} {fmt(r[f'{n} diff'])}" for n in names if n != "ours")
-        vals = [r["case"], f"`{r['equation']}`", r["mode"]] + [fmt(r[n]) for n in names]
+        vals = [r["case"], f"`{r['equation']}`", r["mode"]]
+        vals += [("~" if n == "tse" and "tse estimated from" in r else "") + fmt(r[n]) for n in names]
         vals += [_ratio(r.get("tse"), o), _ratio(o, r["by hand"]), cells]
         vals += [fmt(r.get(f"{n} MiB", "-")) for n in names] + [diffs]
         out.append("| " + " | ".join(vals) + " |")
+    for r in rows:
+        if "tse estimated from" in r:
+            block = (
+                f"; its AUTOMATIC_BLOCK_SIZE ran out of GPU memory there, so block_size={r['tse block']}"
+                if "tse block" in r
+                else ""
+            )
+            out.append(
+                f"~ {r['case']} {r['mode']}: torch-semiring-einsum timed on shapes {r['tse estimated from']} and "
+                f"scaled by the ratio of terms (it sums all {total_terms(r['equation'], r['shapes']):.3g} at once)"
+                + block
+            )
     return "\n".join(out)
 
 

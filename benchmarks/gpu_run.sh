@@ -67,5 +67,7 @@ for b in ${BENCH-bmm memory crf lazy lazy_example}; do
     crf) timeout 360 python3 benchmarks/crf.py --json "$OUT/crf.json" 2>&1 | tee "$OUT/crf.log" ;;
     lazy) timeout 300 python3 benchmarks/lazy.py --out "$OUT/lazy.json" --out "$OUT/lazy.md" 2>&1 | tee "$OUT/lazy.log" ;;
     lazy_example) timeout 120 python3 examples/lazy_kernels.py 2>&1 | tee "$OUT/lazy_example.log" ;;
+    einsum) timeout 420 python3 benchmarks/einsum.py ${EINSUM_ARGS:-} --out "$OUT/einsum.json" --out "$OUT/einsum.md" 2>&1 \
+      | tee "$OUT/einsum.log" ;;
   esac
 done

@@ -18,6 +18,21 @@ def time_ms(fn: Callable[[], object], device: str, reps: int) -> float:
     return statistics.median(timed_runs(fn, device, reps))
 
 
+def paired_ms(fns: list[Callable[[], object]], device: str, reps: int) -> list[float]:
+    """Median milliseconds of each function, timed in alternation (one call of each per round, after warm-up),
+    so drift in the machine's state (clocks, other load) falls on all of them alike: for ratios near 1."""
+    for fn in fns:
+        for _ in range(3):
+            fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(reps):
+        for fn, t in zip(fns, times, strict=True):
+            t.extend(timed_runs(fn, device, 1))
+    return [statistics.median(t) for t in times]
+
+
 def timed_runs(fn: Callable[[], object], device: str, reps: int) -> list[float]:
     """Milliseconds of each of ``reps`` calls of fn() (no warm-up): CUDA events around each call on the
     GPU, the wall clock on the CPU."""

@@ -351,3 +351,40 @@ def test_every_label_order_of_a_two_operand_equation(device):
         mapping = dict(zip("ijk", perm, strict=True))
         eq = "".join(mapping.get(c, c) for c in "ij,jk->ik")
         torch.testing.assert_close(einsum(eq, a, b).cpu(), want)
+
+
+def test_any_strides(device):
+    """Transposed, sliced (step 2) and expanded (stride 0) operands: the same as their contiguous copies."""
+    base = _operands([(6, 10), (7, 5, 3), (3,)], device)
+    a = base[0].t()[::2]  # (5, 6), strides (2, 10)
+    b = base[1].permute(2, 1, 0)[:, :, 1:6]  # (3, 5, 5)
+    c = base[2].expand(5, 3)  # stride 0
+    for semiring in SEMIRINGS:
+        got = einsum("ij,kil,lk->jl", a, b, c, semiring=semiring)
+        want = einsum("ij,kil,lk->jl", a.contiguous(), b.contiguous(), c.contiguous(), semiring=semiring)
+        torch.testing.assert_close(got, want)  # std: BLAS may add in another order for other strides
+        torch.testing.assert_close(got.cpu(), brute("ij,kil,lk->jl", [a, b, c], semiring))
+
+
+def test_torch_compile_fullgraph(device):
+    """The whole einsum (parse, plan, steps; a memory-cut plan and return_argmax too) traced as one graph, the
+    same values and gradients as eager, and a second shape recompiles correctly (dynamic=False: the plan is made
+    from the sizes, which must be constants, docs/einsum.md)."""
+    torch._dynamo.reset()
+    x, y, z = (t.requires_grad_() for t in _operands([(3, 4), (4, 5), (5, 2)], device, dtype=torch.float32))
+
+    def log_chain(x, y, z):
+        return einsum("ij,jk,kl->il", x, y, z, semiring="log", memory=16 * 4)
+
+    def viterbi(x, y, z):
+        return einsum("ij,jk,kl->", x, y, z, semiring="max", return_argmax=True)
+
+    compiled = torch.compile(log_chain, fullgraph=True, dynamic=False, backend="aot_eager")
+    got, want = compiled(x, y, z), log_chain(x, y, z)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(torch.autograd.grad(got.sum(), x), torch.autograd.grad(want.sum(), x))
+    value, arg = torch.compile(viterbi, fullgraph=True, backend="aot_eager")(x, y, z)
+    torch.testing.assert_close(value, viterbi(x, y, z)[0])
+    assert torch.equal(arg, viterbi(x, y, z)[1])
+    x2, y2, z2 = _operands([(2, 6), (6, 3), (3, 4)], device, dtype=torch.float32)
+    torch.testing.assert_close(compiled(x2, y2, z2), log_chain(x2, y2, z2))

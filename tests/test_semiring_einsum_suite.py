@@ -6,7 +6,9 @@ At test time the folder is copied into a temporary package and in each file the 
 import (...)`` statement becomes ``from semiring_ops.semiring_einsum import (...)``; nothing else changes. pytest
 runs the package in a subprocess and reports every test case; each must pass, except the two that need a GPU
 (``test_automatic_block_size_cuda_*``), skipped without one. On a GPU machine the suite also runs a second time with
-the device of the tests' setUp (``torch.device('cpu')``) replaced by the GPU, so every case runs on CUDA.
+the device of the tests' setUp (``torch.device('cpu')``) replaced by the GPU and its random generator
+(``torch.manual_seed(123)``, the CPU's) by one of the GPU's, so every case runs on CUDA; there a conftest copies
+tensors to the host before numpy.testing.assert_allclose reads them (it cannot read GPU tensors).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ TEST_FILES = ("test_semiring_einsum.py", "test_more_equations.py")
 IMPORT = "from torch_semiring_einsum import ("
 NEEDS_GPU = ("test_automatic_block_size_cuda_no_cache", "test_automatic_block_size_cuda_with_cache")
 SETUP_DEVICE = "self.device = torch.device('cpu')"
+SETUP_GENERATOR = "self.generator = torch.manual_seed(123)"  # the CPU's: tensors made on the GPU need the GPU's
 TIMEOUT_S = 600
 
 _PLUGIN = """\
@@ -40,11 +43,29 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
 """
 
+# the GPU run: the tests hand tensors to numpy.testing.assert_allclose, which reads CPU tensors only
+_TO_HOST = """
+import numpy
+
+_assert_allclose = numpy.testing.assert_allclose
+
+
+def _host(x):
+    return x.detach().cpu() if isinstance(x, torch.Tensor) else x
+
+
+def assert_allclose(actual, desired, *args, **kwargs):
+    return _assert_allclose(_host(actual), _host(desired), *args, **kwargs)
+
+
+numpy.testing.assert_allclose = assert_allclose
+"""
+
 
 def _prepare(tmp_path: Path, device: str) -> Path:
     package = tmp_path / "semiring_einsum_suite"
     shutil.copytree(SUITE_DIR, package)
-    (package / "conftest.py").write_text(_PLUGIN.format(needs_gpu=NEEDS_GPU))
+    (package / "conftest.py").write_text(_PLUGIN.format(needs_gpu=NEEDS_GPU) + (_TO_HOST if device != "cpu" else ""))
     (package / "__init__.py").write_text("")
     for name in TEST_FILES:
         path = package / name
@@ -52,8 +73,9 @@ def _prepare(tmp_path: Path, device: str) -> Path:
         assert text.count(IMPORT) == 1, f"{name}: expected one '{IMPORT}'"
         text = text.replace(IMPORT, "from semiring_ops.semiring_einsum import (")
         if device != "cpu":
-            assert text.count(SETUP_DEVICE) == 1 or name == "test_more_equations.py"
+            assert text.count(SETUP_DEVICE) == 1 and text.count(SETUP_GENERATOR) == 1, name
             text = text.replace(SETUP_DEVICE, f"self.device = torch.device({device!r})")
+            text = text.replace(SETUP_GENERATOR, "self.generator = torch.Generator(self.device).manual_seed(123)")
         path.write_text(text)
     return package
 

@@ -48,6 +48,8 @@ class Operand:
 
 
 def _diagonals(op: Operand) -> Operand:
+    if len(set(op.labels)) == len(op.labels):
+        return op
     value, labels = op.value, list(op.labels)
     while len(set(labels)) < len(labels):
         label = [lab for i, lab in enumerate(labels) if lab in labels[:i]][0]  # noqa: RUF015 (no generator: dynamo)
@@ -95,13 +97,29 @@ def _reduce(op: Operand, labels: Sequence[str], S: type[Semiring], track: bool) 
     return Operand(result, out_labels, won)
 
 
-def _unique_labels(operands: Sequence[Operand], output: Sequence[str]) -> list[list[str]]:
-    """Per operand, the labels no other operand and not the output holds."""
+def unique_labels(terms: Sequence[Sequence[str]], output: Sequence[str]) -> tuple[tuple[str, ...], ...]:
+    """Per operand's labels, those no other operand and not the output holds."""
     counts: dict[str, int] = {}
-    for op in operands:
-        for label in op.labels:
+    for labels in terms:
+        for label in labels:
             counts[label] = counts.get(label, 0) + 1
-    return [[lab for lab in op.labels if counts[lab] == 1 and lab not in output] for op in operands]
+    return tuple(tuple(lab for lab in labels if counts[lab] == 1 and lab not in output) for labels in terms)
+
+
+def step_keep(terms: Sequence[Sequence[str]], i: int, j: int, output: Sequence[str]) -> frozenset[str]:
+    """The labels still needed once operands i and j are contracted: the output's and the other operands'."""
+    return frozenset(output).union(*[labels for d, labels in enumerate(terms) if d not in (i, j)])
+
+
+_unique_labels_cached = functools.lru_cache(maxsize=4096)(unique_labels)
+_step_keep_cached = functools.lru_cache(maxsize=4096)(step_keep)
+
+
+def _reduce_unique(ops: list[Operand], output, S: type[Semiring], track: bool) -> list[Operand]:
+    """Every operand summed over the labels only it holds (reductions)."""
+    terms = tuple([op.labels for op in ops])
+    uniques = (unique_labels if torch.compiler.is_compiling() else _unique_labels_cached)(terms, output)
+    return [_reduce(op, unique, S, track) if unique else op for op, unique in zip(ops, uniques, strict=True)]
 
 
 def _times(x: Operand, y: Operand, S: type[Semiring]) -> Operand:
@@ -126,60 +144,128 @@ def _broadcast(a: int, b: int) -> int:
     return b if a == 1 else a
 
 
-def _contract_pair(x: Operand, y: Operand, keep: set[str], S: type[Semiring], track: bool) -> Operand:
-    """x (x) y summed over their shared labels not in `keep`, as one batched semiring matmul."""
-    shared = [lab for lab in x.labels if lab in y.labels]
-    summed = [lab for lab in shared if lab not in keep]
+@dataclass(frozen=True)
+class PairLayout:
+    """How two operands become one batched (n x k) (x) (k x m) semiring matmul: a function of their labels, shapes
+    and the labels still needed (remembered in eager mode, so a repeated call only permutes, reshapes and
+    multiplies)."""
+
+    summed: tuple[str, ...]  # contracted: the shared labels no longer needed
+    k_sizes: tuple[int, ...]  # their sizes, broadcast
+    x_order: tuple[int, ...] | None  # x's permutation to (batch, rows, summed); None: already so
+    x_expand: tuple[int, ...]  # that view with every contracted label at its broadcast size
+    x_broadcasts: bool  # whether a contracted label of x has size 1 against a larger one (x_expand is needed)
+    x_matrix: tuple[int, ...]  # (*x_batch, n, k)
+    y_order: tuple[int, ...] | None  # y's permutation to (batch, summed, cols)
+    y_expand: tuple[int, ...]
+    y_broadcasts: bool
+    y_matrix: tuple[int, ...]  # (*y_batch, k, m)
+    out_batch: tuple[int, ...]  # the batch sizes, broadcast
+    labels: tuple[str, ...]  # the result's: (batch, rows, cols)
+    shape: tuple[int, ...]
+
+
+def pair_layout(x_labels, x_shape, y_labels, y_shape, keep: frozenset[str]) -> PairLayout | None:
+    """The layout of x (x) y summed over their shared labels not in `keep`; None when none is (a product)."""
+    shared = [lab for lab in x_labels if lab in y_labels]
+    summed = tuple(lab for lab in shared if lab not in keep)
     if not summed:
-        return _times(x, y, S)
+        return None
     batch = [lab for lab in shared if lab in keep]
-    rows = [lab for lab in x.labels if lab not in y.labels]
-    cols = [lab for lab in y.labels if lab not in x.labels]
-    xs, ys = dict(zip(x.labels, x.value.shape, strict=True)), dict(zip(y.labels, y.value.shape, strict=True))
-    k_sizes = [_broadcast(xs[lab], ys[lab]) for lab in summed]
-    x_order = [x.labels.index(lab) for lab in (*batch, *rows, *summed)]
-    y_order = [y.labels.index(lab) for lab in (*batch, *summed, *cols)]
+    rows = [lab for lab in x_labels if lab not in y_labels]
+    cols = [lab for lab in y_labels if lab not in x_labels]
+    xs, ys = dict(zip(x_labels, x_shape, strict=True)), dict(zip(y_labels, y_shape, strict=True))
+    k_sizes = tuple(_broadcast(xs[lab], ys[lab]) for lab in summed)
+    x_order = tuple(x_labels.index(lab) for lab in (*batch, *rows, *summed))
+    y_order = tuple(y_labels.index(lab) for lab in (*batch, *summed, *cols))
     x_batch, y_batch = [xs[lab] for lab in batch], [ys[lab] for lab in batch]
-    n, k, m = math.prod([xs[lab] for lab in rows]), math.prod(k_sizes), math.prod([ys[lab] for lab in cols])
-    # a contracted label of size 1 in one operand broadcasts: expanded (a view; the reshape may then copy)
-    xv = x.value.permute(x_order).expand((*x_batch, *[xs[lab] for lab in rows], *k_sizes)).reshape((*x_batch, n, k))
-    yv = y.value.permute(y_order).expand((*y_batch, *k_sizes, *[ys[lab] for lab in cols])).reshape((*y_batch, k, m))
-    out_batch = [_broadcast(a, b) for a, b in zip(x_batch, y_batch, strict=True)]
-    labels = (*batch, *rows, *cols)
-    shape = (*out_batch, *[xs[lab] for lab in rows], *[ys[lab] for lab in cols])
+    x_rows, y_cols = [xs[lab] for lab in rows], [ys[lab] for lab in cols]
+    n, k, m = math.prod(x_rows), math.prod(k_sizes), math.prod(y_cols)
+    x_expand = (*x_batch, *x_rows, *k_sizes)
+    y_expand = (*y_batch, *k_sizes, *y_cols)
+    return PairLayout(
+        summed=summed,
+        k_sizes=k_sizes,
+        x_order=None if x_order == tuple(range(len(x_order))) else x_order,
+        x_expand=x_expand,
+        x_broadcasts=any(xs[lab] != s for lab, s in zip(summed, k_sizes, strict=True)),
+        x_matrix=(*x_batch, n, k),
+        y_order=None if y_order == tuple(range(len(y_order))) else y_order,
+        y_expand=y_expand,
+        y_broadcasts=any(ys[lab] != s for lab, s in zip(summed, k_sizes, strict=True)),
+        y_matrix=(*y_batch, k, m),
+        out_batch=tuple(_broadcast(a, b) for a, b in zip(x_batch, y_batch, strict=True)),
+        labels=(*batch, *rows, *cols),
+        shape=(*[_broadcast(a, b) for a, b in zip(x_batch, y_batch, strict=True)], *x_rows, *y_cols),
+    )
+
+
+_pair_layout_cached = functools.lru_cache(maxsize=4096)(pair_layout)
+
+
+def _as_matrix(value: Tensor, order, expand, matrix) -> Tensor:
+    """An operand permuted, broadcast along a contracted size-1 label (a view) and reshaped to its matrix (each
+    step skipped where it would change nothing: no autograd node, no Python call)."""
+    if order is not None:
+        value = value.permute(order)
+    if expand is not None:
+        value = value.expand(expand)
+    return value if value.shape == matrix else value.reshape(matrix)
+
+
+def _contract_pair(x: Operand, y: Operand, keep: frozenset[str], S: type[Semiring], track: bool) -> Operand:
+    """x (x) y summed over their shared labels not in `keep`, as one batched semiring matmul."""
+    args = (x.labels, tuple(x.value.shape), y.labels, tuple(y.value.shape), keep)
+    lay = pair_layout(*args) if torch.compiler.is_compiling() else _pair_layout_cached(*args)
+    if lay is None:
+        return _times(x, y, S)
+    xv = _as_matrix(x.value, lay.x_order, lay.x_expand if lay.x_broadcasts else None, lay.x_matrix)
+    yv = _as_matrix(y.value, lay.y_order, lay.y_expand if lay.y_broadcasts else None, lay.y_matrix)
     if not track:
-        return Operand(semiring_matmul(xv, yv, S).reshape(shape), labels)
+        value = semiring_matmul(xv, yv, S)
+        return Operand(value if value.shape == lay.shape else value.reshape(lay.shape), lay.labels)
     value, arg = semiring_matmul(xv, yv, S, return_argmax=True)
-    if k == 0:  # nothing summed: the semiring's zero, every winner index 0 (as _reduce gives an empty sum)
+    shape = lay.shape
+    if math.prod(lay.k_sizes) == 0:  # nothing summed: the semiring's zero, every winner 0 (as _reduce gives)
         zero = torch.zeros(shape, dtype=torch.long, device=value.device)
-        return Operand(value.reshape(shape), labels, {lab: zero for lab in (*x.won, *y.won, *summed)})
+        return Operand(value.reshape(shape), lay.labels, {lab: zero for lab in (*x.won, *y.won, *lay.summed)})
     won = {}
     for lab, t in x.won.items():  # x's cell (batch, row, k = arg): gathered along k
-        full = t.expand(x.value.shape).permute(x_order).expand((*x_batch, *[xs[l] for l in rows], *k_sizes))
-        full = full.reshape((*x_batch, n, k)).expand((*out_batch, n, k))
-        won[lab] = torch.gather(full, -1, arg).reshape(shape)
+        full = _as_matrix(t.expand(x.value.shape), lay.x_order, lay.x_expand, lay.x_matrix)
+        won[lab] = torch.gather(full.expand((*lay.out_batch, *lay.x_matrix[-2:])), -1, arg).reshape(shape)
     for lab, t in y.won.items():  # y's cell (batch, k = arg, col): gathered along k
-        full = t.expand(y.value.shape).permute(y_order).expand((*y_batch, *k_sizes, *[ys[l] for l in cols]))
-        full = full.reshape((*y_batch, k, m)).expand((*out_batch, k, m))
-        won[lab] = torch.gather(full, -2, arg).reshape(shape)
-    for lab, idx in zip(summed, _unravel(arg, k_sizes), strict=True):
+        full = _as_matrix(t.expand(y.value.shape), lay.y_order, lay.y_expand, lay.y_matrix)
+        won[lab] = torch.gather(full.expand((*lay.out_batch, *lay.y_matrix[-2:])), -2, arg).reshape(shape)
+    for lab, idx in zip(lay.summed, _unravel(arg, lay.k_sizes), strict=True):
         won[lab] = idx.reshape(shape)
-    return Operand(value.reshape(shape), labels, won)
+    return Operand(value.reshape(shape), lay.labels, won)
 
 
-@torch.compiler.assume_constant_result
 @functools.lru_cache(maxsize=1024)
-def _plan_steps(inputs, output, sizes, budget_elements) -> tuple[tuple[int, int], ...]:
-    """plan.py's order for these labels and sizes: a function of Python values alone (remembered; torch.compile
-    runs it once while tracing and keeps the result as a constant)."""
+def _plan_steps_cached(inputs, output, sizes, budget_elements) -> tuple[tuple[int, int], ...]:
     return plan_contractions(inputs, output, dict(sizes), budget_elements).steps
 
 
-@torch.compiler.assume_constant_result
 @functools.lru_cache(maxsize=1024)
+def _plan_cut_cached(inputs, output, sizes, budget_elements, summed_ok) -> tuple[str, int] | None:
+    return plan_cut(inputs, output, dict(sizes), budget_elements, summed_ok)
+
+
+# The planner is a function of Python values alone: remembered, and under torch.compile run once while tracing,
+# its result kept as a constant (assume_constant_result on plain functions: dynamo would trace into an lru_cache).
+# Its arguments must be constants: torch.compile(dynamic=False), since dynamic (symbolic) sizes are not.
+
+
+@torch.compiler.assume_constant_result
+def _plan_steps(inputs, output, sizes, budget_elements) -> tuple[tuple[int, int], ...]:
+    """plan.py's order (steps) for these labels and sizes."""
+    return _plan_steps_cached(inputs, output, sizes, budget_elements)
+
+
+@torch.compiler.assume_constant_result
 def _plan_cut(inputs, output, sizes, budget_elements, summed_ok) -> tuple[str, int] | None:
     """plan.py's cut (label, chunk) for a contraction whose intermediates pass the budget, or None."""
-    return plan_cut(inputs, output, dict(sizes), budget_elements, summed_ok)
+    return _plan_cut_cached(inputs, output, sizes, budget_elements, summed_ok)
 
 
 def contract(
@@ -196,7 +282,7 @@ def contract(
     ops = [_diagonals(Operand(t, labels)) for t, labels in zip(operands, bound.inputs, strict=True)]
     ops = [_empty_broadcasts(op, bound.sizes) for op in ops]
     output = bound.output
-    ops = [_reduce(op, unique, S, track) for op, unique in zip(ops, _unique_labels(ops, output), strict=True)]
+    ops = _reduce_unique(ops, output, S, track)
     return _contract_chunks(ops, output, dict(bound.sizes), bound.summed, S, track, budget_elements)
 
 
@@ -212,7 +298,7 @@ def _empty_broadcasts(op: Operand, sizes: dict[str, int]) -> Operand:
 
 def _contract_chunks(ops, output, sizes, summed, S, track, budget) -> tuple[Tensor, Tensor | None]:
     """The contraction of the operands, whole, or chunk by chunk along the label plan_cut names."""
-    key = (tuple([op.labels for op in ops]), output, tuple(sorted(sizes.items())), budget)
+    key = (tuple([op.labels for op in ops]), output, tuple([(lab, sizes[lab]) for lab in sorted(sizes)]), budget)
     cut = _plan_cut(*key, True) if budget is not None else None
     if cut is None:
         return _finish(_steps(ops, output, key[2], S, track, budget), output, sizes, summed, track)
@@ -281,13 +367,12 @@ def _narrow(op: Operand, label: str, start: int, length: int) -> Operand:
 def _steps(ops, output, sizes_key, S, track, budget) -> Operand:
     """The pairwise contractions of the plan, with the reductions each one makes possible -> the last operand."""
     steps = _plan_steps(tuple([op.labels for op in ops]), output, sizes_key, budget)
+    keep_of = step_keep if torch.compiler.is_compiling() else _step_keep_cached
     for i, j in steps:
-        x, y = ops[i], ops[j]
-        rest = ops[:i] + ops[i + 1 : j] + ops[j + 1 :]
-        keep = set(output).union(*[op.labels for op in rest])
-        result = _contract_pair(x, y, keep, S, track)
-        ops = [*rest, result]
-        ops = [_reduce(op, unique, S, track) for op, unique in zip(ops, _unique_labels(ops, output), strict=True)]
+        keep = keep_of(tuple([op.labels for op in ops]), i, j, output)
+        result = _contract_pair(ops[i], ops[j], keep, S, track)
+        ops = [*ops[:i], *ops[i + 1 : j], *ops[j + 1 :], result]
+        ops = _reduce_unique(ops, output, S, track)
     (last,) = ops
     return last
 
@@ -295,7 +380,7 @@ def _steps(ops, output, sizes_key, S, track, budget) -> Operand:
 def _finish(last: Operand, output, sizes, summed, track) -> tuple[Tensor, Tensor | None]:
     """The last operand in the output's label order and shape, and with `track` the winners stacked."""
     order = [last.labels.index(lab) for lab in output]
-    value = last.value.permute(order)
+    value = last.value if order == list(range(len(order))) else last.value.permute(order)
     shape = tuple(sizes[lab] for lab in output)
     if tuple(value.shape) != shape:  # an output label of size 1 everywhere it was seen, or a broadcast one
         value = value.expand(shape)

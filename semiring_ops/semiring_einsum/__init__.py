@@ -13,7 +13,11 @@ Differences from torch-semiring-einsum 1.2 (docs/einsum.md):
   - ``save_max`` / ``save_sumexpsub`` of log_einsum are accepted and change nothing (no such tensors are kept:
     the backward is semiring_ops'), and log_einsum_forward's ``return_max`` / ``return_sumexpsub`` are computed
     on request (one more einsum) with torch-semiring-einsum's meaning;
-  - ties in log_viterbi_einsum_forward go to the first index within each pairwise step of the plan.
+  - ties in log_viterbi_einsum_forward go to the first index within each pairwise step of the plan;
+  - the log, Viterbi and tropical forwards (and the log backward) of float16 / bfloat16 / float32 inputs are computed
+    in float64 and rounded once to the inputs' dtype, so a result does not depend on the plan's order of additions
+    (torch-semiring-einsum's tests compare to the last float32 ulp); semiring_ops.einsum itself keeps the inputs'
+    dtype (16-bit inputs accumulate in float32).
 """
 
 from __future__ import annotations
@@ -129,7 +133,7 @@ def log_einsum_forward(
     output = _log_forward(equation, args, block_size)
     extra = []
     if return_max or return_sumexpsub:
-        maximum = torch.nan_to_num(_run(equation, args, MaxSemiring, block_size)[1], nan=math.nan)
+        maximum = torch.nan_to_num(_tropical(equation, args, MaxSemiring, block_size), nan=math.nan)
         if return_max:
             extra.append(maximum)
         if return_sumexpsub:
@@ -138,6 +142,8 @@ def log_einsum_forward(
 
 
 def _widened(args: Sequence[Tensor]) -> list[Tensor]:
+    """Narrower floating args in float64: the result is rounded once, not after every pairwise step (nor through
+    the GPU's approximate exponential)."""
     return [a.double() if a.is_floating_point() and a.dtype != torch.float64 else a for a in args]
 
 
@@ -230,22 +236,30 @@ def log_viterbi_einsum_forward(
 ) -> tuple[Tensor, Tensor]:
     """(max, argmax): addition is (max, argmax), multiplication +. argmax is (*out_shape, k) int64: the value of
     each of the k summed labels at the maximum, the labels in order of first appearance."""
-    _, value, won = _run(equation, args, MaxSemiring, block_size, track=True)
-    return value, won
+    dtype = args[0].dtype if args else torch.float32
+    _, value, won = _run(equation, _widened(args), MaxSemiring, block_size, track=True)
+    return value.to(dtype), won
 
 
 def max_tropical_einsum_forward(
     equation: Equation, *args: Tensor, block_size: BlockSize = AUTOMATIC_BLOCK_SIZE
 ) -> Tensor:
     """Addition is max, multiplication +."""
-    return _run(equation, args, MaxSemiring, block_size)[1]
+    return _tropical(equation, args, MaxSemiring, block_size)
 
 
 def min_tropical_einsum_forward(
     equation: Equation, *args: Tensor, block_size: BlockSize = AUTOMATIC_BLOCK_SIZE
 ) -> Tensor:
     """Addition is min, multiplication +."""
-    return _run(equation, args, MinSemiring, block_size)[1]
+    return _tropical(equation, args, MinSemiring, block_size)
+
+
+def _tropical(equation, args: Sequence[Tensor], S: type[Semiring], block_size: BlockSize) -> Tensor:
+    """The max / min of sums, each sum computed in float64 for narrower inputs and rounded once (as the log
+    semiring's: a term's value does not depend on the plan's order of additions)."""
+    dtype = args[0].dtype if args else torch.float32
+    return _run(equation, _widened(args), S, block_size)[1].to(dtype)
 
 
 def boolean_einsum_forward(equation: Equation, *args: Tensor, block_size: BlockSize = AUTOMATIC_BLOCK_SIZE) -> Tensor:

@@ -424,9 +424,16 @@ def run_blocks(
     bar = Progress(len(grid.blocks), shown)
     shared = _Shared(grid.blocks)
 
+    # Every worker keeps SIGINT held (inherited from the starting thread: _sigint_held) until all are started and
+    # on the books: a signal the kernel delivered to a running worker would otherwise raise KeyboardInterrupt in
+    # the main thread between a start and its bookkeeping, whatever the main thread's own mask (Python runs its
+    # handlers in the main thread for a signal any thread received), leaving a started worker unwaited for.
+    all_started = threading.Event()
+
     def work(dev: torch.device, finished: threading.Event) -> None:
-        _release_sigint()  # (inherited held from the starting thread: _sigint_held)
         try:
+            all_started.wait()
+            _release_sigint()
             (_gpu_worker if dev.type == "cuda" else _cpu_worker)(policy, writer, dev, shared, bar, stats)
         finally:
             finished.set()
@@ -444,12 +451,15 @@ def run_blocks(
         # Ctrl-C held while the workers start: one landing between a start and its bookkeeping would leave a
         # started worker unwaited for, or a never-started one waited for forever (the interrupt then arrives
         # when the mask is restored, below in this try)
-        with _sigint_held():
-            for dev in devices:
-                ev = threading.Event()
-                w = threading.Thread(target=work, args=(dev, ev), name=f"semiring_ops.blocks {dev}", daemon=True)
-                w.start()
-                started.append((w, ev))
+        try:
+            with _sigint_held():
+                for dev in devices:
+                    ev = threading.Event()
+                    w = threading.Thread(target=work, args=(dev, ev), name=f"semiring_ops.blocks {dev}", daemon=True)
+                    w.start()
+                    started.append((w, ev))
+        finally:
+            all_started.set()
         wait_all()
     except KeyboardInterrupt:
         shared.stop.set()

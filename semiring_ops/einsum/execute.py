@@ -111,14 +111,26 @@ def step_keep(terms: Sequence[Sequence[str]], i: int, j: int, output: Sequence[s
     return frozenset(output).union(*[labels for d, labels in enumerate(terms) if d not in (i, j)])
 
 
-_unique_labels_cached = functools.lru_cache(maxsize=4096)(unique_labels)
-_step_keep_cached = functools.lru_cache(maxsize=4096)(step_keep)
+def _eager_cached(fn):
+    """fn remembered (lru_cache) in eager mode; under torch.compile called plainly (dynamo traces the function,
+    not the cache). For the functions of labels and sizes each step looks up."""
+    cached = functools.lru_cache(maxsize=4096)(fn)
+
+    @functools.wraps(fn)
+    def call(*args):
+        return fn(*args) if torch.compiler.is_compiling() else cached(*args)
+
+    return call
+
+
+_unique_labels_of = _eager_cached(unique_labels)
+_step_keep_of = _eager_cached(step_keep)
 
 
 def _reduce_unique(ops: list[Operand], output, S: type[Semiring], track: bool) -> list[Operand]:
     """Every operand summed over the labels only it holds (reductions)."""
     terms = tuple([op.labels for op in ops])
-    uniques = (unique_labels if torch.compiler.is_compiling() else _unique_labels_cached)(terms, output)
+    uniques = _unique_labels_of(terms, output)
     return [_reduce(op, unique, S, track) if unique else op for op, unique in zip(ops, uniques, strict=True)]
 
 
@@ -181,6 +193,7 @@ def pair_layout(x_labels, x_shape, y_labels, y_shape, keep: frozenset[str]) -> P
     x_batch, y_batch = [xs[lab] for lab in batch], [ys[lab] for lab in batch]
     x_rows, y_cols = [xs[lab] for lab in rows], [ys[lab] for lab in cols]
     n, k, m = math.prod(x_rows), math.prod(k_sizes), math.prod(y_cols)
+    out_batch = tuple(_broadcast(a, b) for a, b in zip(x_batch, y_batch, strict=True))
     x_expand = (*x_batch, *x_rows, *k_sizes)
     y_expand = (*y_batch, *k_sizes, *y_cols)
     return PairLayout(
@@ -194,13 +207,13 @@ def pair_layout(x_labels, x_shape, y_labels, y_shape, keep: frozenset[str]) -> P
         y_expand=y_expand,
         y_broadcasts=any(ys[lab] != s for lab, s in zip(summed, k_sizes, strict=True)),
         y_matrix=(*y_batch, k, m),
-        out_batch=tuple(_broadcast(a, b) for a, b in zip(x_batch, y_batch, strict=True)),
+        out_batch=out_batch,
         labels=(*batch, *rows, *cols),
-        shape=(*[_broadcast(a, b) for a, b in zip(x_batch, y_batch, strict=True)], *x_rows, *y_cols),
+        shape=(*out_batch, *x_rows, *y_cols),
     )
 
 
-_pair_layout_cached = functools.lru_cache(maxsize=4096)(pair_layout)
+_pair_layout_of = _eager_cached(pair_layout)
 
 
 def _as_matrix(value: Tensor, order, expand, matrix) -> Tensor:
@@ -216,7 +229,7 @@ def _as_matrix(value: Tensor, order, expand, matrix) -> Tensor:
 def _contract_pair(x: Operand, y: Operand, keep: frozenset[str], S: type[Semiring], track: bool) -> Operand:
     """x (x) y summed over their shared labels not in `keep`, as one batched semiring matmul."""
     args = (x.labels, tuple(x.value.shape), y.labels, tuple(y.value.shape), keep)
-    lay = pair_layout(*args) if torch.compiler.is_compiling() else _pair_layout_cached(*args)
+    lay = _pair_layout_of(*args)
     if lay is None:
         return _times(x, y, S)
     xv = _as_matrix(x.value, lay.x_order, lay.x_expand if lay.x_broadcasts else None, lay.x_matrix)
@@ -367,9 +380,8 @@ def _narrow(op: Operand, label: str, start: int, length: int) -> Operand:
 def _steps(ops, output, sizes_key, S, track, budget) -> Operand:
     """The pairwise contractions of the plan, with the reductions each one makes possible -> the last operand."""
     steps = _plan_steps(tuple([op.labels for op in ops]), output, sizes_key, budget)
-    keep_of = step_keep if torch.compiler.is_compiling() else _step_keep_cached
     for i, j in steps:
-        keep = keep_of(tuple([op.labels for op in ops]), i, j, output)
+        keep = _step_keep_of(tuple([op.labels for op in ops]), i, j, output)
         result = _contract_pair(ops[i], ops[j], keep, S, track)
         ops = [*ops[:i], *ops[i + 1 : j], *ops[j + 1 :], result]
         ops = _reduce_unique(ops, output, S, track)

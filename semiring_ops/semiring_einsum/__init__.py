@@ -147,9 +147,15 @@ def _widened(args: Sequence[Tensor]) -> list[Tensor]:
     return [a.double() if a.is_floating_point() and a.dtype != torch.float64 else a for a in args]
 
 
-def _log_forward(equation, args: Sequence[Tensor], block_size: BlockSize) -> Tensor:
+def _rounded_once(equation, args: Sequence[Tensor], S: type[Semiring], block_size: BlockSize, track: bool = False):
+    """_run on the args in float64 (_widened), the result rounded once to their dtype -> (result, winners)."""
     dtype = args[0].dtype if args else torch.float32
-    return _run(equation, _widened(args), LogSemiring, block_size)[1].to(dtype)
+    _, value, won = _run(equation, _widened(args), S, block_size, track)
+    return value.to(dtype), won
+
+
+def _log_forward(equation, args: Sequence[Tensor], block_size: BlockSize) -> Tensor:
+    return _rounded_once(equation, args, LogSemiring, block_size)[0]
 
 
 def _nan_where_all_neg_inf(bound: BoundEquation, output: Tensor, i: int, grad: Tensor) -> Tensor:
@@ -236,9 +242,7 @@ def log_viterbi_einsum_forward(
 ) -> tuple[Tensor, Tensor]:
     """(max, argmax): addition is (max, argmax), multiplication +. argmax is (*out_shape, k) int64: the value of
     each of the k summed labels at the maximum, the labels in order of first appearance."""
-    dtype = args[0].dtype if args else torch.float32
-    _, value, won = _run(equation, _widened(args), MaxSemiring, block_size, track=True)
-    return value.to(dtype), won
+    return _rounded_once(equation, args, MaxSemiring, block_size, track=True)
 
 
 def max_tropical_einsum_forward(
@@ -258,8 +262,7 @@ def min_tropical_einsum_forward(
 def _tropical(equation, args: Sequence[Tensor], S: type[Semiring], block_size: BlockSize) -> Tensor:
     """The max / min of sums, each sum computed in float64 for narrower inputs and rounded once (as the log
     semiring's: a term's value does not depend on the plan's order of additions)."""
-    dtype = args[0].dtype if args else torch.float32
-    return _run(equation, _widened(args), S, block_size)[1].to(dtype)
+    return _rounded_once(equation, args, S, block_size)[0]
 
 
 def boolean_einsum_forward(equation: Equation, *args: Tensor, block_size: BlockSize = AUTOMATIC_BLOCK_SIZE) -> Tensor:

@@ -65,6 +65,22 @@ inline void check_contract_args(const at::Tensor& l0, const std::optional<at::Te
   }
 }
 
+inline void check_log_bmm_grads_args(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
+                                     const at::Tensor& g) {
+  TORCH_CHECK(a.dim() == 3 && b.dim() == 3 && c.dim() == 3 && g.dim() == 3,
+              "log_bmm_grads: a, b, c, g must be 3-D, got a ", describe(a), ", b ", describe(b));
+  const int64_t B = a.size(0), n = a.size(1), k = a.size(2), m = b.size(2);
+  TORCH_CHECK(b.size(0) == B && b.size(1) == k && c.size(0) == B && c.size(1) == n && c.size(2) == m &&
+                  g.sizes() == c.sizes(),
+              "log_bmm_grads: shapes disagree: a ", describe(a), ", b ", describe(b), ", c ", describe(c), ", g ",
+              describe(g));
+  TORCH_CHECK(a.scalar_type() == at::kFloat || a.scalar_type() == at::kDouble,
+              "log_bmm_grads: float32 or float64 only, got a ", describe(a));
+  for (const at::Tensor* t : {&b, &c, &g})
+    TORCH_CHECK(t->scalar_type() == a.scalar_type() && t->device() == a.device(),
+                "log_bmm_grads: b, c and g must match a's dtype and device: a ", describe(a), ", got ", describe(*t));
+}
+
 inline void check_chain_args(const at::Tensor& em, const at::Tensor& trans, const at::Tensor& start,
                              const at::Tensor& end, const at::Tensor& lengths) {
   TORCH_CHECK(em.dim() == 3, "chain kernel: emissions must be (B, T, C), got ", describe(em));

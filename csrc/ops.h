@@ -32,6 +32,14 @@ std::vector<at::Tensor> bmm_forward(const at::Tensor& a, const at::Tensor& b, in
 at::Tensor log_contract(const at::Tensor& l0, const std::optional<at::Tensor>& l1, const at::Tensor& r0,
                         const std::optional<at::Tensor>& r1, const at::Tensor& o0);
 
+// Both gradients of c = logbmm(a, b) given dL/dc = g:
+//   grad_a[p, i, k] = sum_j w,  grad_b[p, k, j] = sum_i w,  w = g[p, i, j] * exp(a[p, i, k] + b[p, k, j] - c[p, i, j])
+//   a: (B, n, k), b: (B, k, m), c and g: (B, n, m); one dtype, float32 or float64; any strides. A cell whose c
+//   is -inf weighs 0. Returns {grad_a (B, n, k), grad_b (B, k, m)}, contiguous; one not needed is an empty
+//   tensor. The CPU computes each cell's exponential once for both; the CUDA backend runs two log_contracts.
+std::vector<at::Tensor> log_bmm_grads(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
+                                      const at::Tensor& g, bool need_a, bool need_b);
+
 // One direction of the linear-chain recursion, for a batch of chains whose potentials factor into
 // emissions and one shared transition matrix (a CRF, an HMM), in one kernel launch per direction:
 //   emissions (B, T, C), transitions (C, C) [from, to], start (C), end (C): one dtype (float32 or

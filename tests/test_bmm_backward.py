@@ -96,3 +96,46 @@ def test_gradient_only_for_the_operand_that_needs_it(device, impl):
     (ga,) = torch.autograd.grad(out.sum(), (a,))
     ref = torch.autograd.grad(brute_bmm(a, b, "log").sum(), (a,))[0]
     torch.testing.assert_close(ga, ref)
+
+
+# The CPU computes both log gradients in one pass (csrc/cpu/log_bmm_grads_cpu.cpp), splitting the work by
+# blocks of 8 rows of b, chunks of 256 columns and, when (batch, k block) pairs are too few for the threads,
+# by rows of a; work under 2**18 cells runs as one task. These shapes take each path and straddle each edge.
+GRAD_SPLIT_SHAPES = [
+    (1, 300, 3, 300),  # few (batch, k block) pairs: rows split, partial grad_b summed; 2 column chunks
+    (2, 40, 19, 600),  # k blocks of 8, 8, 3; 3 column chunks, the last partial
+    (3, 9, 17, 33),  # one task; a column tile and one column past it
+    (8, 64, 64, 64),  # many tasks, no split
+]
+
+
+def _log_grads_float64(a, b, g):
+    """Both log gradients by their definition, in float64: w = g exp(a + b - c), 0 where c is -inf."""
+    a, b, g = a.double(), b.double(), g.double()
+    cells = a.unsqueeze(-1) + b.unsqueeze(-3)  # (B, n, k, m)
+    c = torch.logsumexp(cells, dim=-2, keepdim=True)
+    w = g.unsqueeze(-2) * torch.where(c == -torch.inf, 0.0, torch.exp(cells - c))
+    return w.sum(-1), w.sum(-3)
+
+
+@pytest.mark.parametrize("shape", GRAD_SPLIT_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("need", ["both", "a", "b"])
+def test_log_gradients_on_every_work_split_match_float64(device, impl, shape, need):
+    B, n, k, m = shape
+    gen = torch.Generator().manual_seed(n * k + m)
+    a_t = torch.randn(B, k, n, generator=gen)  # a is passed transposed: strided rows
+    a_t[0, :, 1] = -torch.inf  # row 1 of c is all -inf: no gradient flows through it
+    b = torch.randn(1, k, m, generator=gen)  # broadcast over the batch
+    b[0, 0, :3] = -torch.inf
+    g = torch.randn(B, n, m, generator=gen)
+    g[-1, -1, -1] = torch.nan  # reaches exactly grad_a[-1, -1, :] and grad_b[:, -1]
+    a_t, b = (t.to(device).requires_grad_(need in ("both", name)) for t, name in ((a_t, "a"), (b, "b")))
+    g = g.to(device)
+    leaves = [t for t in (a_t, b) if t.requires_grad]
+    got = torch.autograd.grad(so.logbmm(a_t.transpose(1, 2), b), leaves, g)
+    want_a, want_b = _log_grads_float64(a_t.detach().transpose(1, 2), b.detach(), g)
+    want = {"both": (want_a.transpose(1, 2), want_b.sum(0, keepdim=True)), "a": (want_a.transpose(1, 2),)}
+    want["b"] = want["both"][1:]
+    for x, y in zip(got, want[need], strict=True):
+        assert x.dtype == torch.float32
+        torch.testing.assert_close(x.double(), y, rtol=1e-4, atol=1e-4, equal_nan=True)

@@ -1,5 +1,5 @@
 // The bmm family's module (CPU or CUDA, by the sources it is linked with): the semiring batched matmul and the
-// log-weighted contraction its gradients are made of (contracts in ops.h).
+// log-weighted contraction its gradients are made of, and the two gradients at once (contracts in ops.h).
 #include "bindings/module.h"
 #include "ops.h"
 
@@ -12,4 +12,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("log_contract", &semiring_ops::log_contract,
         "out[p, r, s] = sum_t L1[p, r, t] * R1[p, t, s] * exp(L0[p, r, t] + R0[p, t, s] + O0[p, r, s])",
         py::arg("l0"), py::arg("l1") = py::none(), py::arg("r0"), py::arg("r1") = py::none(), py::arg("o0"));
+  m.def("log_bmm_grads", &semiring_ops::log_bmm_grads,
+        "Both gradients of c = logbmm(a, b) given g = dL/dc -> [grad_a (B, n, k) or empty, grad_b (B, k, m) or empty]",
+        py::arg("a"), py::arg("b"), py::arg("c"), py::arg("g"), py::arg("need_a"), py::arg("need_b"));
 }

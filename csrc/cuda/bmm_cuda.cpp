@@ -1,7 +1,7 @@
-// semiring_ops::bmm_forward and log_contract for CUDA tensors (contracts in ops.h): argument checks, outputs, the
-// semiring x dtype dispatch and the fields of the tile engine's arguments; the kernels are in bmm_kernels.cu and
-// log_contract_kernels.cu (bmm_launch.h). Float16 / bfloat16 max / min without an index may instead take the packed
-// family (semiring_ops/ops/packed.py decides, before calling this).
+// semiring_ops::bmm_forward, log_contract and log_bmm_grads for CUDA tensors (contracts in ops.h): argument checks,
+// outputs, the semiring x dtype dispatch and the fields of the tile engine's arguments; the kernels are in
+// bmm_kernels.cu and log_contract_kernels.cu (bmm_launch.h). Float16 / bfloat16 max / min without an index may
+// instead take the packed family (semiring_ops/ops/packed.py decides, before calling this).
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -112,6 +112,20 @@ at::Tensor log_contract(const at::Tensor& l0, const std::optional<at::Tensor>& l
     }
   });
   return out;
+}
+
+std::vector<at::Tensor> log_bmm_grads(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
+                                      const at::Tensor& g, bool need_a, bool need_b) {
+  check_log_bmm_grads_args(a, b, c, g);
+  TORCH_CHECK(a.is_cuda(), "log_bmm_grads (CUDA backend): CUDA tensors only, got a ", describe(a));
+  const c10::cuda::CUDAGuard guard(a.device());
+  // -c, except -inf where c is -inf: a fully -inf output then weighs every term by exp(-inf) = 0.
+  const at::Tensor negc = c.where(c.eq(-std::numeric_limits<double>::infinity()), c.neg());
+  // grad_a[i, k] = sum_j g_ij exp(-c_ij + b_kj + a_ik): rows i, reduction j, columns k
+  at::Tensor ga = need_a ? log_contract(negc, g, b.transpose(1, 2), std::nullopt, a) : a.new_empty({0});
+  // grad_b[k, j] = sum_i exp(a_ik - c_ij + b_kj) g_ij: rows k, reduction i, columns j
+  at::Tensor gb = need_b ? log_contract(a.transpose(1, 2), std::nullopt, negc, g, b) : a.new_empty({0});
+  return {ga, gb};
 }
 
 }  // namespace semiring_ops

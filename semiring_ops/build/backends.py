@@ -115,6 +115,9 @@ class Backend:
     def log_contract(self, l0, l1, r0, r1, o0):
         return self.family("bmm").log_contract(l0, l1, r0, r1, o0)
 
+    def log_bmm_grads(self, a, b, c, g, need_a: bool, need_b: bool):
+        return self.family("bmm").log_bmm_grads(a, b, c, g, need_a, need_b)
+
     def chain_scan(self, em, trans, start, end, lengths, semiring_id: int, reverse: bool, save_scores: bool):
         return self.family("chain").chain_scan(em, trans, start, end, lengths, semiring_id, reverse, save_scores)
 

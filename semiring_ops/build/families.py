@@ -83,7 +83,13 @@ def _cuda(name: str, serves: str, *sources: str) -> Family:
 
 
 FAMILIES: tuple[Family, ...] = (
-    _cpu("bmm", "semiring matmul (log, max, min) and its gradients", "bmm_forward_cpu.cpp", "log_contract_cpu.cpp"),
+    _cpu(
+        "bmm",
+        "semiring matmul (log, max, min) and its gradients",
+        "bmm_forward_cpu.cpp",
+        "log_contract_cpu.cpp",
+        "log_bmm_grads_cpu.cpp",
+    ),
     _cpu("chain", "LinearChainCRF, HMM, chain_* (fused chains)", "chain_cpu.cpp", "sequence_cpu.cpp"),
     _cpu("span", "structures: dependency, CKY, semi-Markov, linear chain, alignment", "span_cpu.cpp"),
     _cpu("host_writers", "the block engine's host writes", "condensed_scatter_cpu.cpp", "stream_copy_cpu.cpp"),

@@ -26,6 +26,7 @@ __all__ = [
     "crf_log_likelihood",
     "generic_bmm",
     "gold_path_score",
+    "log_bmm_grads",
     "log_contract",
     "sequence_lengths",
 ]
@@ -113,6 +114,16 @@ def log_contract(l0: Tensor, l1: Tensor | None, r0: Tensor, r1: Tensor | None, o
             w = w * r1[bs, ts].unsqueeze(-3)
         out[bs, rs] += w.sum(dim=-2)
     return out
+
+
+def log_bmm_grads(a: Tensor, b: Tensor, c: Tensor, g: Tensor, need_a: bool, need_b: bool) -> tuple[Tensor, Tensor]:
+    """Same contract as the compiled ``log_bmm_grads`` (csrc/ops.h): one log_contract per gradient."""
+    negc = torch.where(c == -math.inf, c, -c)  # a fully -inf output weighs every term by exp(-inf) = 0
+    # grad_a[i,k] = sum_j g_ij exp(-c_ij + b_kj + a_ik): rows i, reduction j, columns k
+    ga = log_contract(negc, g, b.transpose(1, 2), None, a) if need_a else c.new_empty((0,))
+    # grad_b[k,j] = sum_i exp(a_ik - c_ij + b_kj) g_ij: rows k, reduction i, columns j
+    gb = log_contract(a.transpose(1, 2), None, negc, g, b) if need_b else c.new_empty((0,))
+    return ga, gb
 
 
 def generic_bmm(a: Tensor, b: Tensor, semiring: type[Semiring]) -> Tensor:

@@ -9,7 +9,8 @@ tracing all see them as single ops.
         the weighted contraction that the log gradients are made of (csrc/ops.h)
 
 Gradients never materialise the (B, n, k, m) product:
-  log:      grad_a[i,k] = sum_j exp(a_ik + b_kj - c_ij) g_ij  (and grad_b alike), one log_contract each
+  log:      grad_a[i,k] = sum_j exp(a_ik + b_kj - c_ij) g_ij  (and grad_b alike): both from one pass over the
+            cells on the CPU (the backend's log_bmm_grads), one log_contract each on CUDA
   max/min:  the gradient goes to the selected k (scatter of g at arg); outputs equal to the
             semiring zero (every term -inf for max) get none
 """
@@ -161,16 +162,10 @@ def _neg_log_norm(c: Tensor) -> Tensor:
 
 
 def _log_bmm_grads(a: Tensor, b: Tensor, c: Tensor, g: Tensor, need_a: bool, need_b: bool) -> tuple[Tensor, Tensor]:
-    """log_bmm_backward's body: two log_contract calls of the backend."""
+    """log_bmm_backward's body: the backend's log_bmm_grads (one pass on the CPU, two log_contracts on CUDA)."""
     acc = c.dtype
-    a, b, g = a.to(acc), b.to(acc), g.to(acc)
-    negc = _neg_log_norm(c)
-    contract = backend_for(c.device).log_contract
+    ga, gb = backend_for(c.device).log_bmm_grads(a.to(acc), b.to(acc), c, g.to(acc), need_a, need_b)
     # an unneeded gradient is its own empty tensor: an operator's outputs may not share storage
-    # grad_a[i,k] = sum_j g_ij exp(a_ik + b_kj - c_ij): rows i, reduction j, columns k
-    ga = contract(negc, g, b.transpose(1, 2), None, a) if need_a else c.new_empty((0,))
-    # grad_b[k,j] = sum_i g_ij exp(a_ik + b_kj - c_ij): rows k, reduction i, columns j
-    gb = contract(a.transpose(1, 2), None, negc, g, b) if need_b else c.new_empty((0,))
     return ga, gb
 
 

@@ -40,8 +40,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from semiring_ops import HMM, LinearChainCRF
 from semiring_ops.lazy import Vi, Vj
-from semiring_ops.structures import HMM, LinearChainCRF
 
 TARGET = 1.8
 

@@ -1,4 +1,4 @@
-"""Categorical HMM on the CPU: ours (semiring_ops.structures.HMM) beside hmmlearn and pomegranate, one table.
+"""Categorical HMM on the CPU: ours (semiring_ops.HMM) beside hmmlearn and pomegranate, one table.
 
 The performance target (issue): one EM iteration of a categorical HMM, 200 sequences x 50 steps,
 50 states, on a 2-core CPU, at least 3x faster than the faster of hmmlearn and pomegranate.
@@ -95,7 +95,7 @@ def guarded(fn: Callable[[], float]) -> float | str:
 
 def bench_ours(dtype, X, lengths, init: Params, reps: int) -> dict | str:
     try:
-        from semiring_ops.structures import HMM
+        from semiring_ops import HMM
     except ImportError as exc:
         return f"ours unavailable ({exc})"
     C, V = init.emissionprob.shape

@@ -1,4 +1,4 @@
-"""Demo: Baum-Welch EM for a categorical HMM (semiring_ops.structures.HMM), checked against the truth.
+"""Demo: Baum-Welch EM for a categorical HMM (semiring_ops.HMM), checked against the truth.
 
 Draws sequences from a known HMM, fits a second one by EM from a random start (hmmlearn's calls:
 ``fit(X, lengths)``, ``predict``), matches the learned states to the true ones (the best assignment of
@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from semiring_ops.structures import HMM
+from semiring_ops import HMM
 
 
 def true_model(C: int, V: int, device: torch.device, g: torch.Generator) -> HMM:

@@ -12,11 +12,12 @@ so.einsum("ai,ij,jk->ak", x, W1, W2, semiring="max")  # any contraction, planned
 __version__ = "0.1.0"
 
 from .einsum import einsum
+from .hmm import HMM
 from .info import backend_info
 from .nn import SemiringLinear
 from .ops import logbmm, maxbmm, minbmm, semiring_matmul, stdbmm
 from .semirings import LogSemiring, MaxSemiring, MinSemiring, Semiring, StdSemiring
-from .structures import HMM, LinearChainCRF, allowed_transitions
+from .structures import LinearChainCRF, allowed_transitions
 
 __all__ = [
     "HMM",

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from semiring_ops.structures import HMM
+from semiring_ops import HMM
 from tests.dist_util import run_ranks
 
 N_ITER, TOL = 8, 1e-6

@@ -12,8 +12,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from semiring_ops.structures import HMM
-from semiring_ops.structures.hmm import ConvergenceMonitor
+from semiring_ops import HMM
+from semiring_ops.hmm import ConvergenceMonitor
 
 LENGTHS = [100, 1, 7, 70, 12]  # long and short sequences; 1 has no transition
 
@@ -447,7 +447,7 @@ def test_scaling_and_log_implementations_agree(device, C, lengths, spread, seed)
 def test_scaling_flags_underflow_and_falls_back_to_the_log_chain():
     """A float32 sequence whose emissions favour each state by 200 nats in turn: unscaled mass of the
     other state underflows, so the scaled pass must flag it (and the E-step must still be exact)."""
-    from semiring_ops.structures.hmm_scaling import scaled_forward_backward
+    from semiring_ops.hmm.scaling import scaled_forward_backward
 
     model = _categorical(2, 2, "cpu", seed=1, zeros=False).float()
     le = torch.tensor([[[0.0, -200.0], [-200.0, 0.0], [0.0, -200.0], [-3.0, -1.0]]])

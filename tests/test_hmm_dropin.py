@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from semiring_ops import hmm
-from semiring_ops.structures.hmm_emissions_gaussian import COVARIANCE_TYPES
+from semiring_ops.hmm.emissions.gaussian import COVARIANCE_TYPES
 
 LENGTHS = [40, 1, 25, 34]
 

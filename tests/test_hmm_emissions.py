@@ -12,9 +12,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from semiring_ops.structures import HMM
-from semiring_ops.structures.hmm_emissions_gaussian import COVARIANCE_TYPES, gaussian_emission, validate_covars
-from semiring_ops.structures.hmm_kmeans import kmeans
+from semiring_ops import HMM
+from semiring_ops.hmm.emissions.gaussian import COVARIANCE_TYPES, gaussian_emission, validate_covars
+from semiring_ops.hmm.kmeans import kmeans
 
 
 def _spd(rng: np.random.Generator, D: int) -> np.ndarray:

@@ -8,13 +8,11 @@ from .constraints import Constraints, allowed_transitions
 from .crf import LinearChainCRF
 from .dependency import DependencyTree
 from .factored import chain_sum_factored, chain_viterbi_factored
-from .hmm import HMM
 from .linear_chain import LinearChain
 from .nonprojective import NonProjectiveDependencyTree
 from .semimarkov import SemiMarkov
 
 __all__ = [
-    "HMM",
     "Alignment",
     "CKYTree",
     "Constraints",

@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from .hmm import HMM, ConvergenceMonitor
-from .hmm_emissions import ArrayLike, Emission
+from ..emissions.base import ArrayLike, Emission
+from ..model import HMM
+from ..monitor import ConvergenceMonitor
 
 __all__ = ["HMMLearnBase", "NotFittedError", "check_random_state"]
 

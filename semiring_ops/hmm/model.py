@@ -6,8 +6,8 @@ training keeps valid distributions:
 
     log_startprob   (C,)      unnormalised log start probabilities,
     log_transmat    (C, C)    unnormalised log transition probabilities, [from, to],
-    emission        an :class:`Emission` (categorical, hmm_emissions.py; Gaussian with spherical,
-                    diagonal, full or tied covariances, hmm_emissions_gaussian.py; your own), or none:
+    emission        an :class:`Emission` (categorical, emissions/base.py; Gaussian with spherical,
+                    diagonal, full or tied covariances, emissions/gaussian.py; your own), or none:
                     then every call takes ``log_emissions=`` (B, T, C) directly.
 
 Two ways to call it:
@@ -22,18 +22,16 @@ Two ways to call it:
   ``sample_batch`` and ``sample_paths`` (posterior paths).
 
 Concatenated samples are scattered into a padded batch by one vectorised index, so the math never
-loops over sequences. The E-step is the scaled probability-space recursions (hmm_scaling.py) or autograd
+loops over sequences. The E-step is the scaled probability-space recursions (scaling.py) or autograd
 of the log-likelihood (``chain_sum_factored``): its gradient is the state posteriors with respect to the
 emissions, the expected transition counts with respect to the transition matrix and the expected start
 counts with respect to the start vector. hmmlearn's estimator classes over this model are in
-``semiring_ops.hmm`` (hmm_hmmlearn.py).
+``semiring_ops.hmm`` (estimators/base.py).
 """
 
 from __future__ import annotations
 
-import logging
 import math
-import sys
 import time
 from typing import NamedTuple, TextIO
 
@@ -42,10 +40,11 @@ import torch
 from torch import Tensor, nn
 
 from ..semirings import LogSemiring
-from .chain import chain_sample, resolve_lengths
-from .factored import chain_sum_factored, chain_viterbi_factored, factored_to_edges
-from .hmm_emissions import ArrayLike, CategoricalEmission, Emission, _log_distribution, _shape, dirichlet_map
-from .hmm_emissions_gaussian import (
+from ..structures.chain import chain_sample, resolve_lengths
+from ..structures.factored import chain_sum_factored, chain_viterbi_factored, factored_to_edges
+from .emissions.base import ArrayLike, Emission, _log_distribution, _shape, dirichlet_map
+from .emissions.categorical import CategoricalEmission
+from .emissions.gaussian import (
     COVARIANCE_TYPES,
     GaussianDiagEmission,
     GaussianEmission,
@@ -54,7 +53,8 @@ from .hmm_emissions_gaussian import (
     GaussianTiedEmission,
     gaussian_emission,
 )
-from .hmm_scaling import scaled_forward, scaled_forward_backward
+from .monitor import ConvergenceMonitor, _ProgressBar
+from .scaling import scaled_forward, scaled_forward_backward
 
 __all__ = [
     "HMM",
@@ -67,8 +67,6 @@ __all__ = [
     "GaussianSphericalEmission",
     "GaussianTiedEmission",
 ]
-
-_log = logging.getLogger(__name__)
 
 # below this many cells per time step (batch x C x C) the scaled recursions' per-step Python overhead
 # outweighs the log chain's one exp per cell, so "auto" takes the log chain (2-core CPU, float64)
@@ -133,85 +131,6 @@ def _valid(lengths: Tensor, T: int) -> Tensor:
     return torch.arange(T, device=lengths.device)[None, :] < lengths[:, None]
 
 
-# ---------------------------------------------------------------------------------------------- EM reporting
-
-
-class ConvergenceMonitor:
-    """hmmlearn's ConvergenceMonitor: EM's log-likelihood history and stopping rule.
-
-    ``history`` lists the log-likelihood of the data before each M-step (so it must not decrease),
-    ``iter`` counts iterations; ``converged`` is true after n_iter iterations or once an iteration
-    gains less than ``tol``.
-    """
-
-    _template = "{iter:>10d} {log_prob:>16.8f} {delta:>+16.8f} {seconds:>9.3f}s"
-
-    def __init__(self, tol: float, n_iter: int, verbose: bool = False) -> None:
-        self.tol, self.n_iter, self.verbose = tol, n_iter, verbose
-        self.history: list[float] = []
-        self.iter = 0
-
-    def __repr__(self) -> str:
-        return f"ConvergenceMonitor(tol={self.tol}, n_iter={self.n_iter}, iter={self.iter}, history={self.history})"
-
-    def _reset(self) -> None:
-        """Forget the history (hmmlearn's fit calls this before EM)."""
-        self.iter = 0
-        self.history.clear()
-
-    def report(self, log_prob: float, seconds: float = 0.0) -> str:
-        """Record one iteration's log-likelihood; returns hmmlearn's per-iteration line (plus seconds)."""
-        delta = log_prob - self.history[-1] if self.history else math.nan
-        if self.history and delta < -math.sqrt(np.finfo(float).eps) * max(1.0, abs(log_prob)):
-            _log.warning(f"EM is not converging: log-likelihood {log_prob} < {self.history[-1]} (delta {delta})")
-        self.history.append(log_prob)
-        self.iter += 1
-        return self._template.format(iter=self.iter, log_prob=log_prob, delta=delta, seconds=seconds)
-
-    @property
-    def converged(self) -> bool:
-        return self.iter == self.n_iter or (len(self.history) >= 2 and self.history[-1] - self.history[-2] < self.tol)
-
-
-class _ProgressBar:
-    """EM progress on a stream (stderr): on a terminal a bar redrawn in place, with lines printed above
-    it; elsewhere (a file, a pipe) a plain line at every tenth of the iterations and at the end."""
-
-    def __init__(self, total: int, stream: TextIO | None = None, width: int = 30) -> None:
-        self.total, self.stream, self.width = max(total, 1), stream or sys.stderr, width
-        self.live = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.shown = ""  # the bar as last drawn on the terminal
-        self.tenth = -1  # the last tenth reported off the terminal
-
-    def update(self, done: int, log_prob: float, final: bool = False) -> None:
-        filled = self.width * done // self.total
-        text = f"EM [{'#' * filled}{'.' * (self.width - filled)}] {done}/{self.total}  log-likelihood {log_prob:.6f}"
-        if self.live:
-            self._draw(text)
-        elif final or 10 * done // self.total > self.tenth:
-            self.tenth = 10 * done // self.total
-            self.stream.write(text + "\n")
-
-    def write(self, line: str) -> None:
-        shown = self.shown
-        if shown:
-            self._draw("")
-            self.stream.write("\r")
-        self.stream.write(line + "\n")
-        if shown:
-            self._draw(shown)
-
-    def close(self) -> None:
-        if self.shown:
-            self.stream.write("\n")
-        self.stream.flush()
-
-    def _draw(self, text: str) -> None:
-        self.stream.write("\r" + text.ljust(len(self.shown)))
-        self.stream.flush()
-        self.shown = text
-
-
 # ---------------------------------------------------------------------------------------------- the model
 
 
@@ -258,7 +177,7 @@ class HMM(nn.Module):
             takes ``log_emissions=`` (B, T, C) (padded) or (n_samples, C) (concatenated) instead of X.
         n_symbols: V, the categorical alphabet size.
         n_features: D, the Gaussian dimension.
-        covariance_type: "spherical", "diag", "full" or "tied" (hmm_emissions_gaussian.py).
+        covariance_type: "spherical", "diag", "full" or "tied" (emissions/gaussian.py).
         min_covar, covars_prior: Gaussian variance floor / initialisation term and hmmlearn's
             covariance prior (the other emission priors: construct the Emission yourself).
         startprob_prior, transmat_prior: Dirichlet priors of the start vector (a scalar or (C,)) and of
@@ -266,7 +185,7 @@ class HMM(nn.Module):
         generator: CPU generator for the random initial parameters.
         implementation: how ``fit``'s E-step, ``score``, ``posteriors`` and ``score_samples`` run
             forward-backward: "scaling" (probability space with per-step normalisation, a few matrix
-            products per time step: hmm_scaling.py), "log" (the log-semiring chain kernels, one exp per
+            products per time step: scaling.py), "log" (the log-semiring chain kernels, one exp per
             cell), or "auto" (the default: on the CPU "scaling" when a time step has at least 2048 cells
             (B x C x C) and "log" below, where the scaled recursions' per-step overhead dominates; "log"
             on GPUs, where the fused chain kernel beats T small matrix products). ``log_likelihood`` /
@@ -446,7 +365,7 @@ class HMM(nn.Module):
 
     def _scaling(self, batch_size: int) -> bool:
         """Whether forward-backward of `batch_size` sequences runs in scaled probability space (see
-        ``implementation``): it needs strictly positive start and transition probabilities (hmm_scaling.py)."""
+        ``implementation``): it needs strictly positive start and transition probabilities (scaling.py)."""
         wide = batch_size * self.n_states**2 >= _SCALING_MIN_CELLS
         auto = self.implementation == "auto" and self.device.type == "cpu" and wide
         wanted = self.implementation == "scaling" or auto
@@ -662,11 +581,11 @@ class HMM(nn.Module):
         ``group``: a torch.distributed process group (e.g. ``torch.distributed.group.WORLD``) whose ranks
         each call fit on their shard of the data: the E-step statistics and log-likelihood are summed
         across ranks (one all_reduce per iteration), starting from rank 0's parameters, so every rank
-        ends with the model of a one-process fit on the union of the shards (hmm_distributed.py);
+        ends with the model of a one-process fit on the union of the shards (distributed.py);
         verbose / progress print on rank 0 only. None (default) or a group of one rank: local fit.
         """
         if group is not None:
-            from .hmm_distributed import group_size
+            from .distributed import group_size
 
             if group_size(group)[1] > 1:
                 return self._fit_distributed(
@@ -703,10 +622,10 @@ class HMM(nn.Module):
     def _fit_distributed(
         self, X, lengths, n_iter, tol, verbose, progress, log_emissions, stream, params, monitor, group
     ):
-        """fit over the ranks of `group` (size > 1), each with its shard of the data (hmm_distributed.py)."""
+        """fit over the ranks of `group` (size > 1), each with its shard of the data (distributed.py)."""
         import torch.distributed as dist
 
-        from . import hmm_distributed as hd
+        from . import distributed as hd
 
         rank, _ = hd.group_size(group)
         error: BaseException | None = None

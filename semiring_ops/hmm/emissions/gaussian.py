@@ -36,8 +36,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .hmm_emissions import ArrayLike, Emission, _per_state, _prior, _tensor
-from .hmm_kmeans import kmeans
+from ..kmeans import kmeans
+from .base import ArrayLike, Emission, _per_state, _prior, _tensor
 
 __all__ = [
     "COVARIANCE_TYPES",
@@ -282,7 +282,7 @@ class GaussianEmission(Emission):
 
     def sufficient_stats(self, x: Tensor, weights: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """What the M-step needs of observations x (N, D) with posteriors weights (N, C), sums over the
-        samples (so ranks holding shards of the data add theirs up, hmm_distributed.py): n = Σγ (C,),
+        samples (so ranks holding shards of the data add theirs up, distributed.py): n = Σγ (C,),
         S = Σγ x (C, D) and the second moments (Σγ x² (C, D) for diagonal types, Σγ x xᵀ (C, D, D) for
         full ones)."""
         return weights.sum(0), weights.T @ x, self._second_moment(x, weights)

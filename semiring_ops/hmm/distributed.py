@@ -19,8 +19,9 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from .hmm_emissions import CategoricalEmission, Emission
-from .hmm_emissions_gaussian import GaussianEmission
+from .emissions.base import Emission
+from .emissions.categorical import CategoricalEmission
+from .emissions.gaussian import GaussianEmission
 
 __all__ = ["broadcast_parameters", "check_agreement", "emission_m_step", "emission_stats", "group_size"]
 

@@ -1,0 +1,29 @@
+"""HMM emission models: the interface (base.py) and one file per family."""
+
+from .base import ArrayLike, Emission, dirichlet_map
+from .categorical import CategoricalEmission
+from .gaussian import (
+    COVARIANCE_TYPES,
+    GaussianDiagEmission,
+    GaussianEmission,
+    GaussianFullEmission,
+    GaussianSphericalEmission,
+    GaussianTiedEmission,
+    gaussian_emission,
+    validate_covars,
+)
+
+__all__ = [
+    "COVARIANCE_TYPES",
+    "ArrayLike",
+    "CategoricalEmission",
+    "Emission",
+    "GaussianDiagEmission",
+    "GaussianEmission",
+    "GaussianFullEmission",
+    "GaussianSphericalEmission",
+    "GaussianTiedEmission",
+    "dirichlet_map",
+    "gaussian_emission",
+    "validate_covars",
+]

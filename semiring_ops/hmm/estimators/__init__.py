@@ -1,0 +1,15 @@
+"""hmmlearn's estimator classes over :class:`~semiring_ops.hmm.model.HMM`: the shared base and one file per
+emission family."""
+
+from .base import DECODER_ALGORITHMS, HMMLearnBase, NotFittedError, check_random_state
+from .categorical import CategoricalHMM
+from .gaussian import GaussianHMM
+
+__all__ = [
+    "DECODER_ALGORITHMS",
+    "CategoricalHMM",
+    "GaussianHMM",
+    "HMMLearnBase",
+    "NotFittedError",
+    "check_random_state",
+]

@@ -14,14 +14,13 @@ rank starts from the same model.
 from __future__ import annotations
 
 import math
+import zlib
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
 from .emissions.base import Emission
-from .emissions.categorical import CategoricalEmission
-from .emissions.gaussian import GaussianEmission
 
 __all__ = ["broadcast_parameters", "check_agreement", "emission_m_step", "emission_stats", "group_size"]
 
@@ -74,40 +73,19 @@ def broadcast_parameters(module: torch.nn.Module, group, group_src: int = 0) -> 
 
 
 def emission_fields(emission: Emission | None) -> dict[str, float]:
-    """What must agree across ranks about the emission model."""
+    """What must agree across ranks about the emission model: its class (by name) and its own fields."""
     if emission is None:
         return {"emission model": 0.0}
-    kind = {CategoricalEmission: 1.0}.get(type(emission), 2.0 if isinstance(emission, GaussianEmission) else 3.0)
-    out = {"emission model": kind}
-    if isinstance(emission, CategoricalEmission):
-        out["n_symbols"] = float(emission.n_symbols)
-    elif isinstance(emission, GaussianEmission):
-        out["n_features"] = float(emission.n_features)
-        out["covariance_type"] = float(("spherical", "diag", "full", "tied").index(emission.covariance_type))
-    return out
+    name = f"{type(emission).__module__}.{type(emission).__qualname__}"
+    return {"emission model": float(zlib.crc32(name.encode())), **emission.agreement_fields()}
 
 
 def emission_stats(emission: Emission, x: Tensor, weights: Tensor) -> list[Tensor]:
     """The sufficient statistics of the emission M-step from observations x (N, *event) and posteriors
     weights (N, C), as tensors to be summed across ranks."""
-    if isinstance(emission, CategoricalEmission):
-        return [emission.symbol_counts(x, weights)]
-    if isinstance(emission, GaussianEmission):
-        return list(emission.sufficient_stats(x, weights))
-    raise NotImplementedError(
-        f"distributed HMM.fit supports categorical and Gaussian emissions, not {type(emission).__name__}"
-    )
+    return list(emission.sufficient_stats(x, weights))
 
 
 def emission_m_step(emission: Emission, stats: list[Tensor], params: str | None) -> None:
     """The emission model's M-step from summed statistics (same formulas as its own ``m_step``)."""
-    letters = emission._updates(params)
-    if not letters:
-        return
-    if isinstance(emission, CategoricalEmission):
-        # counts[c, v] as the posteriors of one sample of each symbol: index_add reproduces them exactly
-        (counts,) = stats
-        symbols = torch.arange(emission.n_symbols, device=counts.device)
-        emission.m_step(symbols, counts.T.contiguous(), params)
-        return
-    emission.m_step_from_stats(*stats, params)  # Gaussian: the emission's own update, on the sums
+    emission.m_step_from_stats(stats, params)

@@ -634,9 +634,11 @@ class HMM(nn.Module):
             if params is not None and not isinstance(params, str):
                 raise ValueError(f"params must be a string of parameter letters, got {params!r}")
             batch, _ = self._concatenated(X, lengths, log_emissions)
-            fields = hd.emission_fields(self.emission)
-            if fields["emission model"] == 3.0:
-                hd.emission_stats(self.emission, None, None)  # raises: not supported
+            if self.emission is not None and type(self.emission).sufficient_stats is Emission.sufficient_stats:
+                raise NotImplementedError(
+                    f"distributed HMM.fit needs an emission model with sufficient_stats and m_step_from_stats; "
+                    f"{type(self.emission).__name__} has none"
+                )
         except (ValueError, NotImplementedError) as e:
             error = e
         n_iter = monitor.n_iter if monitor is not None else n_iter

@@ -101,7 +101,8 @@ class Emission(nn.Module):
         m_step(x, weights, params=None)   EM update from x (N, *event_shape) and posteriors (N, C),
         sample(states, generator)         (*batch,) int64 states -> (*batch, *event_shape),
         reset_parameters(generator)       random parameters (drawn on the CPU),
-    and may override ``init_from_data(x, generator, params=None)`` (defaults to reset_parameters).
+    and may override ``init_from_data(x, generator, params=None)`` (defaults to reset_parameters); the
+    distributed fit needs ``sufficient_stats``, ``m_step_from_stats`` and ``agreement_fields`` (below).
 
     ``param_letters`` names the parameters that ``m_step`` / ``init_from_data`` update, one letter each
     (hmmlearn's ``params`` letters: "e" categorical, "m" and "c" Gaussian); ``params`` selects a subset
@@ -130,6 +131,22 @@ class Emission(nn.Module):
     def init_from_data(self, x: Tensor, generator: torch.Generator | None = None, params: str | None = None) -> None:
         """Data-driven initialisation from observations x (N, *event_shape); default: random."""
         self.reset_parameters(generator)
+
+    # The distributed fit (distributed.py) sums each rank's statistics and runs the M-step on the sums; a family
+    # that implements these two takes part (m_step is then typically m_step_from_stats(sufficient_stats(...))).
+
+    def sufficient_stats(self, x: Tensor, weights: Tensor) -> list[Tensor]:
+        """What the M-step needs of observations x (N, *event_shape) with posteriors weights (N, C), as sums over
+        the samples, so that ranks holding shards of the data can add theirs up."""
+        raise NotImplementedError(f"{type(self).__name__} has no sufficient_stats: no distributed fit")
+
+    def m_step_from_stats(self, stats: list[Tensor], params: str | None = None) -> None:
+        """The M-step from :meth:`sufficient_stats` summed over samples (and ranks)."""
+        raise NotImplementedError(f"{type(self).__name__} has no m_step_from_stats: no distributed fit")
+
+    def agreement_fields(self) -> dict[str, float]:
+        """Settings every rank of a distributed fit must share (besides the class), as numbers."""
+        return {}
 
     def _check_shape(self, x: Tensor, batch_ndim: int, what: str) -> None:
         if x.ndim != batch_ndim + len(self.event_shape) or tuple(x.shape[batch_ndim:]) != self.event_shape:

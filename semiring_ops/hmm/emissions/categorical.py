@@ -89,9 +89,19 @@ class CategoricalEmission(Emission):
 
     def m_step(self, x: Tensor, weights: Tensor, params: str | None = None) -> None:
         """emissionprob = normalise(max(prior - 1 + posterior-weighted symbol counts, 0)) per state."""
+        self.m_step_from_stats(self.sufficient_stats(x, weights), params)
+
+    def sufficient_stats(self, x: Tensor, weights: Tensor) -> list[Tensor]:
+        """[the posterior-weighted symbol counts (C, n_symbols)]."""
+        return [self.symbol_counts(x, weights)]
+
+    def agreement_fields(self) -> dict[str, float]:
+        return {"n_symbols": float(self.n_symbols)}
+
+    def m_step_from_stats(self, stats: list[Tensor], params: str | None = None) -> None:
         if not self._updates(params):
             return
-        counts = self.symbol_counts(x, weights)
+        (counts,) = stats
         with torch.no_grad():
             table = dirichlet_map(counts, self.emissionprob_prior, self._log_table(), "emissionprob_prior", False)
             self.log_emissionprob.copy_(table)

@@ -278,20 +278,25 @@ class GaussianEmission(Emission):
     def m_step(self, x: Tensor, weights: Tensor, params: str | None = None) -> None:
         """hmmlearn's MAP update of the means ("m") and covariances ("c"); see the module docstring."""
         if self._updates(params):
-            self.m_step_from_stats(*self.sufficient_stats(x, weights), params)
+            self.m_step_from_stats(self.sufficient_stats(x, weights), params)
 
-    def sufficient_stats(self, x: Tensor, weights: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def agreement_fields(self) -> dict[str, float]:
+        kind = float(COVARIANCE_TYPES.index(self.covariance_type))
+        return {"n_features": float(self.n_features), "covariance_type": kind}
+
+    def sufficient_stats(self, x: Tensor, weights: Tensor) -> list[Tensor]:
         """What the M-step needs of observations x (N, D) with posteriors weights (N, C), sums over the
         samples (so ranks holding shards of the data add theirs up, distributed.py): n = Σγ (C,),
         S = Σγ x (C, D) and the second moments (Σγ x² (C, D) for diagonal types, Σγ x xᵀ (C, D, D) for
         full ones)."""
-        return weights.sum(0), weights.T @ x, self._second_moment(x, weights)
+        return [weights.sum(0), weights.T @ x, self._second_moment(x, weights)]
 
     def _second_moment(self, x: Tensor, weights: Tensor) -> Tensor:
         raise NotImplementedError
 
-    def m_step_from_stats(self, post: Tensor, obs: Tensor, second: Tensor, params: str | None = None) -> None:
+    def m_step_from_stats(self, stats: list[Tensor], params: str | None = None) -> None:
         """The M-step from :meth:`sufficient_stats` (n, S, second moments)."""
+        post, obs, second = stats
         letters = self._updates(params)
         if not letters:
             return

@@ -1,7 +1,7 @@
 """hmmlearn's estimator classes over :class:`~semiring_ops.hmm.model.HMM`: the shared base and one file per
 emission family."""
 
-from .base import DECODER_ALGORITHMS, HMMLearnBase, NotFittedError, check_random_state
+from .base import DECODER_ALGORITHMS, BaseHMM, NotFittedError, check_random_state
 from .categorical import CategoricalHMM
 from .gaussian import GaussianHMM
 
@@ -9,7 +9,7 @@ __all__ = [
     "DECODER_ALGORITHMS",
     "CategoricalHMM",
     "GaussianHMM",
-    "HMMLearnBase",
+    "BaseHMM",
     "NotFittedError",
     "check_random_state",
 ]

@@ -27,7 +27,7 @@ from ..emissions.base import ArrayLike, Emission
 from ..model import HMM
 from ..monitor import ConvergenceMonitor
 
-__all__ = ["HMMLearnBase", "NotFittedError", "check_random_state"]
+__all__ = ["BaseHMM", "NotFittedError", "check_random_state"]
 
 _log = logging.getLogger("semiring_ops.hmm")
 
@@ -56,7 +56,7 @@ def torch_generator(random_state: np.random.RandomState) -> torch.Generator:
     return torch.Generator().manual_seed(int(random_state.randint(0, 2**62, dtype=np.int64)))
 
 
-class HMMLearnBase:
+class BaseHMM:
     """The part of hmmlearn's ``BaseHMM`` that every emission type shares; subclasses provide the emission
     model (``_emission``, ``_set_emission_parameters``, ``_read_back_emission``), ``_check_X``,
     ``_check_and_set_n_features``, ``_init_emission`` and ``_get_n_fit_scalars_per_param``.
@@ -104,7 +104,7 @@ class HMMLearnBase:
         """The constructor arguments as currently set (scikit-learn's protocol)."""
         return {name: getattr(self, name) for name in self._get_param_names()}
 
-    def set_params(self, **params: Any) -> HMMLearnBase:
+    def set_params(self, **params: Any) -> BaseHMM:
         """Set constructor arguments by name (scikit-learn's protocol)."""
         valid = self._get_param_names()
         for name, value in params.items():
@@ -233,7 +233,7 @@ class HMMLearnBase:
 
     # ------------------------------------------------------------ hmmlearn's calls
 
-    def fit(self, X: ArrayLike, lengths: ArrayLike | int | None = None, *, group: Any = None) -> HMMLearnBase:
+    def fit(self, X: ArrayLike, lengths: ArrayLike | int | None = None, *, group: Any = None) -> BaseHMM:
         """Initialise (``init_params``) and run up to ``n_iter`` Baum-Welch EM iterations on the concatenated
         sequences X (lengths: their lengths, None: one sequence), re-estimating ``params``; ``monitor_``
         records the log-likelihoods and stops EM at ``monitor_.tol``. Returns self.

@@ -7,12 +7,12 @@ import numpy as np
 from ..emissions.base import ArrayLike
 from ..emissions.categorical import CategoricalEmission
 from ..model import HMM
-from .base import HMMLearnBase, check_random_state
+from .base import BaseHMM, check_random_state
 
 __all__ = ["CategoricalHMM"]
 
 
-class CategoricalHMM(HMMLearnBase):
+class CategoricalHMM(BaseHMM):
     """HMM with categorical emissions over ``n_features`` symbols (hmmlearn's ``CategoricalHMM``).
 
     X: integer symbols (n_samples, 1) (or (n_samples,)); ``n_features`` None is set from the data

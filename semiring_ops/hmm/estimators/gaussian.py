@@ -8,12 +8,12 @@ import torch
 from ..emissions.base import ArrayLike
 from ..emissions.gaussian import COVARIANCE_TYPES, GaussianEmission, gaussian_emission, validate_covars
 from ..model import HMM
-from .base import HMMLearnBase, check_random_state, torch_generator
+from .base import BaseHMM, check_random_state, torch_generator
 
 __all__ = ["GaussianHMM"]
 
 
-class GaussianHMM(HMMLearnBase):
+class GaussianHMM(BaseHMM):
     """HMM with Gaussian emissions (hmmlearn's ``GaussianHMM``), ``covariance_type`` "spherical", "diag",
     "full" or "tied".
 

@@ -7,9 +7,9 @@ from .gaussian import GaussianHMM
 
 __all__ = [
     "DECODER_ALGORITHMS",
+    "BaseHMM",
     "CategoricalHMM",
     "GaussianHMM",
-    "BaseHMM",
     "NotFittedError",
     "check_random_state",
 ]

@@ -388,3 +388,21 @@ def test_torch_compile_fullgraph(device):
     assert torch.equal(arg, viterbi(x, y, z)[1])
     x2, y2, z2 = _operands([(2, 6), (6, 3), (3, 4)], device, dtype=torch.float32)
     torch.testing.assert_close(compiled(x2, y2, z2), log_chain(x2, y2, z2))
+
+
+def test_the_planner_is_marked_constant_as_torch_marks_it():
+    """execute.assume_constant_result sets dynamo's mark without importing torch._dynamo: the same attributes as
+    torch.compiler.assume_constant_result (if torch changes how it marks, this fails)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "from semiring_ops.einsum import execute\n"
+        "assert 'torch._dynamo' not in sys.modules, 'importing semiring_ops imported torch._dynamo'\n"
+        "ours = vars(execute.assume_constant_result(lambda: 0))\n"
+        "theirs = vars(torch.compiler.assume_constant_result(lambda: 0))\n"
+        "assert ours == theirs and ours, (ours, theirs)\n"
+        "assert execute._plan_steps._dynamo_marked_constant\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)

@@ -231,7 +231,7 @@ def test_fit_reports_progress_and_verbose_lines():
     monitor = ConvergenceMonitor(tol=0.5, n_iter=10)
     monitor.report(-10.0)
     monitor.report(-9.8)
-    assert monitor.converged and monitor.history == [-10.0, -9.8] and monitor.iter == 2
+    assert monitor.converged and list(monitor.history) == [-10.0, -9.8] and monitor.iter == 2
 
 
 def test_custom_log_emissions_fit_start_and_transitions(device):
@@ -503,10 +503,15 @@ def test_fit_params_priors_and_monitor(device):
         model.fit(X, n_iter=1)
 
 
-def test_auto_takes_the_log_chain_for_narrow_batches():
-    """On the CPU "auto" scales probabilities only when a time step has enough cells (B C^2) to outweigh
-    its per-step overhead; "scaling" and "log" are what they say."""
+def test_auto_scales_on_the_cpu_at_any_batch_when_compiled(monkeypatch):
+    """On the CPU "auto" runs the compiled scaled E-step (no per-step overhead) at any batch size; without it (the
+    torch lockstep pass) only when a time step has enough cells (B C^2) to outweigh the per-step overhead;
+    "scaling" and "log" are what they say."""
+    from semiring_ops.hmm import model as model_module
+
     model = HMM(4, n_symbols=2)
+    assert model._scaling(1) == (model_module.compiled_estep(model.log_startprob) is not None)
+    monkeypatch.setattr(model_module, "compiled_estep", lambda _: None)
     assert not model._scaling(1) and model._scaling(256)
     model.implementation = "scaling"
     assert model._scaling(1)

@@ -48,7 +48,7 @@ class ExtensionSpec:
 class Family:
     """A family of kernels on one device type: the Python module its bindings make, and what the module serves."""
 
-    name: str  # bmm, chain, span, fast_log, packed, host_writers
+    name: str  # bmm, chain, span, fast_log, packed, host_writers, hmm
     device_type: str  # cpu | cuda
     sources: tuple[str, ...]  # relative to csrc; the bindings first
     serves: str  # what uses it, for `info`
@@ -93,6 +93,7 @@ FAMILIES: tuple[Family, ...] = (
     _cpu("chain", "LinearChainCRF, HMM, chain_* (fused chains)", "chain_cpu.cpp", "sequence_cpu.cpp"),
     _cpu("span", "structures: dependency, CKY, semi-Markov, linear chain, alignment", "span_cpu.cpp"),
     _cpu("host_writers", "the block engine's host writes", "condensed_scatter_cpu.cpp", "stream_copy_cpu.cpp"),
+    _cpu("hmm", "HMM fit and scoring on the CPU: the E-step in scaled probability space", "hmm_scaled_cpu.cpp"),
     _cuda(
         "bmm",
         "semiring matmul (log, max, min) and its gradients",

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -269,13 +270,23 @@ def _plan_cut_cached(inputs, output, sizes, budget_elements, summed_ok) -> tuple
 # Its arguments must be constants: torch.compile(dynamic=False), since dynamic (symbolic) sizes are not.
 
 
-@torch.compiler.assume_constant_result
+def assume_constant_result(fn: Callable) -> Callable:
+    """torch.compiler.assume_constant_result, without importing torch._dynamo when nothing has yet (3 s, most of
+    `import semiring_ops`): its mark is an attribute that dynamo reads when it traces a call. tests/test_einsum.py
+    checks that it marks exactly as torch's does."""
+    if "torch._dynamo" in sys.modules:
+        return torch.compiler.assume_constant_result(fn)
+    fn._dynamo_marked_constant = True
+    return fn
+
+
+@assume_constant_result
 def _plan_steps(inputs, output, sizes, budget_elements) -> tuple[tuple[int, int], ...]:
     """plan.py's order (steps) for these labels and sizes."""
     return _plan_steps_cached(inputs, output, sizes, budget_elements)
 
 
-@torch.compiler.assume_constant_result
+@assume_constant_result
 def _plan_cut(inputs, output, sizes, budget_elements, summed_ok) -> tuple[str, int] | None:
     """plan.py's cut (label, chunk) for a contraction whose intermediates pass the budget, or None."""
     return _plan_cut_cached(inputs, output, sizes, budget_elements, summed_ok)

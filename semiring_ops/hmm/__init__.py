@@ -13,23 +13,37 @@ on :class:`HMM` in float64. docs/hmm.md lists what differs.
 
 The package:
     model.py        HMM: start, transitions and an emission model; hmmlearn's calls and torch's batches
-    emissions/      the Emission interface and one file per family (categorical, gaussian)
+    emissions/      the Emission interface and one file per family (categorical, gaussian, gmm, poisson, multinomial)
     estimators/     hmmlearn's classes: the shared base and one file per family
     scaling.py      the scaled (probability-space) E-step;  monitor.py  ConvergenceMonitor, progress
     kmeans.py       k-means for the Gaussian means' initialisation;  distributed.py  fit over process groups
 """
 
-from .emissions import COVARIANCE_TYPES
-from .estimators import DECODER_ALGORITHMS, CategoricalHMM, GaussianHMM, NotFittedError
+from .emissions import COVARIANCE_TYPES, GMMEmission, MultinomialEmission, PoissonEmission
+from .estimators import (
+    DECODER_ALGORITHMS,
+    GMMHMM,
+    CategoricalHMM,
+    GaussianHMM,
+    MultinomialHMM,
+    NotFittedError,
+    PoissonHMM,
+)
 from .model import HMM
 from .monitor import ConvergenceMonitor
 
 __all__ = [
     "COVARIANCE_TYPES",
     "DECODER_ALGORITHMS",
+    "GMMHMM",
     "HMM",
     "CategoricalHMM",
     "ConvergenceMonitor",
+    "GMMEmission",
     "GaussianHMM",
+    "MultinomialEmission",
+    "MultinomialHMM",
     "NotFittedError",
+    "PoissonEmission",
+    "PoissonHMM",
 ]

@@ -31,8 +31,9 @@ counts with respect to the start vector. hmmlearn's estimator classes over this 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
-import time
 from typing import NamedTuple, TextIO
 
 import numpy as np
@@ -54,7 +55,7 @@ from .emissions.gaussian import (
     gaussian_emission,
 )
 from .monitor import ConvergenceMonitor, _ProgressBar
-from .scaling import scaled_forward, scaled_forward_backward
+from .scaling import compiled_estep, scaled_forward, scaled_forward_backward
 
 __all__ = [
     "HMM",
@@ -366,7 +367,8 @@ class HMM(nn.Module):
     def _scaling(self, batch_size: int) -> bool:
         """Whether forward-backward of `batch_size` sequences runs in scaled probability space (see
         ``implementation``): it needs strictly positive start and transition probabilities (scaling.py)."""
-        wide = batch_size * self.n_states**2 >= _SCALING_MIN_CELLS
+        # compiled on the CPU (scaling.py): no per-step overhead, so it wins at any size
+        wide = batch_size * self.n_states**2 >= _SCALING_MIN_CELLS or compiled_estep(self.log_startprob) is not None
         auto = self.implementation == "auto" and self.device.type == "cpu" and wide
         wanted = self.implementation == "scaling" or auto
         return wanted and bool((self.log_transmat > -math.inf).all() and (self.log_startprob > -math.inf).all())
@@ -571,8 +573,8 @@ class HMM(nn.Module):
         Each iteration computes the posteriors and expected counts (E-step, see ``implementation``) and
         re-estimates the parameters with hmmlearn's formulas and priors (M-step). ``monitor_`` records
         the log-likelihood of each E-step (non-decreasing) and stops after n_iter iterations or a gain
-        below tol. verbose prints hmmlearn's per-iteration line (iteration, log-likelihood, gain,
-        seconds); verbose or progress draws a progress bar; both on stderr (or `stream`).
+        below tol. verbose prints hmmlearn's per-iteration line (iteration, log-likelihood, gain: the
+        monitor's report, above the bar); verbose or progress draws a progress bar; both on stderr (or `stream`).
         ``params``: hmmlearn's letters of the parameters to re-estimate, "s" start, "t" transitions and
         the emission model's (``Emission.param_letters``: "e" categorical, "m" / "c" Gaussian means /
         covariances); None: all; other letters are ignored. ``monitor``: a ConvergenceMonitor to report
@@ -603,7 +605,6 @@ class HMM(nn.Module):
         bar = _ProgressBar(n_iter, stream) if (verbose or progress) else None
         try:
             for it in range(n_iter):
-                tic = time.perf_counter()
                 if it and batch.x is not None:  # the emissions under the re-estimated parameters
                     batch = self._with_emissions(batch.x, batch.lengths)
                 stats = self._expectations(batch)
@@ -612,7 +613,7 @@ class HMM(nn.Module):
                     bad = torch.nonzero(~torch.isfinite(stats.log_likelihood)).flatten().tolist()
                     raise ValueError(f"X has zero probability under the model (sequences {bad[:10]})")
                 self._m_step(stats, batch, params)
-                if self._iteration_done(monitor, bar, verbose, log_prob, tic):
+                if self._iteration_done(monitor, bar, log_prob):
                     break
         finally:
             if bar is not None:
@@ -647,7 +648,9 @@ class HMM(nn.Module):
             "n_states": self.n_states,
             "n_iter": n_iter,
             "tol": monitor.tol if monitor is not None else tol,
-            "params": -1 if not isinstance(params, str) else sum(1 << i for i, c in enumerate("stemc") if c in params),
+            "params": -1
+            if not isinstance(params, str)
+            else sum(1 << i for i, c in enumerate("stemcwl") if c in params),
             "dtype": dtypes.get(self.log_startprob.dtype, 0),
             "X or log_emissions": float(X is None),
             **hd.emission_fields(self.emission),
@@ -666,7 +669,6 @@ class HMM(nn.Module):
         C = self.n_states
         try:
             for _ in range(n_iter):
-                tic = time.perf_counter()
                 if batch.x is not None:  # the emissions under the current (rank 0's, then re-estimated) parameters
                     batch = self._with_emissions(batch.x, batch.lengths)
                 if n_local:
@@ -696,23 +698,28 @@ class HMM(nn.Module):
                 self._m_step(chain, _Batch(None, batch.log_emissions, batch.lengths), params)
                 if update_emissions:
                     hd.emission_m_step(self.emission, summed[3:], params)
-                if self._iteration_done(monitor, bar, verbose, log_prob, tic):
+                if self._iteration_done(monitor, bar, log_prob, quiet=rank != 0):
                     break
         finally:
             if bar is not None:
                 bar.close()
         return self
 
-    def _iteration_done(self, monitor: ConvergenceMonitor, bar, verbose: bool, log_prob: float, tic: float) -> bool:
-        """The end of an EM iteration (both fits): the monitor's report (hmmlearn's line when verbose) and the
-        bar; whether EM has converged."""
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        line = monitor.report(log_prob, time.perf_counter() - tic)
+    def _iteration_done(
+        self, monitor: ConvergenceMonitor, bar: _ProgressBar | None, log_prob: float, quiet: bool = False
+    ) -> bool:
+        """The end of an EM iteration (both fits): the monitor's report (hmmlearn's line on stderr when the
+        monitor is verbose, printed above the bar when one is drawn; dropped when ``quiet``, as on the ranks
+        other than 0 of a distributed fit) and the bar; whether EM has converged."""
         if bar is not None:
-            if verbose:
-                bar.write(line)
+            with bar.above():
+                monitor.report(log_prob)
             bar.update(monitor.iter, log_prob, final=monitor.converged)
+        elif quiet:
+            with contextlib.redirect_stderr(io.StringIO()):
+                monitor.report(log_prob)
+        else:
+            monitor.report(log_prob)
         return monitor.converged
 
     def _m_step(self, stats: _Expectations, batch: _Batch, params: str | None = None) -> None:

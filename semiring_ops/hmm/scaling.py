@@ -26,6 +26,10 @@ its log-emissions contain -inf, or when its likelihood comes out zero; the calle
 suspect sequences with the log-semiring chain, which has no such limit. Transition and start
 probabilities must be strictly positive for this path (zeros are structure this check cannot tell from
 underflow); the caller uses the log chain otherwise.
+
+On the CPU the same pass runs compiled (csrc/cpu/hmm_scaled_cpu.cpp, the ``hmm`` kernel family): one C++ loop per
+sequence over its own length, sequences in parallel, the same results. The lockstep torch version below serves
+other devices, and the CPU when the family cannot be built.
 """
 
 from __future__ import annotations
@@ -35,7 +39,15 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-__all__ = ["ScaledForwardBackward", "scaled_forward", "scaled_forward_backward"]
+from ..build.backends import backend_for
+
+__all__ = [
+    "ScaledForwardBackward",
+    "compiled_estep",
+    "lockstep_forward_backward",
+    "scaled_forward",
+    "scaled_forward_backward",
+]
 
 
 class ScaledForwardBackward(NamedTuple):
@@ -44,6 +56,13 @@ class ScaledForwardBackward(NamedTuple):
     transitions: Tensor  # (C, C) expected transition counts, summed over the sequences not suspect
     starts: Tensor  # (C,) expected start counts, summed over the sequences not suspect
     suspect: Tensor  # (B,) bool: recompute these with the log chain (see the module docstring)
+
+
+def compiled_estep(log_emissions: Tensor):
+    """The compiled scaled E-step for these log-emissions (CPU float32 / float64), or None (then the torch one)."""
+    if log_emissions.device.type != "cpu" or log_emissions.dtype not in (torch.float32, torch.float64):
+        return None
+    return getattr(backend_for(log_emissions.device).family("hmm"), "hmm_scaled_estep", None)
 
 
 def _tiny(dtype: torch.dtype) -> float:
@@ -84,6 +103,10 @@ def scaled_forward(
     log_emissions: Tensor, log_trans: Tensor, log_start: Tensor, lengths: Tensor
 ) -> tuple[Tensor, Tensor]:
     """(log p(x_b) (B,) by the scaled forward pass (0 for length 0), suspect (B,))."""
+    compiled = compiled_estep(log_emissions)
+    if compiled is not None:  # the whole E-step: a C++ pass, far cheaper than the lockstep forward alone
+        ll, _, _, _, suspect = compiled(log_emissions, log_trans, log_start, lengths.cpu())
+        return ll, suspect
     B, T, _ = log_emissions.shape
     if T == 0:
         return log_emissions.new_zeros(B), torch.zeros(B, dtype=torch.bool, device=log_emissions.device)
@@ -97,7 +120,18 @@ def scaled_forward(
 def scaled_forward_backward(
     log_emissions: Tensor, log_trans: Tensor, log_start: Tensor, lengths: Tensor
 ) -> ScaledForwardBackward:
-    """The E-step of Baum-Welch: log-likelihoods, posteriors and expected transition / start counts."""
+    """The E-step of Baum-Welch: log-likelihoods, posteriors and expected transition / start counts (compiled on the
+    CPU, else :func:`lockstep_forward_backward`)."""
+    compiled = compiled_estep(log_emissions)
+    if compiled is not None:
+        return ScaledForwardBackward(*compiled(log_emissions, log_trans, log_start, lengths.cpu()))
+    return lockstep_forward_backward(log_emissions, log_trans, log_start, lengths)
+
+
+def lockstep_forward_backward(
+    log_emissions: Tensor, log_trans: Tensor, log_start: Tensor, lengths: Tensor
+) -> ScaledForwardBackward:
+    """The E-step in torch ops, the padded batch stepped in lockstep: one (B, C) x (C, C) product per time step."""
     B, T, C = log_emissions.shape
     if T == 0:
         z = log_emissions.new_zeros
@@ -124,12 +158,12 @@ def scaled_forward_backward(
     ll = (log_c + m).sum(-1)
     suspect = low_e | low_a | low_b | ~torch.isfinite(ll)
     posteriors = torch.where(valid[..., None], alpha * beta, alpha.new_zeros(()))
-    keep = (~suspect)[:, None].to(e.dtype)
+    keep = (~suspect)[:, None]  # by selection, not a product: a suspect sequence's values may be NaN
     if T > 1:
-        prev = alpha[:, :-1].reshape(-1, C)
-        nxt_w = (w[:, 1:] * keep[:, :, None]).reshape(-1, C)
+        prev = torch.where(keep[:, :, None], alpha[:, :-1], 0.0).reshape(-1, C)
+        nxt_w = torch.where(keep[:, :, None], w[:, 1:], 0.0).reshape(-1, C)
         transitions = torch.mm(prev.t(), nxt_w).mul_(A)
     else:
         transitions = A.new_zeros(C, C)
-    starts = (posteriors[:, 0] * keep).sum(0)
+    starts = torch.where(keep, posteriors[:, 0], 0.0).sum(0)
     return ScaledForwardBackward(ll, posteriors, transitions, starts, suspect)

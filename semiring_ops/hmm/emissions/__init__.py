@@ -12,17 +12,23 @@ from .gaussian import (
     gaussian_emission,
     validate_covars,
 )
+from .gmm import GMMEmission
+from .multinomial import MultinomialEmission
+from .poisson import PoissonEmission
 
 __all__ = [
     "COVARIANCE_TYPES",
     "ArrayLike",
     "CategoricalEmission",
     "Emission",
+    "GMMEmission",
     "GaussianDiagEmission",
     "GaussianEmission",
     "GaussianFullEmission",
     "GaussianSphericalEmission",
     "GaussianTiedEmission",
+    "MultinomialEmission",
+    "PoissonEmission",
     "dirichlet_map",
     "gaussian_emission",
     "validate_covars",

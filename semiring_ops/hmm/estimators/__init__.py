@@ -4,12 +4,18 @@ emission family."""
 from .base import DECODER_ALGORITHMS, BaseHMM, NotFittedError, check_random_state
 from .categorical import CategoricalHMM
 from .gaussian import GaussianHMM
+from .gmm import GMMHMM
+from .multinomial import MultinomialHMM
+from .poisson import PoissonHMM
 
 __all__ = [
     "DECODER_ALGORITHMS",
+    "GMMHMM",
     "BaseHMM",
     "CategoricalHMM",
     "GaussianHMM",
+    "MultinomialHMM",
     "NotFittedError",
+    "PoissonHMM",
     "check_random_state",
 ]

@@ -1,16 +1,37 @@
-"""hmmlearn's estimator interface over :class:`HMM` (the shared base of ``semiring_ops.hmm``'s classes).
+"""hmmlearn's estimator interface over :class:`HMM` (the shared base of ``semiring_ops.hmm``'s classes, and of
+users' own, written against hmmlearn's hooks).
 
 hmmlearn keeps a model's parameters as plain numpy attributes (``startprob_``, ``transmat_``, the
 emission's), settable at any time and validated by ``_check()`` before use; its EM settings
 (``n_iter``, ``tol``, ``params``, ``init_params``, priors, ...) are constructor arguments kept as
 attributes (scikit-learn's ``get_params`` / ``set_params``). This base does the same, and every
 computation builds a float64 :class:`HMM` from the attributes (``_model``) and runs its forward-backward,
-Viterbi, EM and sampling; ``fit`` writes the re-estimated parameters back as numpy arrays.
+Viterbi and EM; ``fit`` writes the re-estimated parameters back as numpy arrays.
 
 Initialisation follows hmmlearn's ``_init``: start and transitions are drawn from a Dirichlet(1/C) with
 the numpy ``random_state`` (so the same seed gives hmmlearn's draws), the emission model's parameters
 by the subclass; a parameter whose letter is in ``init_params`` is overwritten (with a logged warning if
 it was set), one whose attribute is missing is initialised whatever ``init_params`` says.
+
+Two ways to be a subclass, which coexist:
+
+* ours (categorical.py, gaussian.py, ...): a torch :class:`Emission` (``_emission``, ``_set_emission_parameters``,
+  ``_read_back_emission``, ``_init_emission``); every call then runs on HMM with that emission model, EM included.
+* hmmlearn's documented hooks: ``_compute_log_likelihood(X)`` (or ``_compute_likelihood``) -> (n_samples, C),
+  ``_generate_sample_from_state(state, random_state)``, ``_initialize_sufficient_statistics()``,
+  ``_accumulate_sufficient_statistics(stats, X, lattice, posteriors, fwdlattice, bwdlattice)``,
+  ``_do_mstep(stats)``, ``_check()``, ``_init(X, lengths)``. A class that overrides the likelihood hooks (or has
+  no torch emission) is scored and decoded by HMM on ``log_emissions=`` from ``_compute_log_likelihood``; one
+  that overrides a likelihood or EM hook is fitted by hmmlearn's loop: per iteration ``_estep_begin()``, the
+  forward-backward lattices of every sequence in one batched pass (``_log_lattices``), one
+  ``_accumulate_sufficient_statistics`` call per sequence with hmmlearn's numpy arguments (the lattices in
+  ``implementation``'s convention: log, or scaled probabilities), ``_compute_lower_bound``, ``_do_mstep`` and
+  the monitor's report. The base hooks do what hmmlearn's do (start and transition statistics and their
+  Dirichlet M-step); for our families they also re-estimate the emission model, so a subclass of
+  GaussianHMM that overrides ``_do_mstep`` and calls ``super()._do_mstep(stats)`` keeps the full EM.
+
+``sample`` is hmmlearn's: a numpy ``random_state`` draws the first state, then, step by step, the observation
+(``_generate_sample_from_state``) and the next state, so the same seed gives hmmlearn's sequences.
 """
 
 from __future__ import annotations
@@ -18,21 +39,33 @@ from __future__ import annotations
 import inspect
 import logging
 import numbers
+import string
 from typing import Any
 
 import numpy as np
 import torch
+from torch import Tensor
 
-from ..emissions.base import ArrayLike, Emission
-from ..model import HMM
+from ..emissions.base import ArrayLike, Emission, dirichlet_map
+from ..model import HMM, _Layout
 from ..monitor import ConvergenceMonitor
 
-__all__ = ["BaseHMM", "NotFittedError", "check_random_state"]
+__all__ = ["DECODER_ALGORITHMS", "BaseHMM", "NotFittedError", "check_random_state"]
 
 _log = logging.getLogger("semiring_ops.hmm")
 
-DECODER_ALGORITHMS = ("viterbi", "map")
+#: hmmlearn's decoder algorithms
+DECODER_ALGORITHMS = frozenset(("viterbi", "map"))
 IMPLEMENTATIONS = ("log", "scaling")
+# hmmlearn's hooks: a subclass overriding one of these is computed through them (see the module docstring)
+_LIKELIHOOD_HOOKS = ("_compute_log_likelihood", "_compute_likelihood")
+_EM_HOOKS = (
+    "_initialize_sufficient_statistics",
+    "_accumulate_sufficient_statistics",
+    "_do_mstep",
+    "_estep_begin",
+    "_compute_lower_bound",
+)
 
 
 class NotFittedError(ValueError, AttributeError):
@@ -56,34 +89,54 @@ def torch_generator(random_state: np.random.RandomState) -> torch.Generator:
     return torch.Generator().manual_seed(int(random_state.randint(0, 2**62, dtype=np.int64)))
 
 
+def _log_lattices(
+    log_emissions: Tensor, log_trans: Tensor, log_start: Tensor, lengths: Tensor
+) -> tuple[Tensor, Tensor]:
+    """hmmlearn's log forward and backward lattices of padded log-emissions (B, T, C) -> (fwd, bwd), each (B, T, C):
+    fwd[b, t, j] = log p(x_0..x_t, z_t = j), bwd[b, t, i] = log p(x_t+1..x_L-1 | z_t = i), 0 at each sequence's
+    last step; entries past a sequence's length are meaningless. (The chain kernels behind HMM never materialise
+    the lattices; hmmlearn's ``_accumulate_sufficient_statistics`` takes them.)"""
+    fwd, bwd = torch.empty_like(log_emissions), torch.zeros_like(log_emissions)
+    T = log_emissions.shape[1]
+    if T == 0:
+        return fwd, bwd
+    fwd[:, 0] = log_start + log_emissions[:, 0]
+    for t in range(1, T):
+        fwd[:, t] = torch.logsumexp(fwd[:, t - 1, :, None] + log_trans, 1) + log_emissions[:, t]
+    for t in range(T - 2, -1, -1):
+        step = torch.logsumexp(log_trans + (log_emissions[:, t + 1] + bwd[:, t + 1])[:, None, :], 2)
+        bwd[:, t] = torch.where((t + 1 < lengths)[:, None], step, 0.0)
+    return fwd, bwd
+
+
 class BaseHMM:
-    """The part of hmmlearn's ``BaseHMM`` that every emission type shares; subclasses provide the emission
-    model (``_emission``, ``_set_emission_parameters``, ``_read_back_emission``), ``_check_X``,
-    ``_check_and_set_n_features``, ``_init_emission`` and ``_get_n_fit_scalars_per_param``.
+    """hmmlearn's ``BaseHMM``: start and transition probabilities, EM, scoring, decoding and sampling, over an
+    emission model given by a subclass (ours: a torch :class:`Emission`; a user's: hmmlearn's hooks, see the
+    module docstring). Without any, ``sample`` draws state sequences with zero features, as hmmlearn's.
 
     Arrays come back as numpy (float64 probabilities, int64 states), scores as Python floats, as hmmlearn's.
     """
 
-    _emission_letters = ""  # hmmlearn's letters of the emission parameters
+    _emission_letters = ""  # hmmlearn's letters of the emission parameters (ours)
 
     def __init__(
         self,
-        n_components: int,
-        startprob_prior: ArrayLike | float,
-        transmat_prior: ArrayLike | float,
-        algorithm: str,
-        random_state: int | np.random.RandomState | None,
-        n_iter: int,
-        tol: float,
-        verbose: bool,
-        params: str,
-        init_params: str,
-        implementation: str,
+        n_components: int = 1,
+        startprob_prior: ArrayLike | float = 1.0,
+        transmat_prior: ArrayLike | float = 1.0,
+        algorithm: str = "viterbi",
+        random_state: int | np.random.RandomState | None = None,
+        n_iter: int = 10,
+        tol: float = 1e-2,
+        verbose: bool = False,
+        params: str = string.ascii_letters,
+        init_params: str = string.ascii_letters,
+        implementation: str = "log",
     ) -> None:
         if not isinstance(n_components, numbers.Integral) or n_components <= 0:
             raise ValueError(f"n_components must be a positive int, got {n_components!r}")
         if algorithm not in DECODER_ALGORITHMS:
-            raise ValueError(f"algorithm must be one of {DECODER_ALGORITHMS}, got {algorithm!r}")
+            raise ValueError(f"algorithm must be one of {sorted(DECODER_ALGORITHMS)}, got {algorithm!r}")
         if implementation not in IMPLEMENTATIONS:
             raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
         self.n_components = n_components
@@ -122,6 +175,24 @@ class BaseHMM:
                 shown.append(f"{name}={value!r}")
         return f"{type(self).__name__}({', '.join(shown)})"
 
+    # ------------------------------------------------------------ which path: our emission model or the hooks
+
+    def _overrides(self, *names: str) -> bool:
+        """Whether this class overrides one of BaseHMM's methods `names`."""
+        return any(getattr(type(self), name) is not getattr(BaseHMM, name) for name in names)
+
+    def _scored_by_hooks(self) -> bool:
+        """Emission log-likelihoods come from ``_compute_log_likelihood`` (not from a torch emission model)."""
+        return self._overrides(*_LIKELIHOOD_HOOKS) or not self._overrides("_emission")
+
+    def _fitted_by_hooks(self) -> bool:
+        """fit runs hmmlearn's loop over the hooks (not HMM.fit)."""
+        return self._scored_by_hooks() or self._overrides(*_EM_HOOKS)
+
+    def _emission_updates(self) -> str:
+        """The letters of ``params`` that our torch emission model re-estimates ("" for hook-scored classes)."""
+        return "" if self._scored_by_hooks() else "".join(c for c in self._emission_letters if c in self.params)
+
     # ------------------------------------------------------------ validation
 
     def _require(self, *names: str) -> None:
@@ -143,26 +214,50 @@ class BaseHMM:
         setattr(self, name, value)
 
     def _check(self) -> None:
-        """Validate the parameters (shapes, sums) before use, as hmmlearn's ``_check``."""
-        self._require("startprob_", "transmat_")
+        """Validate the parameters (shapes, sums) before use, as hmmlearn's ``_check`` (numpy arrays after)."""
         C = self.n_components
-        self._check_array("startprob_", (C,), "n_components,")
-        self._check_sum_1("startprob_")
-        self._check_array("transmat_", (C, C), "n_components, n_components")
-        self._check_sum_1("transmat_")
+        for name, shape, what in (
+            ("startprob_", (C,), "n_components,"),
+            ("transmat_", (C, C), "n_components, n_components"),
+        ):
+            self._require(name)
+            self._check_array(name, shape, what)
+            self._check_sum_1(name)
 
     def _check_X(self, X: ArrayLike) -> np.ndarray:
-        raise NotImplementedError
+        """hmmlearn's ``check_array``: X (n_samples, n_features), at least one sample, finite numbers."""
+        X = np.asarray(X)
+        if X.ndim != 2 or len(X) == 0:
+            raise ValueError(f"X has shape {X.shape}; expected (n_samples, n_features), at least one sample")
+        if np.issubdtype(X.dtype, np.number) and not np.isfinite(X).all():
+            raise ValueError(f"X (shape {X.shape}) has non-finite values")
+        return X
 
     def _check_and_set_n_features(self, X: np.ndarray) -> None:
-        raise NotImplementedError
+        """n_features from X's columns, or X checked against it."""
+        n_features = X.shape[1]
+        if getattr(self, "n_features", None) is None:
+            self.n_features = n_features
+        elif self.n_features != n_features:
+            raise ValueError(f"X has shape {X.shape}; this {type(self).__name__} has n_features={self.n_features}")
 
-    def _get_n_fit_scalars_per_param(self) -> dict[str, int]:
-        raise NotImplementedError
+    def _get_n_fit_scalars_per_param(self) -> dict[str, int] | None:
+        """The number of free scalars of each parameter letter (for aic, bic and the degenerate-fit warning)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement _get_n_fit_scalars_per_param")
 
     @staticmethod
     def _lengths(lengths: ArrayLike | int | None) -> ArrayLike | None:
         return None if lengths is None else np.atleast_1d(np.asarray(lengths))
+
+    @staticmethod
+    def _bounds(n_samples: int, lengths: ArrayLike | None) -> list[slice]:
+        """The slice of each sequence of X (n_samples, ...) (lengths None: one sequence)."""
+        if lengths is None:
+            return [slice(0, n_samples)]
+        stops = np.cumsum(lengths)
+        if len(stops) == 0 or stops[-1] != n_samples:
+            raise ValueError(f"lengths sum to {int(stops[-1]) if len(stops) else 0} but X has n_samples={n_samples}")
+        return [slice(int(stop - length), int(stop)) for stop, length in zip(stops, lengths, strict=True)]
 
     # ------------------------------------------------------------ initialisation
 
@@ -178,8 +273,8 @@ class BaseHMM:
             return True
         return not hasattr(self, name)
 
-    def _init(self, X: ArrayLike, lengths: ArrayLike | int | None = None) -> None:
-        """hmmlearn's initialisation before EM (see the module docstring)."""
+    def _init(self, X: ArrayLike, lengths: ArrayLike | None = None) -> None:
+        """hmmlearn's initialisation before EM (module docstring); X (n_samples, ...), lengths (n_sequences,)."""
         X = self._check_X(X)
         self._check_and_set_n_features(X)
         C = self.n_components
@@ -188,18 +283,22 @@ class BaseHMM:
             self.startprob_ = random_state.dirichlet(np.full(C, 1.0 / C))
         if self._needs_init("t", "transmat_"):
             self.transmat_ = random_state.dirichlet(np.full(C, 1.0 / C), size=C)
+        self._warn_if_degenerate(X)
+        self._init_emission(X)
+
+    def _warn_if_degenerate(self, X: np.ndarray) -> None:
+        """hmmlearn's warning when the parameters being fitted outnumber the data's scalars."""
         per_param = self._get_n_fit_scalars_per_param()
-        n_fit = sum(per_param.get(p, 0) for p in self.params)
+        n_fit = sum(per_param.get(p, 0) for p in self.params) if per_param is not None else 0
         if X.size < n_fit:
             _log.warning(
                 "Fitting %d free scalar parameters to only %d data points will result in a degenerate solution.",
                 n_fit,
                 X.size,
             )
-        self._init_emission(X)
 
     def _init_emission(self, X: np.ndarray) -> None:
-        raise NotImplementedError
+        """Our families' emission initialisation (a hook-based subclass overrides ``_init`` instead)."""
 
     # ------------------------------------------------------------ the torch model
 
@@ -214,38 +313,187 @@ class BaseHMM:
         raise NotImplementedError
 
     def _model(self) -> HMM:
-        """A float64 HMM holding this estimator's (validated) parameters and EM priors."""
+        """A float64 HMM holding this estimator's (validated) parameters and EM priors; with no emission model
+        when scored by the hooks (it then takes ``log_emissions=``)."""
         self._check()
+        emission = None if self._scored_by_hooks() else self._emission()
         model = HMM(
             self.n_components,
-            self._emission(),
+            emission,
             startprob_prior=self.startprob_prior,
             transmat_prior=self.transmat_prior,
             generator=torch.Generator(),  # its random parameters are overwritten next
         ).double()
         model.startprob_, model.transmat_ = self.startprob_, self.transmat_
-        self._set_emission_parameters(model)
+        if emission is not None:
+            self._set_emission_parameters(model)
         return model
 
     @staticmethod
-    def _numpy(t: torch.Tensor) -> np.ndarray:
+    def _numpy(t: Tensor) -> np.ndarray:
         return t.detach().cpu().numpy().copy()
+
+    @staticmethod
+    def _log(p: ArrayLike) -> Tensor:
+        """log of probabilities (numpy or a list) as a float64 tensor (log 0 = -inf)."""
+        with np.errstate(divide="ignore"):
+            return torch.from_numpy(np.log(np.asarray(p, dtype=np.float64)))
+
+    def _inputs(self, X: ArrayLike, lengths: ArrayLike | int | None) -> tuple[HMM, dict[str, Any]]:
+        """The fitted model and the keyword arguments of its hmmlearn-style calls on X: the observations, or
+        the log-emissions from ``_compute_log_likelihood`` when scored by the hooks."""
+        self._require("startprob_")
+        model = self._model()
+        X, lengths = self._check_X(X), self._lengths(lengths)
+        if model.emission is None:
+            return model, {"X": None, "lengths": lengths, "log_emissions": self._log_frameprob(X, lengths)}
+        return model, {"X": X, "lengths": lengths}
+
+    # ------------------------------------------------------------ hmmlearn's hooks (defaults)
+
+    def _compute_log_likelihood(self, X: np.ndarray) -> np.ndarray:
+        """log p(x_t | state) of one sequence X (n_samples, ...) -> (n_samples, n_components): from
+        ``_compute_likelihood`` when a subclass overrides that, else from our torch emission model."""
+        if self._overrides("_compute_likelihood"):
+            with np.errstate(divide="ignore"):
+                return np.log(self._compute_likelihood(X))
+        if not self._overrides("_emission"):
+            raise NotImplementedError(f"{type(self).__name__} must implement _compute_log_likelihood")
+        emission = self._model().emission
+        return self._numpy(emission.log_prob(emission.check(self._check_X(X), 1)))
+
+    def _compute_likelihood(self, X: np.ndarray) -> np.ndarray:
+        """p(x_t | state) of one sequence X (n_samples, ...) -> (n_samples, n_components)."""
+        with np.errstate(under="ignore"):
+            return np.exp(self._compute_log_likelihood(X))
+
+    def _log_frameprob(self, X: np.ndarray, lengths: ArrayLike | None) -> np.ndarray:
+        """``_compute_log_likelihood`` of each sequence (as hmmlearn calls it), concatenated: (n_samples, C)."""
+        bounds = self._bounds(len(X), lengths)
+        frameprob = np.concatenate([np.asarray(self._compute_log_likelihood(X[s]), dtype=np.float64) for s in bounds])
+        if frameprob.shape != (len(X), self.n_components):
+            raise ValueError(
+                f"_compute_log_likelihood gave shape {frameprob.shape} for X of shape {X.shape}; "
+                f"expected (n_samples, n_components={self.n_components})"
+            )
+        return frameprob
+
+    def _generate_sample_from_state(self, state: int, random_state: np.random.RandomState) -> ArrayLike:
+        """One observation (n_features,) from state `state`, drawn with the numpy `random_state`; the base has
+        no emission model: an empty observation, as hmmlearn's."""
+        return ()
+
+    def _initialize_sufficient_statistics(self) -> dict[str, Any]:
+        """hmmlearn's fresh statistics: nobs (sequences seen), start (C,) and trans (C, C) expected counts."""
+        C = self.n_components
+        return {"nobs": 0, "start": np.zeros(C), "trans": np.zeros((C, C))}
+
+    def _accumulate_sufficient_statistics(
+        self,
+        stats: dict[str, Any],
+        X: np.ndarray,
+        lattice: np.ndarray,
+        posteriors: np.ndarray,
+        fwdlattice: np.ndarray,
+        bwdlattice: np.ndarray,
+    ) -> None:
+        """Add one sequence X (n_samples, ...) to `stats`: lattice (n_samples, C) its log-emissions (``implementation``
+        "log") or emission probabilities ("scaling"), posteriors (n_samples, C), fwdlattice and bwdlattice
+        (n_samples, C) the forward and backward lattices in the same convention as hmmlearn's."""
+        stats["nobs"] += 1
+        if "s" in self.params:
+            stats["start"] += posteriors[0]
+        if "t" in self.params and len(lattice) > 1:
+            stats["trans"] += self._transition_counts(lattice, fwdlattice, bwdlattice)
+        if self._emission_updates():
+            stats.setdefault("emission", []).append((X, posteriors))
+
+    def _transition_counts(self, lattice: np.ndarray, fwdlattice: np.ndarray, bwdlattice: np.ndarray) -> np.ndarray:
+        """Expected transition counts (C, C) of one sequence from its lattices (hmmlearn's xi summed over time)."""
+        if self.implementation == "scaling":
+            return self.transmat_ * (fwdlattice[:-1].T @ (lattice[1:] * bwdlattice[1:]))
+        with np.errstate(divide="ignore"):
+            log_trans = np.log(self.transmat_)
+        log_prob = np.logaddexp.reduce(fwdlattice[-1])
+        log_xi = fwdlattice[:-1, :, None] + log_trans + (lattice[1:] + bwdlattice[1:])[:, None, :] - log_prob
+        with np.errstate(under="ignore"):
+            return np.exp(log_xi).sum(0)
+
+    def _do_mstep(self, stats: dict[str, Any]) -> None:
+        """hmmlearn's M-step from `stats`: start and transitions under their Dirichlet priors (zeros stay zero;
+        a row with no counts keeps its values, as HMM.fit), and our emission model's parameters."""
+        pairs = stats.get("emission")
+        if pairs:
+            letters, model = self._emission_updates(), self._model()
+            x = model.emission.check(np.concatenate([p[0] for p in pairs]), 1)
+            model.emission.m_step(x, torch.from_numpy(np.concatenate([p[1] for p in pairs])), letters)
+            self._read_back_emission(model, letters)
+        for letter, key, name, prior in (
+            ("s", "start", "startprob_", "startprob_prior"),
+            ("t", "trans", "transmat_", "transmat_prior"),
+        ):
+            if letter in self.params:
+                counts = torch.as_tensor(stats[key], dtype=torch.float64)
+                log_p = dirichlet_map(counts, getattr(self, prior), self._log(getattr(self, name)), prior, True)
+                setattr(self, name, log_p.exp().numpy())
+
+    def _estep_begin(self) -> None:
+        """Called at the start of each E-step of the hook-based fit (hmmlearn's; nothing here)."""
+
+    def _compute_lower_bound(self, curr_logprob: float) -> float:
+        """What the monitor records of an E-step's log-likelihood: itself (hmmlearn's EM)."""
+        return curr_logprob
+
+    def _do_estep(self, X: np.ndarray, lengths: ArrayLike) -> tuple[dict[str, Any], float]:
+        """One E-step through the hooks: the lattices of all sequences in one batched pass, then one
+        ``_accumulate_sufficient_statistics`` call per sequence -> (stats, total log-likelihood)."""
+        stats = self._initialize_sufficient_statistics()
+        self._estep_begin()
+        lengths = np.asarray(lengths, dtype=np.int64)
+        log_frameprob = torch.from_numpy(self._log_frameprob(X, lengths))
+        layout = _Layout.of(torch.from_numpy(lengths))
+        log_start, log_trans = self._log(self.startprob_), self._log(self.transmat_)
+        fwd, bwd = _log_lattices(layout.pad(log_frameprob), log_trans, log_start, layout.lengths)
+        totals = torch.logsumexp(fwd, -1)  # (B, T): log p(x_0..x_t)
+        log_probs = totals.gather(1, (layout.lengths - 1).clamp_min(0)[:, None])[:, 0]
+        log_probs = torch.where(layout.lengths > 0, log_probs, 0.0)
+        log_prob = float(log_probs.sum())
+        if not np.isfinite(log_prob):
+            bad = torch.nonzero(~torch.isfinite(log_probs)).flatten().tolist()
+            raise ValueError(f"X has zero probability under the model (sequences {bad[:10]})")
+        posteriors = torch.softmax(fwd + bwd, -1)
+        lattice = log_frameprob
+        if self.implementation == "scaling":  # hmmlearn's scaled lattices: fwd normalised per step
+            before = torch.nn.functional.pad(totals[:, :-1], (1, 0))
+            fwd, bwd = (fwd - totals[..., None]).exp(), (bwd - log_probs[:, None, None] + before[..., None]).exp()
+            lattice = log_frameprob.exp()
+        fwd, bwd, posteriors = (self._numpy(layout.unpad(t)) for t in (fwd, bwd, posteriors))
+        lattice = self._numpy(lattice)
+        for s in self._bounds(len(X), lengths):
+            if s.stop > s.start:
+                self._accumulate_sufficient_statistics(stats, X[s], lattice[s], posteriors[s], fwd[s], bwd[s])
+        return stats, log_prob
 
     # ------------------------------------------------------------ hmmlearn's calls
 
     def fit(self, X: ArrayLike, lengths: ArrayLike | int | None = None, *, group: Any = None) -> BaseHMM:
-        """Initialise (``init_params``) and run up to ``n_iter`` Baum-Welch EM iterations on the concatenated
-        sequences X (lengths: their lengths, None: one sequence), re-estimating ``params``; ``monitor_``
-        records the log-likelihoods and stops EM at ``monitor_.tol``. Returns self.
+        """Initialise (``_init``, ``init_params``) and run up to ``n_iter`` Baum-Welch EM iterations on the
+        concatenated sequences X (lengths: their lengths, None: one sequence), re-estimating ``params``;
+        ``monitor_`` records the log-likelihoods and stops EM at ``monitor_.tol``. Returns self.
 
         ``group`` (not in hmmlearn): a torch.distributed process group whose ranks each pass their shard of
         the sequences (HMM.fit(group=)): every rank ends with the model of a one-process fit on the union.
-        The starting parameters are rank 0's: initialised from rank 0's shard when ``init_params`` asks."""
+        The starting parameters are rank 0's: initialised from rank 0's shard when ``init_params`` asks.
+        Not for classes fitted through hmmlearn's hooks."""
         X = self._check_X(X)
-        lengths = self._lengths(lengths)
+        lengths = np.array([len(X)]) if lengths is None else self._lengths(lengths)
         self._init(X, lengths)
         self._check()
         self.monitor_._reset()
+        if self._fitted_by_hooks():
+            if group is not None:
+                raise NotImplementedError(f"{type(self).__name__} is fitted through hmmlearn's hooks: no group fit")
+            return self._fit_by_hooks(X, lengths)
         model = self._model()
         verbose = bool(getattr(self.monitor_, "verbose", self.verbose))
         model.fit(
@@ -259,20 +507,37 @@ class BaseHMM:
             self._read_back_emission(model, "".join(c for c in self._emission_letters if c in self.params))
         return self
 
-    def _fitted_model(self) -> HMM:
-        self._require("startprob_")
-        return self._model()
+    def _fit_by_hooks(self, X: np.ndarray, lengths: np.ndarray) -> BaseHMM:
+        """hmmlearn's EM loop over the hooks (see the module docstring)."""
+        for _ in range(self.n_iter):
+            stats, log_prob = self._do_estep(X, lengths)
+            lower_bound = self._compute_lower_bound(log_prob)
+            self._do_mstep(stats)  # before the convergence test: n_iter=1 still updates
+            self.monitor_.report(lower_bound)
+            if self.monitor_.converged:
+                break
+            if (np.asarray(self.transmat_).sum(axis=1) == 0).any():
+                _log.warning("some rows of transmat_ sum to 0: no transition from those states was seen")
+        return self
+
+    def _score(
+        self, X: ArrayLike, lengths: ArrayLike | int | None = None, *, compute_posteriors: bool
+    ) -> tuple[float, np.ndarray]:
+        """hmmlearn's helper of score and score_samples: (log-likelihood, posteriors (n_samples, C), or an empty
+        (0, C) array without ``compute_posteriors``)."""
+        model, inputs = self._inputs(X, lengths)
+        if not compute_posteriors:
+            return float(model.score(**inputs)), np.empty((0, self.n_components))
+        log_prob, posteriors = model.score_samples(**inputs)
+        return float(log_prob), self._numpy(posteriors)
 
     def score(self, X: ArrayLike, lengths: ArrayLike | int | None = None) -> float:
         """Log-likelihood of the concatenated sequences X."""
-        model = self._fitted_model()
-        return float(model.score(self._check_X(X), self._lengths(lengths)))
+        return self._score(X, lengths, compute_posteriors=False)[0]
 
     def score_samples(self, X: ArrayLike, lengths: ArrayLike | int | None = None) -> tuple[float, np.ndarray]:
         """(log-likelihood, state posteriors (n_samples, n_components))."""
-        model = self._fitted_model()
-        log_prob, posteriors = model.score_samples(self._check_X(X), self._lengths(lengths))
-        return float(log_prob), self._numpy(posteriors)
+        return self._score(X, lengths, compute_posteriors=True)
 
     def decode(
         self, X: ArrayLike, lengths: ArrayLike | int | None = None, algorithm: str | None = None
@@ -282,9 +547,9 @@ class BaseHMM:
         maxima (hmmlearn's value); None: ``self.algorithm``."""
         algorithm = algorithm or self.algorithm
         if algorithm not in DECODER_ALGORITHMS:
-            raise ValueError(f"algorithm must be one of {DECODER_ALGORITHMS}, got {algorithm!r}")
-        model = self._fitted_model()
-        log_prob, states = model.decode(self._check_X(X), self._lengths(lengths), algorithm)
+            raise ValueError(f"algorithm must be one of {sorted(DECODER_ALGORITHMS)}, got {algorithm!r}")
+        model, inputs = self._inputs(X, lengths)
+        log_prob, states = model.decode(algorithm=algorithm, **inputs)
         return float(log_prob), self._numpy(states)
 
     def predict(self, X: ArrayLike, lengths: ArrayLike | int | None = None) -> np.ndarray:
@@ -301,19 +566,27 @@ class BaseHMM:
         random_state: int | np.random.RandomState | None = None,
         currstate: int | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """One sequence of n_samples steps -> (X (n_samples, n_features), states (n_samples,)).
-
-        random_state (None: ``self.random_state``) seeds the torch generator that draws it, so a seed
-        gives reproducible samples (not hmmlearn's: it draws with numpy); currstate: the first state.
-        """
-        model = self._fitted_model()
-        if currstate is not None:
-            if not 0 <= int(currstate) < self.n_components:
-                raise ValueError(f"currstate must lie in 0..{self.n_components - 1}, got {currstate}")
-            model.startprob_ = np.eye(self.n_components)[int(currstate)]
-        generator = torch_generator(check_random_state(self.random_state if random_state is None else random_state))
-        X, states = model.sample(int(n_samples), generator)
-        return self._numpy(X), self._numpy(states)
+        """One sequence of n_samples steps -> (X (n_samples, n_features), states (n_samples,)), as hmmlearn draws
+        it: random_state (None: ``self.random_state``; see check_random_state) draws the first state (unless
+        ``currstate`` gives it), then for each step the observation (``_generate_sample_from_state``) and the
+        next state by inverse CDF of one uniform, so a seed gives hmmlearn's sequences. (hmmlearn's quirk kept:
+        n_samples < 1 still draws one step.)"""
+        self._require("startprob_")
+        self._check()
+        random_state = check_random_state(self.random_state if random_state is None else random_state)
+        transmat_cdf = np.cumsum(self.transmat_, axis=1)
+        if currstate is None:
+            state = int(np.argmax(np.cumsum(self.startprob_) > random_state.rand()))
+        elif 0 <= int(currstate) < self.n_components:
+            state = int(currstate)
+        else:
+            raise ValueError(f"currstate must lie in 0..{self.n_components - 1}, got {currstate}")
+        states, X = [state], [self._generate_sample_from_state(state, random_state)]
+        for _ in range(int(n_samples) - 1):
+            state = int(np.argmax(transmat_cdf[state] > random_state.rand()))
+            states.append(state)
+            X.append(self._generate_sample_from_state(state, random_state))
+        return np.atleast_2d(X), np.array(states, dtype=int)
 
     def _n_free_parameters(self) -> int:
         return sum(self._get_n_fit_scalars_per_param().values())

@@ -108,3 +108,7 @@ class CategoricalHMM(BaseHMM):
     def _read_back_emission(self, model: HMM, letters: str) -> None:
         if "e" in letters:
             self.emissionprob_ = self._numpy(model.emissionprob_)
+
+    def _generate_sample_from_state(self, state: int, random_state: np.random.RandomState) -> list[int]:
+        """One symbol [v] of `state`, by inverse CDF of one uniform from `random_state` (hmmlearn's draw)."""
+        return [int(np.argmax(np.cumsum(self.emissionprob_[state]) > random_state.rand()))]

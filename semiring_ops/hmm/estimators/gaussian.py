@@ -8,6 +8,7 @@ import torch
 from ..emissions.base import ArrayLike
 from ..emissions.gaussian import COVARIANCE_TYPES, GaussianEmission, gaussian_emission, validate_covars
 from ..model import HMM
+from ..utils import fill_covars
 from .base import BaseHMM, check_random_state, torch_generator
 
 __all__ = ["GaussianHMM"]
@@ -156,3 +157,9 @@ class GaussianHMM(BaseHMM):
             self.means_ = self._numpy(emission.means_)
         if "c" in letters:
             self._covars_ = self._numpy(emission.covars_)
+
+    def _generate_sample_from_state(self, state: int, random_state: np.random.RandomState) -> np.ndarray:
+        """One observation (n_features,) of `state`: ``random_state.multivariate_normal`` of its mean and full
+        covariance (hmmlearn's draw)."""
+        covars = fill_covars(self._covars_, self.covariance_type, self.n_components, self.n_features)
+        return random_state.multivariate_normal(self.means_[state], covars[state])

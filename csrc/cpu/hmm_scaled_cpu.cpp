@@ -1,0 +1,210 @@
+// semiring_ops::hmm_scaled_estep (contract in ops.h): the E-step of Baum-Welch in scaled probability space, the
+// compiled form of semiring_ops/hmm/scaling.py (its docstring has the recursions and the underflow rule; the
+// results are the same). scaling.py steps a padded batch in lockstep with one (B, C) x (C, C) product per time
+// step, so a single long sequence (hmmlearn's examples: one sequence of 1,000 to 30,000 steps, 2 to 4 states)
+// pays Python and dispatch per step; here each sequence is one C++ loop over its own length, sequences in
+// parallel, with O(C^2) multiply-adds per step and one exp per (t, c).
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "checks.h"
+#include "ops.h"
+
+namespace semiring_ops {
+namespace {
+
+// Row-relative values below this may have lost mass to underflow (scaling.py's _tiny).
+template <class T> T tiny() { return std::numeric_limits<T>::min() * T(1 << 20); }
+
+// Inputs shared by every sequence: A = exp(log_trans) (C, C) and pi = exp(log_start) (C,), contiguous.
+template <class T> struct Chain {
+  const T* A;
+  const T* pi;
+  int64_t C;
+};
+
+// The outputs of one sequence: its posteriors (T, C) rows, its transition counts (C, C) (before the * A).
+template <class T> struct SequenceOut {
+  T* posteriors;
+  T* transitions;
+  T log_likelihood;
+  bool suspect;
+};
+
+// One sequence of L steps: log-emissions at le[t * st + c * sc]. Returns its log-likelihood and whether it is
+// suspect; writes its posteriors and (when not suspect) its expected transition counts, without the factor A.
+template <class T>
+void one_sequence(const Chain<T>& chain, const T* le, int64_t st, int64_t sc, int64_t L, std::vector<T>& e,
+                  std::vector<T>& scale, std::vector<T>& work, SequenceOut<T>& out) {
+  const int64_t C = chain.C;
+  const T small = tiny<T>();
+  bool suspect = false;
+  T ll = 0;
+  // Emissions relative to each step's largest: e[t, c] = exp(le - m_t), m_t = max_c le (0 if not finite).
+  for (int64_t t = 0; t < L; ++t) {
+    T m = -std::numeric_limits<T>::infinity();
+    bool nan = false;
+    for (int64_t c = 0; c < C; ++c) {
+      const T x = le[t * st + c * sc];
+      nan |= std::isnan(x);
+      m = std::max(m, x);
+    }
+    m = (std::isfinite(m) && !nan) ? m : T(0);
+    for (int64_t c = 0; c < C; ++c) {
+      const T x = le[t * st + c * sc];
+      const T v = std::exp(x - m);
+      suspect |= !std::isfinite(x) || v < small;
+      e[t * C + c] = v;
+    }
+    ll += m;
+  }
+  // Forward: alpha_t (normalised, into the posteriors' rows), c_t = the normaliser.
+  T* alpha = out.posteriors;
+  for (int64_t t = 0; t < L; ++t) {
+    T* a = alpha + t * C;
+    const T* et = e.data() + t * C;
+    if (t == 0) {
+      for (int64_t j = 0; j < C; ++j) a[j] = chain.pi[j] * et[j];
+    } else {
+      const T* prev = alpha + (t - 1) * C;
+      for (int64_t j = 0; j < C; ++j) a[j] = 0;
+      for (int64_t i = 0; i < C; ++i) {
+        const T p = prev[i];
+        const T* row = chain.A + i * C;
+        for (int64_t j = 0; j < C; ++j) a[j] += p * row[j];
+      }
+      for (int64_t j = 0; j < C; ++j) a[j] *= et[j];
+    }
+    T sum = 0;
+    for (int64_t j = 0; j < C; ++j) sum += a[j];
+    const T inv = T(1) / sum;
+    for (int64_t j = 0; j < C; ++j) {
+      a[j] *= inv;
+      suspect |= a[j] < small;
+    }
+    scale[t] = sum;
+    ll += std::log(sum);
+  }
+  // Backward: beta_t, w_t = e_t * beta_t / c_t; posteriors = alpha_t * beta_t; counts += alpha_t^T w_{t+1}.
+  T* beta = work.data();
+  T* w_next = beta + C;
+  T* xi = out.transitions;
+  for (int64_t t = L - 1; t >= 0; --t) {
+    const T* a = alpha + t * C;
+    if (t == L - 1) {
+      std::fill(beta, beta + C, T(1));
+    } else {
+      T top = 0;
+      for (int64_t i = 0; i < C; ++i) {
+        const T* row = chain.A + i * C;
+        T s = 0;
+        for (int64_t j = 0; j < C; ++j) s += row[j] * w_next[j];
+        beta[i] = s;
+        top = std::max(top, s);
+      }
+      for (int64_t i = 0; i < C; ++i) suspect |= beta[i] < small * top;
+      for (int64_t i = 0; i < C; ++i) {
+        const T ai = a[i];
+        for (int64_t j = 0; j < C; ++j) xi[i * C + j] += ai * w_next[j];
+      }
+    }
+    const T* et = e.data() + t * C;
+    const T inv = T(1) / scale[t];
+    T* post = out.posteriors + t * C;
+    for (int64_t j = 0; j < C; ++j) {
+      w_next[j] = et[j] * beta[j] * inv;
+      post[j] = a[j] * beta[j];  // a aliases post: read before the write, element by element
+    }
+  }
+  out.log_likelihood = ll;
+  out.suspect = suspect || !std::isfinite(ll);
+}
+
+template <class T>
+void run(const at::Tensor& log_emissions, const at::Tensor& A_t, const at::Tensor& pi_t, const int64_t* lengths,
+         at::Tensor& ll, at::Tensor& posteriors, at::Tensor& per_sequence, at::Tensor& suspect) {
+  const int64_t B = log_emissions.size(0), T_ = log_emissions.size(1), C = log_emissions.size(2);
+  const int64_t sb = log_emissions.stride(0), st = log_emissions.stride(1), sc = log_emissions.stride(2);
+  const T* le = log_emissions.data_ptr<T>();
+  const Chain<T> chain{A_t.data_ptr<T>(), pi_t.data_ptr<T>(), C};
+  T* ll_ptr = ll.data_ptr<T>();
+  T* post_ptr = posteriors.data_ptr<T>();
+  T* xi_ptr = per_sequence.data_ptr<T>();
+  bool* suspect_ptr = suspect.data_ptr<bool>();
+  const int64_t work_per_sequence = std::max<int64_t>(1, T_ * (C * C + C));
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / work_per_sequence);
+  at::parallel_for(0, B, grain, [&](int64_t begin, int64_t end) {
+    std::vector<T> e(T_ * C), scale(T_), work(2 * C);
+    for (int64_t b = begin; b < end; ++b) {
+      SequenceOut<T> out{post_ptr + b * T_ * C, xi_ptr + b * C * C, T(0), false};
+      one_sequence<T>(chain, le + b * sb, st, sc, lengths[b], e, scale, work, out);
+      if (out.suspect) std::fill(out.transitions, out.transitions + C * C, T(0));
+      ll_ptr[b] = out.log_likelihood;
+      suspect_ptr[b] = out.suspect;
+    }
+  });
+}
+
+}  // namespace
+
+std::vector<at::Tensor> hmm_scaled_estep(const at::Tensor& log_emissions, const at::Tensor& log_trans,
+                                         const at::Tensor& log_start, const at::Tensor& lengths) {
+  TORCH_CHECK(log_emissions.dim() == 3, "hmm_scaled_estep: log_emissions must be (B, T, C), got ",
+              describe(log_emissions));
+  const int64_t B = log_emissions.size(0), T = log_emissions.size(1), C = log_emissions.size(2);
+  TORCH_CHECK(log_trans.dim() == 2 && log_trans.size(0) == C && log_trans.size(1) == C && log_start.dim() == 1 &&
+                  log_start.size(0) == C,
+              "hmm_scaled_estep: log_trans must be (C, C) and log_start (C,) with C = log_emissions.size(2): "
+              "log_emissions ",
+              describe(log_emissions), ", log_trans ", describe(log_trans), ", log_start ", describe(log_start));
+  TORCH_CHECK(log_emissions.scalar_type() == at::kFloat || log_emissions.scalar_type() == at::kDouble,
+              "hmm_scaled_estep: float32 or float64 only, got log_emissions ", describe(log_emissions));
+  for (const at::Tensor* t : {&log_trans, &log_start})
+    TORCH_CHECK(t->scalar_type() == log_emissions.scalar_type() && t->device().is_cpu(),
+                "hmm_scaled_estep: log_trans and log_start must match log_emissions' dtype, on the CPU: got ",
+                describe(*t), ", log_emissions ", describe(log_emissions));
+  TORCH_CHECK(log_emissions.device().is_cpu(), "hmm_scaled_estep (CPU): got log_emissions ", describe(log_emissions));
+  TORCH_CHECK(lengths.dim() == 1 && lengths.size(0) == B && lengths.scalar_type() == at::kLong &&
+                  lengths.device().is_cpu(),
+              "hmm_scaled_estep: lengths must be (B,) int64 on the CPU with B = log_emissions.size(0), got ",
+              describe(lengths));
+  const at::Tensor L = lengths.contiguous();
+  const int64_t* lengths_ptr = L.data_ptr<int64_t>();
+  for (int64_t b = 0; b < B; ++b)
+    TORCH_CHECK(lengths_ptr[b] >= 0 && lengths_ptr[b] <= T, "hmm_scaled_estep: lengths[", b, "] = ", lengths_ptr[b],
+                " is outside 0..T = ", T);
+
+  const at::Tensor A = log_trans.exp().contiguous(), pi = log_start.exp().contiguous();
+  at::Tensor ll = log_emissions.new_zeros({B});
+  at::Tensor posteriors = log_emissions.new_zeros({B, T, C});
+  at::Tensor per_sequence = log_emissions.new_zeros({B, C, C});
+  at::Tensor suspect = log_emissions.new_zeros({B}, log_emissions.options().dtype(at::kBool));
+  at::Tensor transitions = log_emissions.new_zeros({C, C});
+  at::Tensor starts = log_emissions.new_zeros({C});
+  if (B == 0 || C == 0) return {ll, posteriors, transitions, starts, suspect};
+  AT_DISPATCH_FLOATING_TYPES(log_emissions.scalar_type(), "semiring_hmm_scaled_estep", [&] {
+    run<scalar_t>(log_emissions, A, pi, lengths_ptr, ll, posteriors, per_sequence, suspect);
+    // The sums over sequences in order (deterministic whatever the threads): transition counts * A, and the
+    // posteriors of the first step as the start counts, of the sequences not suspect.
+    scalar_t* tr = transitions.data_ptr<scalar_t>();
+    scalar_t* st = starts.data_ptr<scalar_t>();
+    const scalar_t* xi = per_sequence.data_ptr<scalar_t>();
+    const scalar_t* post = posteriors.data_ptr<scalar_t>();
+    const bool* bad = suspect.data_ptr<bool>();
+    for (int64_t b = 0; b < B; ++b) {
+      if (bad[b] || lengths_ptr[b] == 0) continue;
+      for (int64_t k = 0; k < C * C; ++k) tr[k] += xi[b * C * C + k];
+      for (int64_t c = 0; c < C; ++c) st[c] += post[b * T * C + c];
+    }
+    const scalar_t* a = A.data_ptr<scalar_t>();
+    for (int64_t k = 0; k < C * C; ++k) tr[k] *= a[k];
+  });
+  return {ll, posteriors, transitions, starts, suspect};
+}
+
+}  // namespace semiring_ops

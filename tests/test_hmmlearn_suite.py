@@ -20,7 +20,9 @@ import os
 import re
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -115,21 +117,57 @@ def _copy_suite(root: Path) -> Path:
     return package
 
 
+class _Run:
+    """One module's subprocess: pytest on the copied package, its JUnit report in the run's own folder."""
+
+    def __init__(self, root: Path, package: Path, module: str) -> None:
+        self.module, self.report = module, root / f"report_{module}.xml"
+        env = dict(os.environ, HMMLEARN_SEED=SEED, PYTHONPATH=os.pathsep.join([str(root), *sys.path]))
+        # tiny tensors: intra-op threads only add synchronisation (hmmlearn itself runs on one core)
+        env["OMP_NUM_THREADS"] = "1"
+        command = [sys.executable, "-m", "pytest", "-q", "-rfEX", "-p", "no:cacheprovider"]
+        command += ["-p", "expected_failures_plugin", f"--junitxml={self.report}", "--rootdir", str(root)]
+        command += [str(package / module)]
+        self.log = root / f"output_{module}.txt"
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(command, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    def wait(self) -> tuple[int, str]:
+        code = self.proc.wait(timeout=900)
+        return code, self.log.read_text()[-25000:]
+
+
+@pytest.fixture(scope="module")
+def suite_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, _Run]]:
+    """The selected modules' subprocesses, started together and run os.cpu_count() at a time (each runs on one core):
+    each test then waits for its own."""
+    selected = [
+        item.callspec.params["module"]
+        for item in request.session.items
+        if item.originalname == "test_hmmlearn_suite_passes_on_semiring_ops" and hasattr(item, "callspec")
+    ]
+    root = tmp_path_factory.mktemp("hmmlearn_suite")
+    package = _copy_suite(root)
+    _write_plugin(root / "expected_failures_plugin.py")
+    runs: dict[str, _Run] = {}
+    slots = max(1, os.cpu_count() or 1)
+    for module in selected:
+        while sum(r.proc.poll() is None for r in runs.values()) >= slots:
+            time.sleep(0.2)
+        runs[module] = _Run(root, package, module)
+    yield runs
+    for run in runs.values():  # one that timed out: never left running
+        if run.proc.poll() is None:
+            run.proc.kill()
+            run.proc.wait()
+
+
 @pytest.mark.parametrize("module", MODULES)
-def test_hmmlearn_suite_passes_on_semiring_ops(tmp_path: Path, module: str) -> None:
-    package = _copy_suite(tmp_path)
-    _write_plugin(tmp_path / "expected_failures_plugin.py")
-    report = tmp_path / "report.xml"
-    env = dict(os.environ, HMMLEARN_SEED=SEED, PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path]))
-    # tiny tensors: intra-op threads only add synchronisation (hmmlearn itself runs on one core)
-    env.setdefault("OMP_NUM_THREADS", "1")
-    command = [sys.executable, "-m", "pytest", "-q", "-rfEX", "-p", "no:cacheprovider"]
-    command += ["-p", "expected_failures_plugin", f"--junitxml={report}", "--rootdir", str(tmp_path)]
-    command += [str(package / module)]
-    proc = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
-    output = proc.stdout[-20000:] + proc.stderr[-5000:]
-    assert report.exists(), output
-    cases = ET.parse(report).getroot().iter("testcase")
+def test_hmmlearn_suite_passes_on_semiring_ops(suite_runs: dict[str, _Run], module: str) -> None:
+    run = suite_runs[module]
+    code, output = run.wait()
+    assert run.report.exists(), output
+    cases = ET.parse(run.report).getroot().iter("testcase")
     outcome: dict[str, str] = {}
     for case in cases:
         test_id = f"{case.get('classname', '').split('.')[-1]}::{case.get('name')}"
@@ -140,7 +178,7 @@ def test_hmmlearn_suite_passes_on_semiring_ops(tmp_path: Path, module: str) -> N
         else:
             outcome[test_id] = "failed" if kinds & {"failure", "error"} else "skipped" if kinds else "passed"
     failed = sorted(t for t, o in outcome.items() if o == "failed")
-    assert not failed and proc.returncode == 0, f"hmmlearn's {module} failing on semiring_ops.hmm: {failed}\n{output}"
+    assert not failed and code == 0, f"hmmlearn's {module} failing on semiring_ops.hmm: {failed}\n{output}"
     xfailed = sorted(t for t, o in outcome.items() if o == "xfailed")
     expected = sorted(k.split("::", 1)[1] for k in EXPECTED_FAILURES if k.startswith(module + "::"))
     assert xfailed == expected, output

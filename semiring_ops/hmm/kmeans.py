@@ -3,7 +3,9 @@
 k-means++ seeding (each new centre drawn with probability proportional to the squared distance to the
 nearest centre so far), then Lloyd iterations until the centres move less than ``tol`` times the data's
 mean variance; the best of ``n_init`` runs (lowest within-cluster sum of squares) wins. A cluster that
-empties takes the point farthest from its centre.
+empties takes the point farthest from its centre. The runs' Lloyd iterations go together, as one batch of
+distances (RUN_CELLS at most at a time): a small data set then costs one set of torch calls per iteration, not
+n_init of them.
 """
 
 from __future__ import annotations
@@ -31,25 +33,37 @@ def _seed(x: Tensor, k: int, generator: torch.Generator | None) -> Tensor:
     return torch.stack(centres)
 
 
-def _lloyd(x: Tensor, centres: Tensor, max_iter: int, tol: float) -> tuple[Tensor, float]:
-    """Lloyd iterations from `centres` -> (centres (k, D), inertia)."""
-    k = len(centres)
+def _lloyd(x: Tensor, centres: Tensor, max_iter: int, tol: float) -> tuple[Tensor, Tensor]:
+    """Lloyd iterations of R runs at once from `centres` (R, k, D) -> (centres (R, k, D), inertia (R,)). A run stops
+    (keeps its centres) once they move by at most `tol`; the others go on, so each run ends as it would alone."""
+    R, k, D = centres.shape
+    xs = x.expand(R, *x.shape)
+    offsets = torch.arange(R, device=x.device)[:, None] * k
+    active = torch.ones(R, dtype=torch.bool, device=x.device)
     for _ in range(max_iter):
-        d2 = torch.cdist(x, centres).square()
+        d2 = torch.cdist(xs, centres).square()  # (R, N, k)
         labels = d2.argmin(-1)
-        counts = torch.bincount(labels, minlength=k).to(x.dtype)
-        sums = x.new_zeros(centres.shape).index_add_(0, labels, x)
-        new = sums / counts.clamp_min(1)[:, None]
-        empty = (counts == 0).nonzero().flatten()
-        if len(empty):  # relocate empty clusters to the points worst served by their centres
-            far = d2.gather(1, labels[:, None])[:, 0].topk(len(empty)).indices
-            new[empty] = x[far]
-        shift = (new - centres).square().sum()
+        slots = (labels + offsets).reshape(-1)
+        counts = torch.bincount(slots, minlength=R * k).view(R, k).to(x.dtype)
+        sums = x.new_zeros(R * k, D).index_add_(0, slots, xs.reshape(-1, D)).view(R, k, D)
+        new = sums / counts.clamp_min(1)[..., None]
+        empty = counts == 0
+        if bool(empty.any()):  # relocate empty clusters to the points worst served by their centres
+            for r in empty.any(1).nonzero().flatten().tolist():
+                holes = empty[r].nonzero().flatten()
+                far = d2[r].gather(1, labels[r][:, None])[:, 0].topk(len(holes)).indices
+                new[r, holes] = x[far]
+        new = torch.where(active[:, None, None], new, centres)
+        shift = (new - centres).square().sum((1, 2))
         centres = new
-        if shift <= tol:
+        active &= shift > tol
+        if not bool(active.any()):
             break
-    inertia = float(torch.cdist(x, centres).square().min(-1).values.sum())
+    inertia = torch.cdist(xs, centres).square().min(-1).values.sum(-1)
     return centres, inertia
+
+
+RUN_CELLS = 1 << 24  # at most this many (run, sample, centre) distances at once: runs go in groups below it
 
 
 def kmeans(
@@ -69,9 +83,9 @@ def kmeans(
     if len(x) < k:
         raise ValueError(f"x has shape {tuple(x.shape)}: k-means with k={k} clusters needs at least {k} samples")
     tol = tol * float(x.var(0, correction=0).mean()) if len(x) > 1 else 0.0
-    best, best_inertia = None, float("inf")
-    for _ in range(n_init):
-        centres, inertia = _lloyd(x, _seed(x, k, generator), max_iter, tol)
-        if inertia < best_inertia:
-            best, best_inertia = centres, inertia
-    return best if best is not None else centres
+    seeds = torch.stack([_seed(x, k, generator) for _ in range(n_init)])  # the generator's draws, run by run
+    group = max(1, RUN_CELLS // (len(x) * k))
+    results = [_lloyd(x, seeds[r : r + group], max_iter, tol) for r in range(0, n_init, group)]
+    centres = torch.cat([c for c, _ in results])
+    inertia = torch.cat([i for _, i in results])
+    return centres[int(inertia.argmin())]  # the first of equal ones, as run by run

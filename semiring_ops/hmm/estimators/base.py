@@ -233,6 +233,26 @@ class BaseHMM:
             raise ValueError(f"X (shape {X.shape}) has non-finite values")
         return X
 
+    def _samples(self, X: ArrayLike, what: str = "") -> np.ndarray:
+        """X as an array (n_samples, n_features), at least one sample, n_features columns once that is set; else a
+        ValueError naming X's shape and what this class expects (`what`: e.g. "counts ")."""
+        X = np.asarray(X)
+        D = getattr(self, "n_features", None)
+        expected = f"(n_samples, {D})" if D is not None else "(n_samples, n_features)"
+        if X.ndim != 2 or len(X) == 0 or (D is not None and X.shape[1] != D):
+            name = type(self).__name__
+            raise ValueError(f"X has shape {X.shape}; {name} expects {what}{expected}, at least one sample")
+        return X
+
+    def _real_samples(self, X: ArrayLike) -> np.ndarray:
+        """_samples of finite real numbers, as float64 (the Gaussian families' X)."""
+        X = self._samples(X)
+        if not (np.issubdtype(X.dtype, np.floating) or np.issubdtype(X.dtype, np.integer)):
+            raise ValueError(f"X must hold real numbers, got dtype {X.dtype} (shape {X.shape})")
+        if not np.isfinite(X).all():
+            raise ValueError(f"X (shape {X.shape}) has non-finite values")
+        return X.astype(np.float64, copy=False)
+
     def _check_and_set_n_features(self, X: np.ndarray) -> None:
         """n_features from X's columns, or X checked against it."""
         n_features = X.shape[1]

@@ -93,22 +93,7 @@ class GaussianHMM(BaseHMM):
         self._covars_ = validate_covars(value, self.covariance_type, self.n_components).numpy().copy()
 
     def _check_X(self, X: ArrayLike) -> np.ndarray:
-        X = np.asarray(X)
-        D = getattr(self, "n_features", None)
-        expected = f"(n_samples, {D})" if D is not None else "(n_samples, n_features)"
-        if X.ndim != 2 or len(X) == 0 or (D is not None and X.shape[1] != D):
-            raise ValueError(f"X has shape {X.shape}; GaussianHMM expects {expected}, at least one sample")
-        if not (np.issubdtype(X.dtype, np.floating) or np.issubdtype(X.dtype, np.integer)):
-            raise ValueError(f"X must hold real numbers, got dtype {X.dtype} (shape {X.shape})")
-        if not np.isfinite(X).all():
-            raise ValueError(f"X (shape {X.shape}) has non-finite values")
-        return X.astype(np.float64, copy=False)
-
-    def _check_and_set_n_features(self, X: np.ndarray) -> None:
-        D = X.shape[1]
-        if getattr(self, "n_features", None) is not None and self.n_features != D:
-            raise ValueError(f"X has shape {X.shape}; this GaussianHMM has n_features={self.n_features}")
-        self.n_features = D
+        return self._real_samples(X)
 
     def _check(self) -> None:
         super()._check()

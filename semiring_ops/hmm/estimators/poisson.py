@@ -57,19 +57,9 @@ class PoissonHMM(BaseHMM):
         self.lambdas_prior, self.lambdas_weight = lambdas_prior, lambdas_weight
 
     def _check_X(self, X: ArrayLike) -> np.ndarray:
-        X = np.asarray(X)
-        D = getattr(self, "n_features", None)
-        expected = f"(n_samples, {D})" if D is not None else "(n_samples, n_features)"
-        if X.ndim != 2 or len(X) == 0 or (D is not None and X.shape[1] != D):
-            raise ValueError(f"X has shape {X.shape}; {type(self).__name__} expects counts {expected}, at least one")
+        X = self._samples(X, "counts ")
         check_counts(torch.as_tensor(X), torch.float64)
         return X
-
-    def _check_and_set_n_features(self, X: np.ndarray) -> None:
-        D = X.shape[1]
-        if getattr(self, "n_features", None) is not None and self.n_features != D:
-            raise ValueError(f"X has shape {X.shape}; this {type(self).__name__} has n_features={self.n_features}")
-        self.n_features = D
 
     def _check(self) -> None:
         super()._check()

@@ -132,12 +132,12 @@ std::vector<at::Tensor> log_bmm_fast(const at::Tensor& a, const at::Tensor& b, i
 at::Tensor bmm_packed_select(const at::Tensor& a, const at::Tensor& b, bool is_max);
 
 // The HMM E-step in scaled probability space (CPU only; its own family, csrc/cpu/hmm_scaled_cpu.cpp), the compiled
-// form of semiring_ops/hmm/scaling.py with the same results: log_emissions (B, T, C), log_trans (C, C) [from, to],
-// log_start (C,), one dtype (float32 or float64), any strides; lengths (B,) int64 in 0..T. One pass per sequence,
-// sequences in parallel. Returns {log_likelihood (B,), posteriors (B, T, C) (0 past each length), transitions
-// (C, C) and starts (C,), the expected counts summed over the sequences not suspect, suspect (B,) bool}: a
-// sequence whose row-relative emission, forward or backward values fell below tiny * 2^20, or with a -inf
-// log-emission or a non-finite likelihood (scaling.py says why; the caller recomputes those on the log chain).
+// form of semiring_ops/hmm/scaling.py: log_emissions (B, T, C), log_trans (C, C) [from, to], log_start (C,), one
+// dtype (float32 or float64), any strides; lengths (B,) int64 in 0..T. One pass per sequence, sequences in
+// parallel; a sequence the scaled recursions cannot vouch for (scaling.py's underflow rule), and every sequence when a
+// start or transition probability is 0, is done in log space. Returns {log_likelihood (B,), posteriors (B, T, C) (0 past each length), transitions (C, C) and starts
+// (C,), the expected counts summed over the sequences not suspect, suspect (B,) bool}: suspect only where the
+// log-likelihood is not finite (zero probability, NaN), which the caller recomputes on the log chain.
 std::vector<at::Tensor> hmm_scaled_estep(const at::Tensor& log_emissions, const at::Tensor& log_trans,
                                          const at::Tensor& log_start, const at::Tensor& lengths);
 

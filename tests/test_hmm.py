@@ -446,13 +446,14 @@ def test_scaling_and_log_implementations_agree(device, C, lengths, spread, seed)
 
 def test_scaling_flags_underflow_and_falls_back_to_the_log_chain():
     """A float32 sequence whose emissions favour each state by 200 nats in turn: unscaled mass of the
-    other state underflows, so the scaled pass must flag it (and the E-step must still be exact)."""
-    from semiring_ops.hmm.scaling import scaled_forward_backward
+    other state underflows, so the scaled pass must flag it (the lockstep one leaves it to the log chain, the
+    compiled one redoes it in log space itself), and the E-step must still be exact."""
+    from semiring_ops.hmm.scaling import lockstep_forward_backward
 
     model = _categorical(2, 2, "cpu", seed=1, zeros=False).float()
     le = torch.tensor([[[0.0, -200.0], [-200.0, 0.0], [0.0, -200.0], [-3.0, -1.0]]])
     L = torch.tensor([4])
-    r = scaled_forward_backward(le, model.log_trans(), model.log_start(), L)
+    r = lockstep_forward_backward(le, model.log_trans(), model.log_start(), L)
     assert r.suspect.tolist() == [True]
     model.implementation = "scaling"
     got = model._expectations(model._padded(None, None, L, le))

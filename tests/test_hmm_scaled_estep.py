@@ -1,6 +1,7 @@
-"""The compiled scaled E-step (csrc/cpu/hmm_scaled_cpu.cpp) against the lockstep torch one (hmm/scaling.py): the
-same log-likelihoods, posteriors, expected counts and underflow flags, on random HMMs with lengths 0 to T, strided
-log-emissions, spreads that underflow, -inf and NaN emissions; and its argument checks."""
+"""The compiled scaled E-step (csrc/cpu/hmm_scaled_cpu.cpp) against the lockstep torch one (hmm/scaling.py) where
+that one vouches for a sequence, and against the float64 log-space recursions everywhere (the compiled pass redoes
+flagged sequences in log space): random HMMs with lengths 0 to T, strided log-emissions, spreads that underflow, -inf
+and NaN emissions; and its argument checks."""
 
 from __future__ import annotations
 
@@ -27,6 +28,33 @@ def _random_hmm(C: int, gen: torch.Generator, dtype: torch.dtype) -> tuple[torch
     return log_trans, log_start
 
 
+def _log_space_float64(le, log_trans, log_start, lengths):
+    """(log-likelihood (B,), posteriors (B, T, C), transition counts (C, C) and start counts (C,) summed over the
+    sequences of finite likelihood), by the forward and backward recursions in log space, in float64."""
+    le, lt, ls = le.double(), log_trans.double(), log_start.double()
+    B, T, C = le.shape
+    ll, post = torch.zeros(B, dtype=torch.float64), torch.zeros(B, T, C, dtype=torch.float64)
+    trans, starts = torch.zeros(C, C, dtype=torch.float64), torch.zeros(C, dtype=torch.float64)
+    for b, n in enumerate(lengths.tolist()):
+        if n == 0:
+            continue
+        alpha = [ls + le[b, 0]]
+        for t in range(1, n):
+            alpha.append(torch.logsumexp(alpha[-1][:, None] + lt, 0) + le[b, t])
+        ll[b] = torch.logsumexp(alpha[-1], 0)
+        beta = [torch.zeros(C, dtype=torch.float64)] * n
+        for t in range(n - 2, -1, -1):
+            beta[t] = torch.logsumexp(lt + (le[b, t + 1] + beta[t + 1])[None, :], 1)
+        if not torch.isfinite(ll[b]):
+            continue
+        for t in range(n):
+            post[b, t] = torch.exp(alpha[t] + beta[t] - ll[b])
+        for t in range(n - 1):
+            trans += torch.exp(alpha[t][:, None] + lt + (le[b, t + 1] + beta[t + 1])[None, :] - ll[b])
+        starts += post[b, 0]
+    return ll, post, trans, starts
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     C=st.integers(1, 9),
@@ -49,12 +77,19 @@ def test_compiled_matches_lockstep(C, lengths, spread, dtype, seed):
     got = estep(le, log_trans, log_start, L)
     want = lockstep_forward_backward(le, log_trans, log_start, L)
     tol = 1e-10 if dtype == torch.float64 else 2e-4
-    assert got[4].tolist() == want.suspect.tolist()
     keep = ~want.suspect
     torch.testing.assert_close(got[0][keep], want.log_likelihood[keep], rtol=tol, atol=tol)
     torch.testing.assert_close(got[1][keep], want.posteriors[keep], rtol=tol, atol=tol)
-    torch.testing.assert_close(got[2], want.transitions, rtol=tol, atol=tol)
-    torch.testing.assert_close(got[3], want.starts, rtol=tol, atol=tol)
+    # the sequences the lockstep pass flags, the compiled one does again in log space: against float64 by definition
+    ref = _log_space_float64(le, log_trans, log_start, L)
+    finite = torch.isfinite(ref[0])
+    assert got[4].tolist() == (~finite).tolist()
+    # float32 in log space: log-values reach spread * T nats, resolved to eps32 of that in each exponent
+    tol64 = 1e-9 if dtype == torch.float64 else max(2e-3, 1e-6 * spread * T)
+    torch.testing.assert_close(got[0][finite].double(), ref[0][finite], rtol=tol64, atol=tol64)
+    torch.testing.assert_close(got[1][finite].double(), ref[1][finite], rtol=tol64, atol=tol64)
+    torch.testing.assert_close(got[2].double(), ref[2], rtol=tol64, atol=tol64)
+    torch.testing.assert_close(got[3].double(), ref[3], rtol=tol64, atol=tol64)
 
 
 def test_a_long_single_sequence_matches_lockstep():
@@ -83,3 +118,24 @@ def test_bad_arguments_name_themselves():
         estep(le, lt, ls, torch.tensor([3, 4]))
     with pytest.raises(RuntimeError, match="lengths must be"):
         estep(le, lt, ls, L.int())
+
+
+def test_zero_start_and_transition_probabilities_go_to_log_space():
+    """A start or transition probability of 0 (a one-sequence fit's start after one EM step) is structure: the
+    compiled pass does such chains in log space, exactly, and leaves no sequence to the caller but impossible ones."""
+    estep = _estep()
+    gen = torch.Generator().manual_seed(3)
+    log_trans, log_start = _random_hmm(4, gen, torch.float64)
+    log_trans[0, 2] = log_trans[3, 1] = -torch.inf
+    log_start[1:] = -torch.inf
+    log_start[0] = 0.0
+    le = torch.randn(3, 50, 4, generator=gen, dtype=torch.float64) * 5
+    le[2, 0, 0] = -torch.inf  # the only start state cannot emit this: probability 0
+    L = torch.tensor([50, 0, 30])
+    got = estep(le, log_trans, log_start, L)
+    ref = _log_space_float64(le, log_trans, log_start, L)
+    assert got[4].tolist() == [False, False, True]
+    torch.testing.assert_close(got[0][:2], ref[0][:2], rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(got[1][:2], ref[1][:2], rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(got[2], ref[2], rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(got[3], ref[3], rtol=1e-10, atol=1e-10)

@@ -3,7 +3,9 @@
 // results are the same). scaling.py steps a padded batch in lockstep with one (B, C) x (C, C) product per time
 // step, so a single long sequence (hmmlearn's examples: one sequence of 1,000 to 30,000 steps, 2 to 4 states)
 // pays Python and dispatch per step; here each sequence is one C++ loop over its own length, sequences in
-// parallel, with O(C^2) multiply-adds per step and one exp per (t, c).
+// parallel, with O(C^2) multiply-adds per step and one exp per (t, c). A sequence the scaled pass cannot vouch for
+// (underflow, a -inf emission) is done again here in log space, O(C^2) exps per step: only one whose likelihood is
+// not finite is left flagged for the caller.
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 
@@ -21,10 +23,12 @@ namespace {
 // Row-relative values below this may have lost mass to underflow (scaling.py's _tiny).
 template <class T> T tiny() { return std::numeric_limits<T>::min() * T(1 << 20); }
 
-// Inputs shared by every sequence: A = exp(log_trans) (C, C) and pi = exp(log_start) (C,), contiguous.
+// Inputs shared by every sequence: A = exp(log_trans) (C, C) and pi = exp(log_start) (C,), and their logs, contiguous.
 template <class T> struct Chain {
   const T* A;
   const T* pi;
+  const T* log_A;
+  const T* log_pi;
   int64_t C;
 };
 
@@ -125,13 +129,77 @@ void one_sequence(const Chain<T>& chain, const T* le, int64_t st, int64_t sc, in
   out.suspect = suspect || !std::isfinite(ll);
 }
 
+// log(sum(exp(x[0..n)))): -inf when every x is -inf; NaN in, NaN out.
+template <class T> T log_sum_exp(const T* x, int64_t n) {
+  T m = -std::numeric_limits<T>::infinity();
+  bool nan = false;
+  for (int64_t i = 0; i < n; ++i) {
+    nan |= std::isnan(x[i]);
+    m = std::max(m, x[i]);
+  }
+  if (nan) return std::numeric_limits<T>::quiet_NaN();
+  if (!std::isfinite(m)) return m;
+  T s = 0;
+  for (int64_t i = 0; i < n; ++i) s += std::exp(x[i] - m);
+  return m + std::log(s);
+}
+
+// A sequence the scaled pass flagged, again in log space (the log chain's recursions, no underflow): overwrites its
+// posteriors and transition counts (without the factor A, as the scaled pass leaves them). Returns false, leaving
+// the sequence to the caller, when its log-likelihood is not finite (zero probability, NaN).
 template <class T>
-void run(const at::Tensor& log_emissions, const at::Tensor& A_t, const at::Tensor& pi_t, const int64_t* lengths,
+bool log_space_sequence(const Chain<T>& chain, const T* le, int64_t st, int64_t sc, int64_t L, std::vector<T>& log_alpha,
+                        std::vector<T>& work, SequenceOut<T>& out) {
+  const int64_t C = chain.C;
+  T* terms = work.data();
+  T* log_beta = terms + C;
+  T* log_beta_next = log_beta + C;
+  T* la = log_alpha.data();
+  for (int64_t t = 0; t < L; ++t) {
+    for (int64_t j = 0; j < C; ++j) {
+      T x;
+      if (t == 0) {
+        x = chain.log_pi[j];
+      } else {
+        for (int64_t i = 0; i < C; ++i) terms[i] = la[(t - 1) * C + i] + chain.log_A[i * C + j];
+        x = log_sum_exp(terms, C);
+      }
+      la[t * C + j] = x + le[t * st + j * sc];
+    }
+  }
+  const T ll = log_sum_exp(la + (L - 1) * C, C);
+  if (!std::isfinite(ll)) return false;
+  T* xi = out.transitions;
+  std::fill(xi, xi + C * C, T(0));
+  for (int64_t t = L - 1; t >= 0; --t) {
+    if (t == L - 1) {
+      std::fill(log_beta, log_beta + C, T(0));
+    } else {
+      // next[j] = le_{t+1}(j) + log beta_{t+1}(j): the weight of going to j at t + 1
+      for (int64_t j = 0; j < C; ++j) log_beta_next[j] += le[(t + 1) * st + j * sc];
+      for (int64_t i = 0; i < C; ++i) {
+        for (int64_t j = 0; j < C; ++j) terms[j] = chain.log_A[i * C + j] + log_beta_next[j];
+        log_beta[i] = log_sum_exp(terms, C);
+        const T a_i = la[t * C + i] - ll;
+        for (int64_t j = 0; j < C; ++j) xi[i * C + j] += std::exp(a_i + log_beta_next[j]);
+      }
+    }
+    T* post = out.posteriors + t * C;
+    for (int64_t j = 0; j < C; ++j) post[j] = std::exp(la[t * C + j] + log_beta[j] - ll);
+    std::copy(log_beta, log_beta + C, log_beta_next);
+  }
+  out.log_likelihood = ll;
+  return true;
+}
+
+template <class T>
+void run(const at::Tensor& log_emissions, const at::Tensor& A_t, const at::Tensor& pi_t, const at::Tensor& log_A,
+         const at::Tensor& log_pi, bool structural_zeros, const int64_t* lengths,
          at::Tensor& ll, at::Tensor& posteriors, at::Tensor& per_sequence, at::Tensor& suspect) {
   const int64_t B = log_emissions.size(0), T_ = log_emissions.size(1), C = log_emissions.size(2);
   const int64_t sb = log_emissions.stride(0), st = log_emissions.stride(1), sc = log_emissions.stride(2);
   const T* le = log_emissions.data_ptr<T>();
-  const Chain<T> chain{A_t.data_ptr<T>(), pi_t.data_ptr<T>(), C};
+  const Chain<T> chain{A_t.data_ptr<T>(), pi_t.data_ptr<T>(), log_A.data_ptr<T>(), log_pi.data_ptr<T>(), C};
   T* ll_ptr = ll.data_ptr<T>();
   T* post_ptr = posteriors.data_ptr<T>();
   T* xi_ptr = per_sequence.data_ptr<T>();
@@ -139,10 +207,18 @@ void run(const at::Tensor& log_emissions, const at::Tensor& A_t, const at::Tenso
   const int64_t work_per_sequence = std::max<int64_t>(1, T_ * (C * C + C));
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / work_per_sequence);
   at::parallel_for(0, B, grain, [&](int64_t begin, int64_t end) {
-    std::vector<T> e(T_ * C), scale(T_), work(2 * C);
+    std::vector<T> e(T_ * C), scale(T_), work(3 * C), log_alpha;
     for (int64_t b = begin; b < end; ++b) {
       SequenceOut<T> out{post_ptr + b * T_ * C, xi_ptr + b * C * C, T(0), false};
-      one_sequence<T>(chain, le + b * sb, st, sc, lengths[b], e, scale, work, out);
+      if (structural_zeros) {
+        out.suspect = lengths[b] > 0;  // a zero start or transition: the scaled recursions would flag it
+      } else {
+        one_sequence<T>(chain, le + b * sb, st, sc, lengths[b], e, scale, work, out);
+      }
+      if (out.suspect) {
+        log_alpha.resize(T_ * C);
+        out.suspect = !log_space_sequence<T>(chain, le + b * sb, st, sc, lengths[b], log_alpha, work, out);
+      }
       if (out.suspect) std::fill(out.transitions, out.transitions + C * C, T(0));
       ll_ptr[b] = out.log_likelihood;
       suspect_ptr[b] = out.suspect;
@@ -179,7 +255,8 @@ std::vector<at::Tensor> hmm_scaled_estep(const at::Tensor& log_emissions, const 
     TORCH_CHECK(lengths_ptr[b] >= 0 && lengths_ptr[b] <= T, "hmm_scaled_estep: lengths[", b, "] = ", lengths_ptr[b],
                 " is outside 0..T = ", T);
 
-  const at::Tensor A = log_trans.exp().contiguous(), pi = log_start.exp().contiguous();
+  const at::Tensor log_A = log_trans.contiguous(), log_pi = log_start.contiguous();
+  const at::Tensor A = log_A.exp(), pi = log_pi.exp();
   at::Tensor ll = log_emissions.new_zeros({B});
   at::Tensor posteriors = log_emissions.new_zeros({B, T, C});
   at::Tensor per_sequence = log_emissions.new_zeros({B, C, C});
@@ -188,7 +265,11 @@ std::vector<at::Tensor> hmm_scaled_estep(const at::Tensor& log_emissions, const 
   at::Tensor starts = log_emissions.new_zeros({C});
   if (B == 0 || C == 0) return {ll, posteriors, transitions, starts, suspect};
   AT_DISPATCH_FLOATING_TYPES(log_emissions.scalar_type(), "semiring_hmm_scaled_estep", [&] {
-    run<scalar_t>(log_emissions, A, pi, lengths_ptr, ll, posteriors, per_sequence, suspect);
+    // a zero start or transition probability is structure the underflow check cannot tell from underflow: such a
+    // chain goes to log space directly
+    const bool zeros = log_A.eq(-std::numeric_limits<double>::infinity()).any().item<bool>() ||
+                       log_pi.eq(-std::numeric_limits<double>::infinity()).any().item<bool>();
+    run<scalar_t>(log_emissions, A, pi, log_A, log_pi, zeros, lengths_ptr, ll, posteriors, per_sequence, suspect);
     // The sums over sequences in order (deterministic whatever the threads): transition counts * A, and the
     // posteriors of the first step as the start counts, of the sequences not suspect.
     scalar_t* tr = transitions.data_ptr<scalar_t>();

@@ -366,12 +366,16 @@ class HMM(nn.Module):
 
     def _scaling(self, batch_size: int) -> bool:
         """Whether forward-backward of `batch_size` sequences runs in scaled probability space (see
-        ``implementation``): it needs strictly positive start and transition probabilities (scaling.py)."""
-        # compiled on the CPU (scaling.py): no per-step overhead, so it wins at any size
-        wide = batch_size * self.n_states**2 >= _SCALING_MIN_CELLS or compiled_estep(self.log_startprob) is not None
+        ``implementation``). The torch pass needs strictly positive start and transition probabilities; the
+        compiled one (CPU) takes zeros too, doing such chains in log space itself (scaling.py)."""
+        compiled = compiled_estep(self.log_startprob) is not None
+        # compiled: no per-step overhead, so it wins at any size
+        wide = batch_size * self.n_states**2 >= _SCALING_MIN_CELLS or compiled
         auto = self.implementation == "auto" and self.device.type == "cpu" and wide
         wanted = self.implementation == "scaling" or auto
-        return wanted and bool((self.log_transmat > -math.inf).all() and (self.log_startprob > -math.inf).all())
+        if not wanted:
+            return False
+        return compiled or bool((self.log_transmat > -math.inf).all() and (self.log_startprob > -math.inf).all())
 
     def _expectations(self, batch: _Batch) -> _Expectations:
         """E-step: scaled forward-backward, or autograd of the log-likelihood with respect to emissions,

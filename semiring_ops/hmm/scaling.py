@@ -28,8 +28,9 @@ probabilities must be strictly positive for this path (zeros are structure this 
 underflow); the caller uses the log chain otherwise.
 
 On the CPU the same pass runs compiled (csrc/cpu/hmm_scaled_cpu.cpp, the ``hmm`` kernel family): one C++ loop per
-sequence over its own length, sequences in parallel, the same results. The lockstep torch version below serves
-other devices, and the CPU when the family cannot be built.
+sequence over its own length, sequences in parallel, the same results; and a sequence it flags is done again there
+in log space (the log chain's recursions), so only one whose likelihood is not finite stays suspect. The lockstep
+torch version below serves other devices, and the CPU when the family cannot be built.
 """
 
 from __future__ import annotations

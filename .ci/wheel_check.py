@@ -78,7 +78,7 @@ sdist, wheel = next(dist.glob("*.tar.gz")), next(dist.glob("*.whl"))
 names = zipfile.ZipFile(wheel).namelist()
 built = sorted(n.split("/")[-1].split(".")[0] for n in names if n.startswith("semiring_ops/_C_"))
 print(f"{sdist.name}, {wheel.name}: {built}")
-expected = {"_C_cpu_bmm", "_C_cpu_chain", "_C_cpu_span", "_C_cpu_host_writers"}
+expected = {"_C_cpu_bmm", "_C_cpu_chain", "_C_cpu_span", "_C_cpu_host_writers", "_C_cpu_hmm"}
 if WITH_CUDA:
     expected |= {"_C_cuda_bmm", "_C_cuda_chain", "_C_cuda_span", "_C_cuda_fast_log", "_C_cuda_packed"}
 assert set(built) == expected, built

@@ -9,6 +9,7 @@
 #   (pip_toolkit_from_system.sh: the machine reaches no registry for the wheels) on PYTHONPATH; first-use times
 #   from cold caches (first_use.py), then the stages after it in the list run in that environment; the toolkit
 #   is restored at the end. E.g. STAGES="notoolkit tests" PYTEST_ARGS="-n 4".
+#   SANITIZE_ARGS="--families bmm" narrows the sanitize stage;
 #   BENCH="bmm crf ..." picks benchmarks; run the sanitize stage in every session that changes a kernel.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 MAX_JOBS=${MAX_JOBS:-16}
@@ -49,12 +50,14 @@ t0=$(date +%s)
 python3 -m semiring_ops build 2>&1 | tee "$OUT/build.log"
 echo "build took $(( $(date +%s) - t0 )) s"
 if [[ " $STAGES " == *" tests "* ]]; then
+  # the CUDA suite takes ~7 min serially: spread it over 6 workers where pytest-xdist is installed
+  [ -z "${PYTEST_ARGS+x}" ] && python3 -c "import xdist" 2>/dev/null && PYTEST_ARGS="-n 6"
   timeout ${TEST_TIMEOUT:-420} python3 -m pytest -m "${PYTEST_MARK:-cuda}" -q -p no:cacheprovider ${PYTEST_ARGS:-} "$@" 2>&1 \
     | tee "$OUT/pytest_cuda.log" | tail -40
 fi
 if [[ " $STAGES " == *" sanitize "* ]]; then  # every kernel family under memcheck, racecheck, synccheck, initcheck
   mkdir -p /tmp/sanitize_logs
-  timeout 780 python3 benchmarks/sanitize.py --split --jobs 6 --out /tmp/sanitize_logs 2>&1 | tee "$OUT/sanitize.log"
+  timeout 780 python3 benchmarks/sanitize.py --split --jobs 6 ${SANITIZE_ARGS:-} --out /tmp/sanitize_logs 2>&1 | tee "$OUT/sanitize.log"
   tar czf "$OUT/sanitize_logs.tgz" -C /tmp sanitize_logs  # one file per (tool, family): one archive back
 fi
 # BENCH: which benchmarks to run (default all; SKIP_BENCH=1 or a STAGES without bench for none)

@@ -118,12 +118,16 @@ class _Layout(NamedTuple):
 
     def pad(self, x: Tensor) -> Tensor:
         """(n_samples, ...) -> (B, T, ...), zeros past each length."""
+        if len(self.lengths) == 1:  # one sequence: its samples are the row (a view)
+            return x.unsqueeze(0)
         out = x.new_zeros((len(self.lengths), self.T, *x.shape[1:]))
         out[self.seq, self.pos] = x
         return out
 
     def unpad(self, x: Tensor) -> Tensor:
         """(B, T, ...) -> (n_samples, ...)."""
+        if len(self.lengths) == 1:
+            return x[0]
         return x[self.seq, self.pos]
 
 
@@ -150,6 +154,7 @@ class _Batch(NamedTuple):
     x: Tensor | None
     log_emissions: Tensor
     lengths: Tensor
+    full: bool = False  # known to have no padding (every length T): no mask to apply
 
     def rows(self, index: Tensor) -> _Batch:
         """The sequences ``index`` (their log-emissions and lengths; no observations)."""
@@ -353,10 +358,15 @@ class HMM(nn.Module):
             return _Batch(None, layout.pad(em), layout.lengths), layout
         x = self._require_emission().check(X, 1)
         layout = _Layout.of(_sequence_lengths(len(x), lengths, self.device))
-        return self._with_emissions(layout.pad(x), layout.lengths), layout
+        # one sequence fills its padded row (T is the longest length)
+        return self._with_emissions(layout.pad(x), layout.lengths, len(layout.lengths) == 1), layout
 
-    def _with_emissions(self, x: Tensor, L: Tensor) -> _Batch:
+    def _with_emissions(self, x: Tensor, L: Tensor, full: bool = False) -> _Batch:
+        """The batch of observations x (B, T, ...) with lengths L (B,): log-emissions, zero past each length
+        (unless ``full``: no position is past its length)."""
         em = self.emission.log_prob(x)
+        if full:
+            return _Batch(x, em, L, True)
         return _Batch(x, torch.where(_valid(L, x.shape[1])[..., None], em, 0.0), L)
 
     # ------------------------------------------------------------ inference on padded batches
@@ -610,7 +620,7 @@ class HMM(nn.Module):
         try:
             for it in range(n_iter):
                 if it and batch.x is not None:  # the emissions under the re-estimated parameters
-                    batch = self._with_emissions(batch.x, batch.lengths)
+                    batch = self._with_emissions(batch.x, batch.lengths, batch.full)
                 stats = self._expectations(batch)
                 log_prob = float(stats.log_likelihood.sum())
                 if not math.isfinite(log_prob):
@@ -674,7 +684,7 @@ class HMM(nn.Module):
         try:
             for _ in range(n_iter):
                 if batch.x is not None:  # the emissions under the current (rank 0's, then re-estimated) parameters
-                    batch = self._with_emissions(batch.x, batch.lengths)
+                    batch = self._with_emissions(batch.x, batch.lengths, batch.full)
                 if n_local:
                     stats = self._expectations(batch)
                 else:  # no data here: zero statistics, but this rank still takes part in the collectives

@@ -53,25 +53,56 @@ def _normalised_log(counts: Tensor, previous: Tensor) -> Tensor:
     return torch.where(total > 0, counts.log() - total.log(), previous)
 
 
+_SETTINGS: dict[tuple, Tensor] = {}  # converted priors and weights, by value (see _setting)
+_SETTINGS_MAX = 256
+
+
+def _setting(value: ArrayLike | float, kind: tuple, like: Tensor, convert) -> Tensor:
+    """convert(value) -> a tensor as `like`, remembered for a scalar or a small numpy array (by its bytes), so
+    that an EM iteration does not convert the same hmmlearn prior again (each conversion is several torch
+    calls, and a one-sequence iteration is made of such calls). Tensors are converted each time: they can
+    change in place. The cached tensors are shared: callers never write into them."""
+    if isinstance(value, (int, float, np.number)):
+        key = (kind, float(value), like.dtype, like.device)
+    elif isinstance(value, np.ndarray) and value.dtype.kind in "biuf" and value.size <= 4096:
+        key = (kind, value.shape, value.dtype.str, value.tobytes(), like.dtype, like.device)
+    else:
+        return convert(value)
+    cached = _SETTINGS.get(key)
+    if cached is None:
+        if len(_SETTINGS) >= _SETTINGS_MAX:
+            _SETTINGS.clear()
+        cached = _SETTINGS[key] = convert(value)
+    return cached
+
+
 def _prior(value: ArrayLike | float, shape: tuple[int, ...], name: str, like: Tensor) -> Tensor:
     """A prior given as a scalar or an array broadcastable to `shape` -> tensor of `shape` as `like`."""
-    t = _tensor(value).to(device=like.device, dtype=like.dtype)
-    try:
-        return torch.broadcast_to(t, shape)
-    except RuntimeError:
-        raise ValueError(
-            f"{name} has shape {tuple(t.shape)}; expected a scalar or an array broadcastable to {shape}"
-        ) from None
+
+    def convert(v: ArrayLike | float) -> Tensor:
+        t = _tensor(v).to(device=like.device, dtype=like.dtype)
+        try:
+            return torch.broadcast_to(t, shape)
+        except RuntimeError:
+            raise ValueError(
+                f"{name} has shape {tuple(t.shape)}; expected a scalar or an array broadcastable to {shape}"
+            ) from None
+
+    return _setting(value, ("prior", shape, name), like, convert)
 
 
 def _per_state(value: ArrayLike | float, n_states: int, ndim: int, name: str, like: Tensor) -> Tensor:
     """A per-state setting (a scalar or shape (C,)) -> (C, 1, ..., 1) with `ndim` dimensions, as `like`."""
-    t = _tensor(value).to(device=like.device, dtype=like.dtype)
-    if t.ndim == 0:
-        t = t.expand(n_states)
-    if tuple(t.shape) != (n_states,):
-        raise ValueError(f"{name} has shape {tuple(t.shape)}; expected a scalar or shape ({n_states},)")
-    return t.reshape(n_states, *([1] * (ndim - 1)))
+
+    def convert(v: ArrayLike | float) -> Tensor:
+        t = _tensor(v).to(device=like.device, dtype=like.dtype)
+        if t.ndim == 0:
+            t = t.expand(n_states)
+        if tuple(t.shape) != (n_states,):
+            raise ValueError(f"{name} has shape {tuple(t.shape)}; expected a scalar or shape ({n_states},)")
+        return t.reshape(n_states, *([1] * (ndim - 1)))
+
+    return _setting(value, ("per_state", n_states, ndim, name), like, convert)
 
 
 def dirichlet_map(counts: Tensor, prior: ArrayLike | float, previous: Tensor, name: str, keep_zeros: bool) -> Tensor:

@@ -28,15 +28,16 @@ import torch
 from ..emissions.base import ArrayLike
 from ..estimators.base import BaseHMM, check_random_state
 from ..model import HMM
-from .estep import SubnormalisedExpectations, subnormalised_expectations
+from .estep import SubnormalisedEStep, SubnormalisedExpectations
 from .kl import expected_log_dirichlet, kl_dirichlet
 
 __all__ = ["VariationalBaseHMM"]
 
 
 def as_tensor(value: ArrayLike) -> torch.Tensor:
-    """A float64 CPU tensor of an attribute (numpy array, list or scalar)."""
-    return torch.tensor(np.asarray(value, dtype=np.float64))
+    """A float64 CPU tensor of an attribute (numpy array, list or scalar): a copy, made without a torch call
+    (torch.from_numpy), since an iteration converts some twenty such attributes."""
+    return torch.from_numpy(np.array(value, dtype=np.float64))
 
 
 class VariationalBaseHMM(BaseHMM):
@@ -133,8 +134,9 @@ class VariationalBaseHMM(BaseHMM):
         self._init(X, lengths)
         self._check()
         self.monitor_._reset()
+        e_step = SubnormalisedEStep(self.n_components, lengths, len(X))  # made once, run every iteration
         for _ in range(self.n_iter):
-            e = self._e_step(X, lengths)
+            e = self._e_step(X, e_step)
             lower_bound = e.log_prob - float(self._kl_divergence())
             self._m_step(X, e)
             self.monitor_.report(lower_bound)  # prints hmmlearn's line when verbose
@@ -142,10 +144,10 @@ class VariationalBaseHMM(BaseHMM):
                 break
         return self
 
-    def _e_step(self, X: np.ndarray, lengths: np.ndarray) -> SubnormalisedExpectations:
+    def _e_step(self, X: np.ndarray, e_step: SubnormalisedEStep) -> SubnormalisedExpectations:
         log_start = expected_log_dirichlet(as_tensor(self.startprob_posterior_))
         log_trans = expected_log_dirichlet(as_tensor(self.transmat_posterior_))
-        return subnormalised_expectations(log_start, log_trans, self._subnorm_log_emissions(X), lengths)
+        return e_step(log_start, log_trans, self._subnorm_log_emissions(X))
 
     def _kl_divergence(self) -> torch.Tensor:
         """KL(posteriors || priors) of every parameter: start, transition rows and the family's."""

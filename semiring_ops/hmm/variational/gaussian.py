@@ -10,6 +10,8 @@ log-density of x under state c (hmmlearn's, without the constant −D/2 log 2π,
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import torch
 from torch import Tensor
@@ -21,9 +23,21 @@ from ..estimators.gaussian import GaussianHMM
 from ..kmeans import kmeans
 from ..utils import fill_covars
 from .base import VariationalBaseHMM, as_tensor
-from .kl import expected_log_det_wishart, kl_normal, kl_wishart
+from .kl import expected_log_det_wishart, kl_wishart
 
 __all__ = ["VariationalGaussianHMM"]
+
+
+class _Wishart(NamedTuple):
+    """The states' precision posteriors as tensors: dofs (C,), inverse scales S (C, D, D), S⁻¹ (C, D, D) and
+    log |S / 2| (C,); own_log_det_half: that of the one matrix for "tied" (()), else the same (C,)."""
+
+    dof: Tensor
+    scale: Tensor
+    inverse: Tensor
+    log_det_half: Tensor
+    own_log_det_half: Tensor
+
 
 _SCALE_DEFAULT = 1e-3  # hmmlearn's default scale prior: 1e-3 I (or its diagonal, spherical forms)
 _COVAR_JITTER = 1e-3  # added to the data's covariance at initialisation, as hmmlearn
@@ -183,20 +197,30 @@ class VariationalGaussianHMM(VariationalBaseHMM, GaussianHMM):
         """A compact scale -> (C, D, D) matrices (tied: the one matrix, repeated)."""
         return fill_covars(scale, self.covariance_type, self.n_components, self.n_features)
 
-    def _wishart(self) -> tuple[Tensor, Tensor]:
-        """The posterior Wishart of each state: dofs (C,) and inverse scales (C, D, D)."""
-        dof = as_tensor(np.broadcast_to(self.dof_posterior_, (self.n_components,)))
-        return dof, as_tensor(self._full(self.scale_posterior_))
+    def _wishart(self) -> _Wishart:
+        """The posterior Wishart of each state ("tied": the one, repeated C times) with its inverse scales' inverses
+        and log-determinants. An iteration's E-step computes it and its ELBO takes it over (``_wishart_now``): the
+        posteriors do not change between the two."""
+        C = self.n_components
+        dof = as_tensor(np.broadcast_to(self.dof_posterior_, (C,)))
+        if self._tied:  # one matrix: invert it once
+            scale = as_tensor(self.scale_posterior_)
+            inverse, log_det_half = torch.linalg.inv(scale), torch.linalg.slogdet(scale / 2)[1]
+            D = scale.shape[-1]
+            return _Wishart(dof, scale.expand(C, D, D), inverse.expand(C, D, D), log_det_half.expand(C), log_det_half)
+        scale = as_tensor(self._full(self.scale_posterior_))
+        log_det_half = torch.linalg.slogdet(scale / 2)[1]
+        return _Wishart(dof, scale, torch.linalg.inv(scale), log_det_half, log_det_half)
 
     # ------------------------------------------------------------ variational EM
 
     def _subnorm_log_emissions(self, X: np.ndarray) -> Tensor:
-        dof, scale = self._wishart()
-        W = torch.linalg.inv(scale)
-        delta = torch.from_numpy(X)[:, None, :] - as_tensor(self.means_posterior_)  # (N, C, D)
-        mahalanobis = torch.einsum("ncd,cde,nce->nc", delta, W, delta) * dof
+        q = self._wishart_now = self._wishart()
+        delta = torch.from_numpy(X) - as_tensor(self.means_posterior_)[:, None, :]  # (C, N, D)
+        mahalanobis = ((delta @ q.inverse) * delta).sum(-1).T * q.dof  # (N, C): dof_c δᵀ W_c δ
         D = self.n_features
-        return 0.5 * (expected_log_det_wishart(dof, scale) - D / as_tensor(self.beta_posterior_) - mahalanobis)
+        expected_log_det = expected_log_det_wishart(q.dof, q.scale, q.log_det_half)
+        return 0.5 * (expected_log_det - D / as_tensor(self.beta_posterior_) - mahalanobis)
 
     def _emission_m_step(self, X: np.ndarray, posteriors: Tensor) -> None:
         if not ("m" in self.params or "c" in self.params):
@@ -227,26 +251,27 @@ class VariationalGaussianHMM(VariationalBaseHMM, GaussianHMM):
         self._covars_ = self.scale_posterior_ / self.dof_posterior_.reshape((-1,) + (1,) * (spread.ndim - 1))
 
     def _emission_kl(self) -> Tensor:
-        """Σ_c KL of the means' Normals (given the precision's posterior mean) + the Wisharts' (tied: once)."""
-        dof, scale = self._wishart()
-        precision = torch.linalg.inv(scale) * dof[:, None, None]  # (C, D, D)
+        """Σ_c KL of the means' Normals (given the precision) + the Wisharts' (tied: once). The Normals share the
+        precision dof_c W_c, so with beta_q, beta_p their scalings, in closed form
+        KL_c = ½ (D log(beta_q / beta_p) + D beta_p / beta_q − D + beta_p dof_c δᵀ W_c δ), δ = the means' offset."""
+        q = self.__dict__.pop("_wishart_now", None) or self._wishart()
+        D = self.n_features
         beta_q, beta_p = as_tensor(self.beta_posterior_), as_tensor(self.beta_prior_)
-        normal = kl_normal(
-            as_tensor(self.means_posterior_),
-            torch.linalg.inv(beta_q[:, None, None] * precision),
-            as_tensor(self.means_prior_),
-            torch.linalg.inv(beta_p[:, None, None] * precision),
-        ).sum()
+        delta = as_tensor(self.means_posterior_) - as_tensor(self.means_prior_)  # (C, D)
+        mahalanobis = ((delta[:, None, :] @ q.inverse)[:, 0, :] * delta).sum(-1) * q.dof
+        normal = 0.5 * (D * torch.log(beta_q / beta_p) + D * beta_p / beta_q - D + beta_p * mahalanobis).sum()
         if self._tied:
+            scale_q, scale_p = q.scale[0], as_tensor(self.scale_prior_)
             wishart = kl_wishart(
-                as_tensor(self.dof_posterior_),
-                as_tensor(self.scale_posterior_),
-                as_tensor(self.dof_prior_),
-                as_tensor(self.scale_prior_),
-            )
+                q.dof[0], scale_q, as_tensor(self.dof_prior_), scale_p,
+                inverse_q=q.inverse[0], log_det_half_q=q.own_log_det_half,
+            )  # fmt: skip
         else:
-            prior_dof = as_tensor(self.dof_prior_)
-            wishart = kl_wishart(dof, scale, prior_dof, as_tensor(self._full(self.scale_prior_))).sum()
+            prior_dof = as_tensor(np.broadcast_to(self.dof_prior_, (self.n_components,)))
+            scale_p = as_tensor(self._full(self.scale_prior_))
+            wishart = kl_wishart(
+                q.dof, q.scale, prior_dof, scale_p, inverse_q=q.inverse, log_det_half_q=q.log_det_half
+            ).sum()
         return normal + wishart
 
     # ------------------------------------------------------------ the HMM of the point estimates

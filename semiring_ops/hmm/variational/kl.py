@@ -54,28 +54,50 @@ def _half_dofs(dof: Tensor, D: int) -> Tensor:
     return (dof.unsqueeze(-1) - torch.arange(D, dtype=dof.dtype, device=dof.device)) / 2
 
 
-def expected_log_det_wishart(dof: Tensor, scale: Tensor) -> Tensor:
-    """E[log |Λ|] for Λ ~ Wishart(dof, inverse scale `scale`): dof (...), scale (..., D, D) -> (...)."""
+def expected_log_det_wishart(dof: Tensor, scale: Tensor, log_det_half: Tensor | None = None) -> Tensor:
+    """E[log |Λ|] for Λ ~ Wishart(dof, inverse scale `scale`): dof (...), scale (..., D, D) -> (...).
+    ``log_det_half``: log |scale / 2| (...) if known (it is then not recomputed)."""
     D = scale.shape[-1]
-    digammas = torch.special.digamma(_half_dofs(dof, D)).sum(-1)
-    return digammas - torch.linalg.slogdet(scale / 2)[1]
+    if log_det_half is None:
+        log_det_half = torch.linalg.slogdet(scale / 2)[1]
+    return torch.special.digamma(_half_dofs(dof, D)).sum(-1) - log_det_half
 
 
-def log_wishart_normaliser(dof: Tensor, scale: Tensor) -> Tensor:
-    """log of the Wishart normalising constant (ν D/2 log 2 + ν/2 log |S⁻¹| + log Γ_D(ν/2)) -> (...)."""
+def log_wishart_normaliser(dof: Tensor, scale: Tensor, log_det_half: Tensor | None = None) -> Tensor:
+    """log of the Wishart normalising constant (ν D/2 log 2 + ν/2 log |S⁻¹| + log Γ_D(ν/2)) -> (...).
+    ``log_det_half``: log |scale / 2| if known."""
     D = scale.shape[-1]
+    if log_det_half is None:
+        log_det_half = torch.linalg.slogdet(scale / 2)[1]
     log_gamma_D = D * (D - 1) / 4 * math.log(math.pi) + torch.special.gammaln(_half_dofs(dof, D)).sum(-1)
-    return log_gamma_D - dof / 2 * torch.linalg.slogdet(scale / 2)[1]
+    return log_gamma_D - dof / 2 * log_det_half
 
 
-def kl_wishart(dof_q: Tensor, scale_q: Tensor, dof_p: Tensor, scale_p: Tensor) -> Tensor:
-    """KL(Wishart(dof_q, S_q) || Wishart(dof_p, S_p)) with inverse scales S: dofs (...), S (..., D, D) -> (...)."""
+def kl_wishart(
+    dof_q: Tensor,
+    scale_q: Tensor,
+    dof_p: Tensor,
+    scale_p: Tensor,
+    *,
+    inverse_q: Tensor | None = None,
+    log_det_half_q: Tensor | None = None,
+    log_normaliser_p: Tensor | None = None,
+) -> Tensor:
+    """KL(Wishart(dof_q, S_q) || Wishart(dof_p, S_p)) with inverse scales S: dofs (...), S (..., D, D) -> (...).
+    What is known already is not recomputed: ``inverse_q`` S_q⁻¹, ``log_det_half_q`` log |S_q / 2| and
+    ``log_normaliser_p`` log_wishart_normaliser(dof_p, S_p)."""
     D = scale_q.shape[-1]
-    trace = torch.einsum("...ij,...ji->...", scale_p, torch.linalg.inv(scale_q))
+    if log_det_half_q is None:
+        log_det_half_q = torch.linalg.slogdet(scale_q / 2)[1]
+    if inverse_q is None:
+        inverse_q = torch.linalg.inv(scale_q)
+    if log_normaliser_p is None:
+        log_normaliser_p = log_wishart_normaliser(dof_p, scale_p)
+    trace = (scale_p * inverse_q.mT).sum((-2, -1))  # tr(S_p S_q⁻¹)
     return (
-        (dof_q - dof_p) / 2 * expected_log_det_wishart(dof_q, scale_q)
+        (dof_q - dof_p) / 2 * expected_log_det_wishart(dof_q, scale_q, log_det_half_q)
         - D * dof_q / 2
         + dof_q / 2 * trace
-        + log_wishart_normaliser(dof_p, scale_p)
-        - log_wishart_normaliser(dof_q, scale_q)
+        + log_normaliser_p
+        - log_wishart_normaliser(dof_q, scale_q, log_det_half_q)
     )

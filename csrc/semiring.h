@@ -176,6 +176,74 @@ template <> __device__ __forceinline__ float nan_min<float>(float a, float b) {
 }
 #endif
 
+// The bits of a float and back (host: through a union, which GCC and Clang define).
+SR_HD uint32_t float_bits(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  union {
+    float f;
+    uint32_t u;
+  } b;
+  b.f = x;
+  return b.u;
+#endif
+}
+SR_HD float bits_float(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  union {
+    uint32_t u;
+    float f;
+  } b;
+  b.u = u;
+  return b.f;
+#endif
+}
+
+SR_HD float fma_f32(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+
+// 2^x in float on the FMA pipe instead of the MUFU, for kernels that the MUFU bounds (the log bmm and its
+// gradients mix it with fast_exp2 so that neither pipe is the bound: docs/perf_notes.md, issue 29). Same
+// values as fast_exp2 on the GPU (ex2.approx.ftz) wherever they are defined, the same range semantics:
+//   x < -126 -> +0 (no subnormal results), x >= 128 -> +inf, +inf -> +inf, -inf -> +0, NaN -> NaN;
+//   elsewhere relative error <= 1.68e-7 (2^-22.5, tests/test_log_exp2_poly.py measures it; ex2.approx: ~2^-22).
+// x = n + f with n = floor(x) and f in [0, 1) (exact); 2^f by a degree-5 polynomial, p(0) = 1 exactly (its
+// coefficients minimise the relative error of the float32 Horner evaluation, c1..c5 tuned by a few ulps
+// after a float64 minimax fit); then 2^n from n's bits. On the GPU: 2 FMNMX, 3 FADD, 5 FFMA, 1 LEA, 1 FMUL
+// (the FMUL fuses into the caller's accumulation), against 1 MUFU.EX2. The host build computes the same
+// values (floor instead of the rounding-mode add; std::fma), which is what the test evaluates.
+SR_HD float exp2_poly(float x) {
+  constexpr float kMagic = 12582912.f;  // 1.5 * 2^23: x + kMagic holds floor(x) in its low mantissa bits
+  x = nan_max(-127.f, x);               // NaN stays NaN; -inf -> -127, whose result is exactly +0
+  x = nan_min(128.f, x);                // +inf -> 128 -> +inf
+#if defined(__CUDA_ARCH__)
+  const float j = __fadd_rd(x, kMagic);  // kMagic + floor(x), exact for |x| <= 2^22
+  const float n = j - kMagic;
+#else
+  const float n = std::floor(x);
+  const float j = n + kMagic;
+#endif
+  const float f = x - n;  // [0, 1), exact
+  float p = 1.8695772e-3f;
+  p = fma_f32(p, f, 9.0148942e-3f);
+  p = fma_f32(p, f, 5.5797629e-2f);
+  p = fma_f32(p, f, 2.4016672e-1f);
+  p = fma_f32(p, f, 6.9315094e-1f);
+  p = fma_f32(p, f, 1.f);  // [1, 2]
+  // 2^n = bits (n + 127) << 23 for n in [-127, 128]: +0 at n = -127, +inf at 128. j's bits are 0x4B400000 + n,
+  // and 0x4B400000 << 23 vanishes in 32 bits, so the shift leaves n << 23 (one LEA with the 127 << 23).
+  const float scale = bits_float((float_bits(j) << 23) + 0x3F800000u);
+  return p * scale;  // exact: a power of two times p, never subnormal
+}
+
 // ---------------------------------------------------------------- accumulators
 
 // Running log-sum-exp in base 2 with one ex2 per term and no branch:
@@ -223,6 +291,73 @@ template <class T> struct LogSumExp2Accumulator {
   }
   SR_HD T result() const { return (m + sr_log2(s)) * T(kLn2); }
   SR_HD int32_t arg() const { return 0; }
+};
+
+// The log bmm's running log-sum-exp in base 2 (float; the CUDA tile engine's LogBmmPolicy), built so that
+// the hot loop has no rescale at all. Same values and semantics as LogSumExp2Accumulator (-inf, +inf, NaN).
+//   m: the running maximum rounded up to an integer (finite: +inf clamps to max_finite, and since a +inf
+//      term makes s = inf, the result is the same), so every rescale is by an exact power of two, applied
+//      to s by exponent arithmetic (no MUFU).
+//   s: the sum of 2^(v - m) over the terms so far.
+//   c: the fast path's partial sum over the current k-tile, against the same m: add_fast() adds 2^(v - m)
+//      without comparing v to m (one FADD, one ex2 -- MUFU or exp2_poly -- and one FADD a term). The engine
+//      then checks the tile (tile_ok: c <= 2^64, which fails for NaN and inf): then s += c; otherwise it
+//      drops c and redoes the tile on the exact path, add_chunk(), which raises m. So a term of the fast
+//      path is at most 2^64 (x = v - m <= 64, where both exponentials are exact to 2^-22) and s stays below
+//      2^64 per tile (result() takes s's exponent apart, so a large s costs no accuracy).
+struct LogSumExp2TileAccumulator {
+  float m, s, c;
+  SR_HD void init() {
+    m = -max_finite<float>();
+    s = 0.f;
+    c = 0.f;
+  }
+  // The exact path: U terms x[u] * scale (scale > 0), as LogSumExp2Accumulator::add_chunk but with an integer m.
+  template <int U> SR_HD void add_chunk(const float* x, float scale = 1.f) {
+    float top = x[0];
+#pragma unroll
+    for (int u = 1; u < U; ++u) top = max_drop_nan(top, x[u]);
+    top *= scale;
+    if (top > m) {  // a new maximum (never for NaN); +inf gives m = max_finite
+      const float mn = top < max_finite<float>() ? ceil_f32(top) : max_finite<float>();
+      s = times_pow2(s, m - mn);
+      m = mn;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) s += fast_exp2(x[u] * scale - m);
+  }
+  SR_HD void add(float v, int32_t /*k*/) { add_chunk<1>(&v); }
+  // The fast path: one term v of the current tile (first: the tile's first term), on the MUFU or the FMA pipe.
+  SR_HD void add_fast(float v, bool first, bool poly) {
+    const float x = v - m;
+    const float e = poly ? exp2_poly(x) : fast_exp2(x);
+    c = first ? e : c + e;
+  }
+  SR_HD bool tile_ok() const { return c <= 1.8446744e19f; }  // 2^64; false for NaN
+  SR_HD void tile_commit() { s += c; }
+  // (m + log2 s) ln 2, with s's binary exponent added to m exactly first (m is an integer).
+  SR_HD float result() const {
+    const uint32_t b = float_bits(s);
+    const uint32_t e = (b >> 23) & 0xFFu;
+    if (e == 0u || e == 0xFFu) return (m + sr_log2(s)) * float(kLn2);  // 0, subnormal, inf, NaN
+    const float mant = bits_float((b & 0x807FFFFFu) | 0x3F800000u);  // [1, 2)
+    return ((m + float(static_cast<int32_t>(e) - 127)) + sr_log2(mant)) * float(kLn2);
+  }
+  SR_HD int32_t arg() const { return 0; }
+
+  SR_HD static float ceil_f32(float x) {
+#if defined(__CUDA_ARCH__)
+    return ceilf(x);
+#else
+    return std::ceil(x);
+#endif
+  }
+  // s * 2^d for an integer-valued d <= 0, exactly (d < -126 gives 0: s < 2^91, so what is dropped is below
+  // 2^-35 while the new maximum's term is at least 1/2).
+  SR_HD static float times_pow2(float s, float d) {
+    const int32_t n = d < -126.f ? -127 : static_cast<int32_t>(d);
+    return s * bits_float(static_cast<uint32_t>(n + 127) << 23);
+  }
 };
 
 // Running max (kIsMax) or min; with kArg it also keeps the index of the first extremum

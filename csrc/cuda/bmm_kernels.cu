@@ -1,9 +1,10 @@
 // The semiring bmm's kernels (contract in ops.h, bmm_forward; launcher in bmm_launch.h):
 //   out[p, i, j] = (+)_k times(to_kernel(a[p, i, k]), to_kernel(b[p, k, j])), plus argmax / argmin.
 // One policy of the tile engine (tile_engine.cuh; the policy in bmm_policy.cuh): a is the single left field, b the single right
-// field, and each output's state is the semiring's Accumulator. Instantiated for every semiring of
-// semiring.h x {float16, bfloat16, float32, float64}; the arg-tracking variant only for semirings
-// that select (max, min).
+// field, and each output's state is the semiring's Accumulator (the log semiring in float accumulation:
+// LogSumExp2TileAccumulator on the engine's guarded fast path, bmm_policy.cuh LogBmmPolicy). Instantiated for
+// every semiring of semiring.h x {float16, bfloat16, float32, float64}; the arg-tracking variant only for
+// semirings that select (max, min).
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 

@@ -2,8 +2,8 @@
 //   out[p, r, s] = sum_t L1[p, r, t] * R1[p, t, s] * exp(L0[p, r, t] + R0[p, t, s] + O0[p, r, s]).
 // One policy of the tile engine (tile_engine.cuh; the policy in log_contract_policy.cuh): left fields {L0, L1?},
 // right fields {R0, R1?}, O0 the output-indexed field. L0, R0 (at staging) and O0 (at init) are scaled by log2(e)
-// (LogWeight::to_kernel), so each cell costs one ex2. Instantiated for float32 / float64 x
-// (L1 present?) x (R1 present?).
+// (LogWeight::to_kernel), so each cell costs one exponential in base 2 (in float32 a fixed share of them on the FMA
+// pipe: log_contract_policy.cuh). Instantiated for float32 / float64 x (L1 present?) x (R1 present?).
 #include "cuda/bmm_launch.h"
 #include "cuda/log_contract_policy.cuh"
 #include "cuda/tile_engine.cuh"

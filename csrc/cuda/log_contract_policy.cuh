@@ -2,6 +2,8 @@
 // Device code and plain data only: NVRTC compiles it too (benchmarks/build_routes.py).
 #pragma once
 
+#include <type_traits>
+
 #include "cuda/bmm_args.h"
 #include "cuda/tile_engine.cuh"
 #include "semiring.h"
@@ -20,6 +22,10 @@ template <>
 struct ContractTiles<double> {
   using type = TileShape</*BM*/ 32, /*BN*/ 32, /*BK*/ 16, /*TM*/ 2, /*TN*/ 2, /*min blocks*/ 1>;
 };
+
+#ifndef SEMIRING_OPS_LOG_CONTRACT_POLY_PER_16
+#define SEMIRING_OPS_LOG_CONTRACT_POLY_PER_16 2
+#endif
 
 template <class T, bool kL1, bool kR1>
 struct LogContractPolicy {
@@ -42,9 +48,19 @@ struct LogContractPolicy {
     st.sum = acc_t(0);
     st.o = o;
   }
-  static __device__ __forceinline__ void cell(State& st, const acc_t (&l)[kNumLeft], const acc_t (&r)[kNumRight],
-                                              int32_t /*t*/) {
-    const acc_t w = LogWeight::weight(l[0] + r[0] + st.o);
+  // Each term's weight is one exponential: in float, SEMIRING_OPS_LOG_CONTRACT_POLY_PER_16 of every 16 terms of a
+  // tile (by their place idx, tile_engine.cuh kIndexedCells) take exp2_poly on the FMA pipe, the others the MUFU
+  // (fast_exp2): the same values to 2^-22, so that neither pipe bounds the loop (docs/perf_notes.md).
+  static constexpr bool kIndexedCells = true;
+  static __device__ __forceinline__ void cell_at(State& st, const acc_t (&l)[kNumLeft], const acc_t (&r)[kNumRight],
+                                                 int32_t /*t*/, int idx) {
+    const acc_t x = l[0] + r[0] + st.o;
+    acc_t w;
+    if constexpr (std::is_same_v<acc_t, float>) {
+      w = in_share_of_16<SEMIRING_OPS_LOG_CONTRACT_POLY_PER_16>(idx) ? exp2_poly(x) : fast_exp2(x);
+    } else {
+      w = LogWeight::weight(x);
+    }
     if constexpr (kL1 && kR1) {
       st.sum += (l[1] * r[1]) * w;
     } else if constexpr (kL1) {

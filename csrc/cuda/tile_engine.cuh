@@ -27,6 +27,20 @@
 //   __device__ static void store(const State&, const Params&, int64_t idx);
 //                                       idx = (p * R + r) * S + s, the offset into a contiguous
 //                                       (B, R, S) output; called only for in-range outputs.
+//   static constexpr bool kIndexedCells; optional (default false): then the engine calls
+//   __device__ static void cell_at(State&, const acc_t (&l)[kNumLeft], const acc_t (&r)[kNumRight],
+//                               int32_t t, int idx)  instead of cell, idx = (t' * TM + i) * TN + j the
+//                                       term's place in the tile (t' its row in a full t-tile, 0 in the
+//                                       partial one; (i, j) its output in the micro-tile): a constant once
+//                                       the loops are unrolled, so a policy can send a fixed share of the
+//                                       terms down another path (another pipe) at no cost
+//   static constexpr bool kGuardedTiles; optional (default false): full t-tiles after the first run a fast
+//                                       path, then a check, and on failure the exact path (cell_chunk / cell)
+//                                       again from the state as it was (the fast path must leave it so):
+//   __device__ static void cell_fast(State&, const acc_t (&l)[kNumLeft], const acc_t (&r)[kNumRight],
+//                               int idx)         every term of the tile, idx as for cell_at (t' = 0 first)
+//   __device__ static bool tile_ok(const State&);  whether the fast path's tile may be kept
+//   __device__ static void tile_commit(State&);    keep it (called when every state of the thread is ok)
 // A new operation is one such struct, a launcher in a *_kernels.cu file that calls launch_contraction<Policy>
 // (explicitly instantiated there), and a host function (*_cuda.cpp) that fills the ContractionArgs (contraction.h,
 // contraction_host.h) and calls the launcher.
@@ -76,6 +90,14 @@ struct TileShape {
 // The kernel's arguments for a Policy (contraction.h).
 template <class Policy>
 using ArgsOf = ContractionArgs<typename Policy::scalar_t, Policy::kNumLeft, Policy::kNumRight, typename Policy::Params>;
+
+// Whether the term at place idx of a tile (kIndexedCells) falls in a share of kPer16 of every 16: kPer16 of each 16
+// consecutive idx (one t row of a 4 x 4 micro-tile), the window rotating with idx / 16 so that every output takes
+// its share of the tile's rows. A constant once the engine's loops are unrolled.
+template <int kPer16>
+__device__ __forceinline__ constexpr bool in_share_of_16(int idx) {
+  return ((idx + 5 * (idx >> 4)) & 15) < kPer16;
+}
 
 namespace detail {
 
@@ -162,6 +184,51 @@ __device__ __forceinline__ void fetch_field(Staged<T, kLoads>& st, const Operand
   }
 }
 
+// The engine's reads of one field, as a cursor that walks the t-tiles: the address of the thread's load 0 at the
+// current tile (advanced by BK along t after each fetch), the distance between its loads (the same for every thread:
+// the compiler keeps it in a uniform register) and which loads lie inside the field's outer extent (fixed for the
+// block). A fetch then costs per load one 64-bit add and the read; the t extent is checked only in the last tile.
+// (fetch_field computed every load's 64-bit address from its indices, ~30 instructions a load.)
+template <class T>
+struct FieldCursor {
+  const T* ptr;      // element (outer0 + m.o, k0 + m.t) of batch p
+  int64_t step;      // elements from one load to the next: m.step_o * stride_outer + m.step_t * stride_t
+  uint32_t outer_ok;  // bit l: load l's outer index is inside the field
+};
+
+template <int kLoads, class T>
+__device__ __forceinline__ FieldCursor<T> field_cursor(const OperandField<T>& f, const StageMap& m, int64_t p,
+                                                       int outer0, int outer_end) {
+  FieldCursor<T> c;
+  c.ptr = f.ptr + p * f.stride_p + static_cast<int64_t>(outer0 + m.o) * f.stride_outer +
+          static_cast<int64_t>(m.t) * f.stride_t;
+  c.step = static_cast<int64_t>(m.step_o) * f.stride_outer + static_cast<int64_t>(m.step_t) * f.stride_t;
+  c.outer_ok = 0;
+#pragma unroll
+  for (int l = 0; l < kLoads; ++l) c.outer_ok |= (outer0 + m.o + l * m.step_o < outer_end ? 1u : 0u) << l;
+  return c;
+}
+
+// Global -> registers for the cursor's tile (at k0), then the cursor moves to the next tile.
+template <int BK, int kLoads, class T>
+__device__ __forceinline__ void fetch_cursor(Staged<T, kLoads>& st, FieldCursor<T>& c, const OperandField<T>& f,
+                                             const StageMap& m, int k0, int depth) {
+  uint32_t valid = c.outer_ok;
+  if (k0 + BK > depth) {  // the last tile: drop the loads past the t extent
+#pragma unroll
+    for (int l = 0; l < kLoads; ++l)
+      if (k0 + m.t + l * m.step_t >= depth) valid &= ~(1u << l);
+  }
+  const T* q = c.ptr;
+#pragma unroll
+  for (int l = 0; l < kLoads; ++l) {
+    st.v[l] = ((valid >> l) & 1u) ? *q : T(0);  // a predicated read
+    q += c.step;
+  }
+  st.valid = valid;
+  c.ptr += static_cast<int64_t>(BK) * f.stride_t;
+}
+
 // Registers -> shared memory tile [BK][kPitch], converting to acc_t and applying the field's
 // transform (out-of-range elements become 0). Conversion and transform happen here, after the
 // current tile's compute, so the global reads stay in flight meanwhile.
@@ -189,6 +256,24 @@ struct ChunkOf {
 template <class P>
 struct ChunkOf<P, std::void_t<decltype(P::kChunk)>> {
   static constexpr int value = P::kChunk;
+};
+
+// Policy::kIndexedCells / Policy::kGuardedTiles, or false when the policy has none.
+template <class P, class = void>
+struct IndexedOf {
+  static constexpr bool value = false;
+};
+template <class P>
+struct IndexedOf<P, std::void_t<decltype(P::kIndexedCells)>> {
+  static constexpr bool value = P::kIndexedCells;
+};
+template <class P, class = void>
+struct GuardedOf {
+  static constexpr bool value = false;
+};
+template <class P>
+struct GuardedOf<P, std::void_t<decltype(P::kGuardedTiles)>> {
+  static constexpr bool value = P::kGuardedTiles;
 };
 
 // The kernel's pieces, as force-inlined functions so that the register arrays they take by reference
@@ -244,13 +329,24 @@ struct Engine {
     for (int f = 0; f < NR; ++f) mr[f] = stage_map<BN, BK, kThreads>(args.right[f], tid);
   }
 
-  static __device__ __forceinline__ void fetch(StagedL (&sl)[NL], StagedR (&sr)[NR], const StageMap (&ml)[NL],
-                                               const StageMap (&mr)[NR], const ArgsOf<Policy>& args,
-                                               int64_t p, int r0, int s0, int k0) {
+  // The fields' cursors at the first tile of batch p.
+  static __device__ __forceinline__ void cursors(FieldCursor<scalar_t> (&cl)[NL], FieldCursor<scalar_t> (&cr)[NR],
+                                                 const StageMap (&ml)[NL], const StageMap (&mr)[NR],
+                                                 const ArgsOf<Policy>& args, int64_t p, int r0, int s0) {
 #pragma unroll
-    for (int f = 0; f < NL; ++f) fetch_field(sl[f], args.left[f], ml[f], p, r0, args.rows, k0, args.depth);
+    for (int f = 0; f < NL; ++f) cl[f] = field_cursor<kLoadsL>(args.left[f], ml[f], p, r0, args.rows);
 #pragma unroll
-    for (int f = 0; f < NR; ++f) fetch_field(sr[f], args.right[f], mr[f], p, s0, args.cols, k0, args.depth);
+    for (int f = 0; f < NR; ++f) cr[f] = field_cursor<kLoadsR>(args.right[f], mr[f], p, s0, args.cols);
+  }
+
+  // The tile at k0 of every field (the cursors' tile), into registers; the cursors move on.
+  static __device__ __forceinline__ void fetch(StagedL (&sl)[NL], StagedR (&sr)[NR], FieldCursor<scalar_t> (&cl)[NL],
+                                               FieldCursor<scalar_t> (&cr)[NR], const StageMap (&ml)[NL],
+                                               const StageMap (&mr)[NR], const ArgsOf<Policy>& args, int k0) {
+#pragma unroll
+    for (int f = 0; f < NL; ++f) fetch_cursor<BK>(sl[f], cl[f], args.left[f], ml[f], k0, args.depth);
+#pragma unroll
+    for (int f = 0; f < NR; ++f) fetch_cursor<BK>(sr[f], cr[f], args.right[f], mr[f], k0, args.depth);
   }
 
   // Staged registers -> shared buffer (tl, tr point at the buffer's first field).
@@ -264,9 +360,12 @@ struct Engine {
       commit_field<kPitchN, acc_t>(tr + f * kTileR, sr[f], mr[f], [f](acc_t x) { return Policy::load_right(f, x); });
   }
 
-  // One reduction step: row t of the staged tiles (global index k) into every state of the micro-tile.
+  // One reduction step: row t of the staged tiles (global index k) into every state of the micro-tile. phase: the
+  // row's place in a full tile (a constant once unrolled), 0 in the partial tile (see kIndexedCells); kFast: the
+  // guarded fast path (cell_fast).
+  template <bool kFast = false>
   static __device__ __forceinline__ void step(State (&st)[TM][TN], const acc_t* tl, const acc_t* tr, int t, int32_t k,
-                                              int ty, int tx) {
+                                              int ty, int tx, int phase) {
     acc_t lv[NL][TM], rv[NR][TN];
 #pragma unroll
     for (int f = 0; f < NL; ++f) load_shared_vec(lv[f], tl + f * kTileL + t * kPitchM + ty * TM);
@@ -281,9 +380,51 @@ struct Engine {
         for (int f = 0; f < NL; ++f) l[f] = lv[f][i];
 #pragma unroll
         for (int f = 0; f < NR; ++f) r[f] = rv[f][j];
-        Policy::cell(st[i][j], l, r, k);
+        const int idx = (phase * TM + i) * TN + j;
+        if constexpr (kFast) {
+          Policy::cell_fast(st[i][j], l, r, idx);
+        } else if constexpr (IndexedOf<Policy>::value) {
+          Policy::cell_at(st[i][j], l, r, k, idx);
+        } else {
+          Policy::cell(st[i][j], l, r, k);
+        }
       }
     }
+  }
+
+  // A full t-tile on the exact path: in chunks of Policy::kChunk where the policy has them.
+  static __device__ __forceinline__ void full_tile(State (&st)[TM][TN], const acc_t* tl, const acc_t* tr, int32_t k0,
+                                                   int ty, int tx) {
+    constexpr int U = ChunkOf<Policy>::value;
+    if constexpr (U > 1 && BK % U == 0) {
+#pragma unroll
+      for (int t = 0; t < BK; t += U) step_chunk<U>(st, tl, tr, t, k0 + t, ty, tx);
+    } else {
+#pragma unroll
+      for (int t = 0; t < BK; ++t) step(st, tl, tr, t, k0 + t, ty, tx, t);
+    }
+  }
+
+  // A full t-tile on a guarded policy's fast path (kGuardedTiles). Returns whether every state passed the check
+  // and was committed; otherwise no state was committed, and the caller redoes the tile with full_tile.
+  static __device__ __forceinline__ bool fast_tile(State (&st)[TM][TN], const acc_t* tl, const acc_t* tr, int ty,
+                                                   int tx) {
+#pragma unroll
+    for (int t = 0; t < BK; ++t) step<true>(st, tl, tr, t, 0, ty, tx, t);
+    bool ok = true;
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+#pragma unroll
+      for (int j = 0; j < TN; ++j) ok &= Policy::tile_ok(st[i][j]);
+    }
+    if (ok) {
+#pragma unroll
+      for (int i = 0; i < TM; ++i) {
+#pragma unroll
+        for (int j = 0; j < TN; ++j) Policy::tile_commit(st[i][j]);
+      }
+    }
+    return ok;
   }
 
   // U consecutive reduction steps (rows t0 .. t0 + U - 1, global indices k0 ..) through Policy::cell_chunk.
@@ -358,8 +499,10 @@ __global__ void __launch_bounds__(Policy::Shape::kThreads, Policy::Shape::kMinBl
 
     typename E::StagedL stage_l[E::NL];
     typename E::StagedR stage_r[E::NR];
+    detail::FieldCursor<typename E::scalar_t> cur_l[E::NL], cur_r[E::NR];
+    E::cursors(cur_l, cur_r, map_l, map_r, args, p, r0, s0);
     if (num_tiles > 0) {
-      E::fetch(stage_l, stage_r, map_l, map_r, args, p, r0, s0, 0);
+      E::fetch(stage_l, stage_r, cur_l, cur_r, map_l, map_r, args, 0);
       E::commit(smem_l, smem_r, stage_l, stage_r, map_l, map_r);
       __syncthreads();
     }
@@ -367,22 +510,22 @@ __global__ void __launch_bounds__(Policy::Shape::kThreads, Policy::Shape::kMinBl
       const int buf = kt & 1;
       const int k0 = kt * BK;
       const bool has_next = kt + 1 < num_tiles;
-      if (has_next) E::fetch(stage_l, stage_r, map_l, map_r, args, p, r0, s0, k0 + BK);  // in flight during the compute
+      // the next tile's reads, in flight during the compute
+      if (has_next) E::fetch(stage_l, stage_r, cur_l, cur_r, map_l, map_r, args, k0 + BK);
       const acc_t* tl = smem_l + buf * E::NL * E::kTileL;
       const acc_t* tr = smem_r + buf * E::NR * E::kTileR;
       const int len = min(BK, T - k0);
       if (len == BK) {
-        constexpr int U = detail::ChunkOf<Policy>::value;
-        if constexpr (U > 1 && BK % U == 0) {
-#pragma unroll
-          for (int t = 0; t < BK; t += U) E::template step_chunk<U>(st, tl, tr, t, k0 + t, ty, tx);
+        if constexpr (detail::GuardedOf<Policy>::value) {
+          // the first tile sets the states up on the exact path; a later one takes the fast path, and the exact
+          // path again where the check fails (rare: a thread's branch, for its 16 states at once)
+          if (kt == 0 || !E::fast_tile(st, tl, tr, ty, tx)) E::full_tile(st, tl, tr, k0, ty, tx);
         } else {
-#pragma unroll
-          for (int t = 0; t < BK; ++t) E::step(st, tl, tr, t, k0 + t, ty, tx);
+          E::full_tile(st, tl, tr, k0, ty, tx);
         }
       } else {  // the last, partial tile: stop at its true length
 #pragma unroll 1
-        for (int t = 0; t < len; ++t) E::step(st, tl, tr, t, k0 + t, ty, tx);
+        for (int t = 0; t < len; ++t) E::step(st, tl, tr, t, k0 + t, ty, tx, 0);
       }
       // The other buffer was last read in iteration kt - 1, which ended with a barrier.
       if (has_next)

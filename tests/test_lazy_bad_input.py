@@ -107,14 +107,14 @@ def test_with_batch_dimensions_dim_0_is_a_batch_axis(nothing_runs):
 
 def test_reductions_without_an_axis(nothing_runs):
     f = Vi(_x()).sqdist(Vj(_x(6)))
-    for name in ("sum", "logsumexp", "max", "min_argmin"):
+    for name in ("sum_reduction", "logsumexp", "max_reduction", "min_argmin"):  # sum() / max(): the vector (KeOps)
         with pytest.raises(ValueError, match="give the axis"):
             getattr(f, name)()
 
 
 def test_selections_over_the_vector_dimension(nothing_runs):
     f = Vi(_x()) - Vj(_x(6))
-    for name in ("argmax", "argmin", "max_argmax", "min_argmin"):
+    for name in ("max_argmax", "min_argmin"):  # argmax(-1) / argmin(-1): KeOps' ArgMax / ArgMin operations
         with pytest.raises(ValueError, match=f"{name} over the vector dimension is not available"):
             getattr(f, name)(-1)
     for name in ("Kmin", "argKmax", "Kmin_argKmin"):

@@ -747,8 +747,7 @@ def test_option_errors(backend):
         f.sum(1, device_id="0")
     with pytest.raises(TypeError, match="optional_flags"):
         f.sum(1, optional_flags="-O3")
-    with pytest.raises(NotImplementedError, match="call=False"):
-        f.sum(1, call=False)
+    assert torch.equal(f.sum(1, call=False)(), f.sum(1))  # a callable (tests/test_lazy_symbolic.py)
     with pytest.raises(ValueError, match="backend='CPU' with device_id=0"):
         f.sum(1, backend="CPU", device_id=0)
 

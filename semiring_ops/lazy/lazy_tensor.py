@@ -33,6 +33,7 @@ from .multi_device import resolve as resolve_devices
 from .options import DEFAULT as _DEFAULT_OPTIONS
 from .options import ReduceOptions, parse_options
 from .reductions import Reduction, kbest, semiring_reduction, weighted_logsumexp
+from .symbolic import deferrable, is_placeholder, symbolic_var, symbolic_variables
 
 __all__ = ["LazyTensor", "Pm", "Vi", "Vj"]
 
@@ -146,11 +147,18 @@ class LazyTensor:
     """
 
     __array_priority__ = 1000
-    __slots__ = ("batch", "deferred", "device", "dtype", "formula", "n_i", "n_j", "ranges")
+    __slots__ = ("batch", "deferred", "device", "dtype", "formula", "n_i", "n_j", "ranges", "symbolic")
 
     def __init__(self, x: Any, axis: int | None = None) -> None:
         if isinstance(x, LazyTensor):
-            self._set(x.formula, x.batch, x.n_i, x.n_j, x.device, x.dtype, x.deferred)
+            self._set(x.formula, x.batch, x.n_i, x.n_j, x.device, x.dtype, x.deferred, x.symbolic)
+            return
+        if isinstance(x, tuple):  # KeOps' symbolic variable (index, dim, cat): its tensor is given at the call
+            if axis is not None:
+                raise ValueError(f"LazyTensor({x!r}): a symbolic variable (index, dim, cat) takes no axis")
+            if len(x) != 3:
+                raise ValueError(f"LazyTensor(x): a tuple x is a symbolic variable (index, dim, cat), got {x!r}")
+            self._set(symbolic_var(*x, what=f"LazyTensor({x!r})"), (), None, None, None, None, symbolic=True)
             return
         if isinstance(x, (int, float)):
             self._set(F.Const(x), (), None, None, None, None)
@@ -184,7 +192,7 @@ class LazyTensor:
 
     # ------------------------------------------------------------ construction
 
-    def _set(self, formula, batch, n_i, n_j, device, dtype, deferred: bool = False) -> None:
+    def _set(self, formula, batch, n_i, n_j, device, dtype, deferred: bool = False, symbolic: bool = False) -> None:
         self.formula: Formula = formula
         self.batch: tuple[int, ...] = tuple(batch)
         self.n_i: int | None = n_i
@@ -193,6 +201,8 @@ class LazyTensor:
         self.dtype: torch.dtype | None = dtype
         # only deferred numbers (Pm(2.0)): device and dtype are the defaults (cpu, float32) and give way
         self.deferred: bool = deferred
+        # it holds a symbolic variable (Vi(0, 3)): its reductions are callables (symbolic.py)
+        self.symbolic: bool = symbolic
         # KeOps' block-sparsity pattern, set by the user (``K.ranges = ranges_ij``) and used by this LazyTensor's
         # reductions without a ranges= of their own; operations do not carry it over (the transpose swaps it)
         self.ranges: tuple | None = None
@@ -214,9 +224,11 @@ class LazyTensor:
         )
 
     @classmethod
-    def _make(cls, formula, batch, n_i, n_j, device, dtype, deferred: bool = False) -> LazyTensor:
+    def _make(
+        cls, formula, batch, n_i, n_j, device, dtype, deferred: bool = False, symbolic: bool = False
+    ) -> LazyTensor:
         out = cls.__new__(cls)
-        out._set(formula, batch, n_i, n_j, device, dtype, deferred)
+        out._set(formula, batch, n_i, n_j, device, dtype, deferred, symbolic)
         return out
 
     @classmethod
@@ -234,6 +246,16 @@ class LazyTensor:
     def shape(self) -> tuple[int, ...]:
         """(*batch, M, N, D)."""
         return (*self.batch, self._extent().n_i, self._extent().n_j, self.formula.dim)
+
+    @property
+    def _shape(self) -> tuple[int, ...]:
+        """(*batch, M, N, D): KeOps' internal shape (its ``shape`` drops D = 1; here ``shape`` is this too)."""
+        return self.shape
+
+    @property
+    def symbolic_variables(self) -> tuple[tuple[int, int, int], ...]:
+        """KeOps' (index, dim, cat) of the symbolic variables (``Vi(0, 3)`` is (0, 3, 0)), by index."""
+        return symbolic_variables(self.formula) if self.symbolic else ()
 
     def _extent(self) -> Extent:
         """Batch shape and the numbers of i and j (1 for a category without variables)."""
@@ -303,7 +325,9 @@ class LazyTensor:
 
     def _unary(self, node: type, *args: Any) -> LazyTensor:
         formula = node(self.formula, *args)
-        return self._make(formula, self.batch, self.n_i, self.n_j, self.device, self.dtype, self.deferred)
+        return self._make(
+            formula, self.batch, self.n_i, self.n_j, self.device, self.dtype, self.deferred, self.symbolic
+        )
 
     def _nary(self, op: str, build, *others: Any) -> LazyTensor:
         lifted = [self._lift(o) for o in others]
@@ -316,7 +340,7 @@ class LazyTensor:
         *_, device, dtype, deferred = meta
         if not deferred and device is not None and any(o.deferred for o in (self, *lifted)):
             formula = _materialise(formula, dtype, device)
-        return self._make(formula, *meta)
+        return self._make(formula, *meta, self.symbolic or any(o.symbolic for o in lifted))
 
     def _binary(self, node: type, other: Any, op: str, reflected: bool = False) -> LazyTensor:
         if reflected:
@@ -466,7 +490,7 @@ class LazyTensor:
         """The transpose: i-variables become j-variables and the other way round."""
         swap = {"i": "j", "j": "i"}
         formula = substitute(self.formula, lambda v: v if v.cat == "p" else Var(swap[v.cat], v.dim, tensor=v.tensor))
-        out = self._make(formula, self.batch, self.n_j, self.n_i, self.device, self.dtype, self.deferred)
+        out = self._make(formula, self.batch, self.n_j, self.n_i, self.device, self.dtype, self.deferred, self.symbolic)
         if self.ranges is not None:
             out.ranges = (*self.ranges[3:6], *self.ranges[0:3])
         return out
@@ -932,9 +956,11 @@ class LazyTensor:
             raise ValueError(f"{what} over the vector dimension is a LazyTensor: out= and ranges= do not apply")
         return self._unary(node)
 
+    @deferrable(vector_default=True)
     def sum(self, dim: int | None = None, axis: int | None = None, **kwargs: Any) -> Any:
-        """Sum over i or j: (*batch, rows, D); over the vector dimension (-1): a LazyTensor. ``kwargs``: KeOps'
-        reduction options (options.py), e.g. ``keepdim=True``, ``dtype_acc="float64"``, ``out=``."""
+        """Sum over i or j: (*batch, rows, D); over the vector dimension (-1, the default as in KeOps): a LazyTensor.
+        ``kwargs``: KeOps' reduction options (options.py), e.g. ``keepdim=True``, ``dtype_acc="float64"``,
+        ``out=``; ``call=False`` (or a symbolic variable) returns a callable (symbolic.ReducedLazyTensor)."""
         over = self._axis(dim, axis, "sum")
         group, devices = _pop_spread(kwargs)
         opts = parse_options("sum", kwargs) if kwargs else _DEFAULT_OPTIONS
@@ -943,8 +969,9 @@ class LazyTensor:
         vals = self._reduce(semiring_reduction("std"), over, "sum", opts=opts, group=group, devices=devices)[0]
         return self._output(vals, opts, "sum")
 
-    sum_reduction = sum
+    sum_reduction = deferrable()(sum.__wrapped__)  # KeOps' sum_reduction: no default axis
 
+    @deferrable()
     def logsumexp(self, dim: int | None = None, axis: int | None = None, weight: Any = None, **kwargs: Any) -> Any:
         """log sum exp over i or j, per component; with ``weight`` (a LazyTensor w of dimension E, the formula
         scalar; ``other=`` is KeOps' other name for it): log sum_j exp(F_ij) w_ij, of dimension E. Over the
@@ -975,6 +1002,7 @@ class LazyTensor:
 
     logsumexp_reduction = logsumexp
 
+    @deferrable()
     def sumsoftmaxweight(self, weight: Any, dim: int | None = None, axis: int | None = None, **kwargs: Any):
         """sum_j softmax_j(F_ij) w_ij for a scalar formula F and weights w (a LazyTensor or tensor of dimension E):
         (*batch, rows, E). Two reductions: s = logsumexp of F, then the sum of exp(F_ij - s_i) w_ij (exactly 0
@@ -1005,6 +1033,7 @@ class LazyTensor:
 
     sumsoftmaxweight_reduction = sumsoftmaxweight
 
+    @deferrable()
     def solve(self, other: Any, var: Any = None, call: bool = True, alpha: float = 1e-10, eps: float = 1e-6, **kwargs):
         """The solution a of (alpha Id + K) a = b for the square scalar formula K = self, by conjugate gradients on
         ``K @ p`` products (KeOps' LazyTensor.solve; K should be symmetric positive definite, which is not
@@ -1012,9 +1041,15 @@ class LazyTensor:
         (K a)_i = sum_j K_ij a_j; or a j-variable (Vj(b)), then (K a)_j = sum_i K_ij a_i. Stops when |r|^2 <
         numel(b) eps^2 (KeOps' rule), or after 10 n + 10 iterations with a RuntimeWarning. Differentiable with
         respect to b and to K's tensors (implicit differentiation: one more solve, with K's transpose), once.
-        ``kwargs``: reduction options for the products (``out=`` receives a)."""
-        if var is not None or not call:
-            raise NotImplementedError("solve: var= and call=False (symbolic variables) are not supported")
+        ``kwargs``: reduction options for the products (``out=`` receives a); ``call=False`` (or a symbolic b, as
+        ``Vi(0, E)``) returns a callable (symbolic.ReducedLazyTensor)."""
+        if var is not None:
+            raise NotImplementedError(
+                "solve: var= (the unknown as a symbolic variable of a formula linear in it) is not supported; "
+                "solve (alpha Id + K) a = b for a scalar formula K"
+            )
+        if call is not True:
+            raise TypeError(f"solve: call must be given as a keyword, call=True or call=False; got {call!r}")
         if "group" in kwargs:
             raise NotImplementedError("solve: group= (sharded reductions) is not supported; see docs/lazy.md")
         opts = parse_options("solve", kwargs) if kwargs else _DEFAULT_OPTIONS
@@ -1057,8 +1092,10 @@ class LazyTensor:
         group, devices = _pop_spread(kwargs)
         opts = parse_options(what, kwargs) if kwargs else _DEFAULT_OPTIONS
         if over == "vector":
-            if indices:
-                raise ValueError(f"{what} over the vector dimension is not available")
+            if values and indices:
+                raise ValueError(f"{what} over the vector dimension is not available; reduce over i or j")
+            if indices:  # KeOps' ArgMax / ArgMin operations: the index of the first extremum, a number
+                return self._vector(_vector_argmax if largest else _vector_argmin, opts, what)
             return self._vector(F.VecMax, opts, what) if largest else -(-self)._vector(F.VecMax, opts, what)
         vals, idx = self._reduce(
             semiring_reduction("max" if largest else "min"), over, what, True, opts, group, devices
@@ -1067,30 +1104,37 @@ class LazyTensor:
             return self._output((vals, idx), opts, what)
         return self._output(vals if values else idx, opts, what)
 
+    @deferrable(vector_default=True)
     def max(self, dim=None, axis=None, **kwargs):
         """The largest term per component over i or j (min, argmax, ... alike). Over an empty axis the
-        values are the semiring zero (-inf for max, +inf for min) and the indices 0, on every backend."""
+        values are the semiring zero (-inf for max, +inf for min) and the indices 0, on every backend. Without an
+        axis, over the vector dimension (KeOps' default): a LazyTensor (argmin / argmax: the index, as a float)."""
         return self._extremum(dim, axis, True, True, False, "max", kwargs)
 
+    @deferrable(vector_default=True)
     def min(self, dim=None, axis=None, **kwargs):
         return self._extremum(dim, axis, False, True, False, "min", kwargs)
 
+    @deferrable(vector_default=True)
     def argmax(self, dim=None, axis=None, **kwargs):
         return self._extremum(dim, axis, True, False, True, "argmax", kwargs)
 
+    @deferrable(vector_default=True)
     def argmin(self, dim=None, axis=None, **kwargs):
         return self._extremum(dim, axis, False, False, True, "argmin", kwargs)
 
+    @deferrable()
     def max_argmax(self, dim=None, axis=None, **kwargs):
         return self._extremum(dim, axis, True, True, True, "max_argmax", kwargs)
 
+    @deferrable()
     def min_argmin(self, dim=None, axis=None, **kwargs):
         return self._extremum(dim, axis, False, True, True, "min_argmin", kwargs)
 
-    max_reduction = __max__ = max
-    min_reduction = __min__ = min
-    argmax_reduction = argmax
-    argmin_reduction = argmin
+    __max__, __min__ = max, min
+    # KeOps' *_reduction forms have no default axis
+    max_reduction, min_reduction = deferrable()(max.__wrapped__), deferrable()(min.__wrapped__)
+    argmax_reduction, argmin_reduction = deferrable()(argmax.__wrapped__), deferrable()(argmin.__wrapped__)
     max_argmax_reduction = max_argmax
     min_argmin_reduction = min_argmin
 
@@ -1104,27 +1148,34 @@ class LazyTensor:
         result = (vals, idx)[pick]
         return self._output(result[0] if len(result) == 1 else result, opts, what)
 
+    @deferrable()
     def Kmin(self, K: int, dim=None, axis=None, **kwargs):
         return self._kbest(K, dim, axis, False, "Kmin", kwargs, slice(0, 1))
 
+    @deferrable()
     def argKmin(self, K: int, dim=None, axis=None, **kwargs):
         return self._kbest(K, dim, axis, False, "argKmin", kwargs, slice(1, 2))
 
+    @deferrable()
     def Kmin_argKmin(self, K: int, dim=None, axis=None, **kwargs):
         return self._kbest(K, dim, axis, False, "Kmin_argKmin", kwargs, slice(0, 2))
 
+    @deferrable()
     def Kmax(self, K: int, dim=None, axis=None, **kwargs):
         return self._kbest(K, dim, axis, True, "Kmax", kwargs, slice(0, 1))
 
+    @deferrable()
     def argKmax(self, K: int, dim=None, axis=None, **kwargs):
         return self._kbest(K, dim, axis, True, "argKmax", kwargs, slice(1, 2))
 
+    @deferrable()
     def Kmax_argKmax(self, K: int, dim=None, axis=None, **kwargs):
         return self._kbest(K, dim, axis, True, "Kmax_argKmax", kwargs, slice(0, 2))
 
     Kmin_reduction, argKmin_reduction, Kmin_argKmin_reduction = Kmin, argKmin, Kmin_argKmin
     Kmax_reduction, argKmax_reduction, Kmax_argKmax_reduction = Kmax, argKmax, Kmax_argKmax
 
+    @deferrable()
     def __matmul__(self, v: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         """sum_j K_ij v_j for a scalar formula K and v of shape (..., N, E): (..., M, E); v of shape (N,) gives
         (..., M). ``kwargs``: KeOps' reduction options, as for sum (``K.__matmul__(v, backend="CPU")``), and
@@ -1186,6 +1237,8 @@ class LazyTensor:
         temporaries, ~3x its size) would not fit the GPU's free memory: then semiring_ops.blocks.dense writes
         it block by block into a host tensor (``out``, or a new one), on ``devices`` (default: the formula's
         GPU, or CPU workers). The block path takes formulas without batch dimensions."""
+        if self.symbolic:
+            raise ValueError(f"dense(): {self.describe()} holds symbolic variables {self.symbolic_variables}")
         if self.device is None:
             raise ValueError("dense(): a formula of constants only")
         extent = self._extent()
@@ -1208,7 +1261,8 @@ class LazyTensor:
 
     @property
     def variables(self) -> list[torch.Tensor]:
-        return [v.tensor for v in variables(self.formula)]
+        """The tensors of the formula, each once, in order of appearance (not the symbolic variables')."""
+        return [v.tensor for v in variables(self.formula) if not (self.symbolic and is_placeholder(v.tensor))]
 
 
 def _as_tensor(x: Any, what: str) -> torch.Tensor:
@@ -1218,19 +1272,33 @@ def _as_tensor(x: Any, what: str) -> torch.Tensor:
     return x
 
 
-def Vi(x: torch.Tensor) -> LazyTensor:
-    """An i-variable from x of shape (..., M, D) (M = 1: a parameter, as LazyTensor(x[..., None, :]) is)."""
-    return _indexed(x, "i")
+def Vi(x_or_ind: torch.Tensor | int, dim: int | None = None) -> LazyTensor:
+    """An i-variable from x of shape (..., M, D) (M = 1: a parameter, as LazyTensor(x[..., None, :]) is);
+    ``Vi(ind, dim)``: KeOps' symbolic i-variable number ``ind`` of dimension ``dim``, whose tensor is given
+    when the reduction is called (symbolic.py)."""
+    return _indexed(x_or_ind, dim, "i")
 
 
-def Vj(x: torch.Tensor) -> LazyTensor:
-    """A j-variable from x of shape (..., N, D) (N = 1: a parameter, as LazyTensor(x[..., None, :, :]) is)."""
-    return _indexed(x, "j")
+def Vj(x_or_ind: torch.Tensor | int, dim: int | None = None) -> LazyTensor:
+    """A j-variable from x of shape (..., N, D) (N = 1: a parameter, as LazyTensor(x[..., None, :, :]) is);
+    ``Vj(ind, dim)``: a symbolic j-variable (see Vi)."""
+    return _indexed(x_or_ind, dim, "j")
 
 
-def _indexed(x: torch.Tensor, cat: str) -> LazyTensor:
+def _symbolic(ind: Any, dim: Any, cat: str, what: str) -> LazyTensor:
+    """KeOps' ``LazyTensor((ind, dim, cat))`` for Vi / Vj / Pm(ind, dim)."""
+    if isinstance(ind, torch.Tensor):
+        raise TypeError(f"{what}: dim= is for a symbolic variable {what[:2]}(ind, dim) with ind an int, not a tensor")
+    return LazyTensor((ind, dim, "ijp".index(cat)))
+
+
+def _indexed(x: torch.Tensor | int, dim: int | None, cat: str) -> LazyTensor:
     """Vi / Vj: x itself is the variable's tensor (no view of it), so Vi(x) twice is one kernel argument."""
     what = f"V{cat}(x)"
+    if dim is not None:
+        return _symbolic(x, dim, cat, f"V{cat}(ind, dim)")
+    if isinstance(x, int) and not isinstance(x, bool):
+        raise TypeError(f"{what}: x is a tensor (..., n, D), or an index with its dimension: V{cat}(ind, dim)")
     x = _as_tensor(x, what)
     if x.dim() < 2:
         raise ValueError(f"{what}: x must have shape (..., {'M' if cat == 'i' else 'N'}, D), got {tuple(x.shape)}")
@@ -1241,9 +1309,12 @@ def _indexed(x: torch.Tensor, cat: str) -> LazyTensor:
     return out
 
 
-def Pm(x: Any) -> LazyTensor:
+def Pm(x: Any, dim: int | None = None) -> LazyTensor:
     """A parameter from a number, a 0-d tensor or a vector of shape (D,). A number takes the dtype and device
-    of the formula it is combined with (float32 on the CPU while it has none)."""
+    of the formula it is combined with (float32 on the CPU while it has none). ``Pm(ind, dim)``: a symbolic
+    parameter (see Vi)."""
+    if dim is not None:
+        return _symbolic(x, dim, "p", "Pm(ind, dim)")
     if isinstance(x, (int, float)):
         return LazyTensor._number(x)
     x = _as_tensor(x, "Pm(x)")
@@ -1277,6 +1348,18 @@ def _retargeted(formula: Formula, device: torch.device, dtype: torch.dtype) -> F
         return Var(v.cat, v.dim, tensor=new)
 
     return substitute(formula, move)
+
+
+def _vector_argmax(x: Formula) -> Formula:
+    """The index of the first largest component of x, as a number (no gradient): KeOps' ArgMax operation."""
+    if x.dim == 1:
+        return F.Mul(F.ArgMaxMask(x), F.Const(0.0))
+    return F.VecSum(F.Mul(F.ArgMaxMask(x), _concat_all([F.Const(float(d)) for d in range(x.dim)])))
+
+
+def _vector_argmin(x: Formula) -> Formula:
+    """The index of the first smallest component of x, as a number: KeOps' ArgMin operation."""
+    return _vector_argmax(F.Neg(x))
 
 
 def _zero(dim: int) -> Formula:

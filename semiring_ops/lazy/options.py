@@ -28,7 +28,7 @@ ranges             block-sparse reductions (KeOps' 6-tuple): honoured, by one re
 out                the result is written into this tensor (or NumPy array) in place: shape, dtype and device
                    must match; not while recording a graph, as torch's out= arguments.
 keepdim            the reduced axis kept, with size 1 (torch's keepdim).
-call               True only: call=False returns a callable in KeOps, for formulas of symbolic variables.
+call               taken by the reductions themselves (symbolic.deferrable): call=False returns a callable.
 =================  =======================================================================================
 """
 

@@ -5,7 +5,7 @@
 //   SemiringReducer<T, S, D, kArg>     one semiring.h accumulator per component: sum (Std), logsumexp (Log),
 //                                      max, min (with the index of the first extremum when kArg)
 //   WeightedLogSumExpReducer<T, DW>    log sum_j exp(f0) * w_j for f = (f0, w_1 .. w_DW)
-//   KBestReducer<T, D, K, kIsMax>      the K best values of each component and their indices
+//   KBestReducer<T, D, K, kIsMax>      the K best values of each component and their indices (kbest.h)
 //
 // The interface, shared by the CPU and CUDA skeletons: init(); add(f, j) with j increasing within one
 // reducer; merge(other) folding in a reducer of a disjoint range of j (split reductions, SIMD lanes);
@@ -13,6 +13,7 @@
 // Reducers are plain aggregates, so split reductions can park them in a workspace.
 #pragma once
 
+#include "kbest.h"
 #include "semiring.h"
 
 namespace semiring_ops {
@@ -101,75 +102,6 @@ template <class T, int DW> struct WeightedLogSumExpReducer {
   SR_HD void store(T* vals, int64_t* /*idx*/) const {
 #pragma unroll
     for (int k = 0; k < DW; ++k) vals[k] = (m + sr_log2(s[k])) * T(kLn2);
-  }
-};
-
-// The K best (smallest, or largest with kIsMax) values of each component over j, best first, with their
-// indices; ties keep the lowest index first. NaN counts as the largest value (torch.topk's order): first
-// for kIsMax, last otherwise. Slots not yet filled hold index -1 and lose to everything. Insertion is an
-// unrolled compare-and-swap pass, so the lists stay in registers on the GPU.
-template <class T, int D, int K, bool kIsMax> struct KBestReducer {
-  static constexpr int kIn = D, kOut = D * K, kIdx = D * K;
-  T v[D][K];
-  int32_t ix[D][K];
-
-  // whether (va, ia) comes before (vb, ib)
-  SR_HD static bool before(T va, int32_t ia, T vb, int32_t ib) {
-    if (ib < 0) return ia >= 0;
-    if (ia < 0) return false;
-    const bool na = is_nan(va), nb = is_nan(vb);
-    if (na || nb) {
-      if (na && nb) return ia < ib;
-      return kIsMax ? na : nb;  // NaN is the largest value
-    }
-    if (va == vb) return ia < ib;
-    return kIsMax ? va > vb : va < vb;
-  }
-  SR_HD void init() {
-#pragma unroll
-    for (int d = 0; d < D; ++d)
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        v[d][k] = kIsMax ? -pos_inf<T>() : pos_inf<T>();
-        ix[d][k] = -1;
-      }
-  }
-  SR_HD void insert(int d, T x, int32_t j) {
-    if (!before(x, j, v[d][K - 1], ix[d][K - 1])) return;
-    v[d][K - 1] = x;
-    ix[d][K - 1] = j;
-#pragma unroll
-    for (int k = K - 1; k > 0; --k) {
-      if (before(v[d][k], ix[d][k], v[d][k - 1], ix[d][k - 1])) {
-        const T tv = v[d][k];
-        v[d][k] = v[d][k - 1];
-        v[d][k - 1] = tv;
-        const int32_t ti = ix[d][k];
-        ix[d][k] = ix[d][k - 1];
-        ix[d][k - 1] = ti;
-      }
-    }
-  }
-  SR_HD void add(const T* f, int32_t j) {
-#pragma unroll
-    for (int d = 0; d < D; ++d) insert(d, f[d], j);
-  }
-  SR_HD void merge(const KBestReducer& o) {
-#pragma unroll
-    for (int d = 0; d < D; ++d)
-#pragma unroll
-      for (int k = 0; k < K; ++k)
-        if (o.ix[d][k] >= 0) insert(d, o.v[d][k], o.ix[d][k]);
-  }
-  // values and indices in (K, D) order: vals[k * D + d]
-  SR_HD void store(T* vals, int64_t* idx) const {
-#pragma unroll
-    for (int d = 0; d < D; ++d)
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        vals[k * D + d] = v[d][k];
-        idx[k * D + d] = ix[d][k];
-      }
   }
 };
 

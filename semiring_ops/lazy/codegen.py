@@ -7,7 +7,8 @@ CPU (C++, g++, loaded with ctypes): parallel over (batch, row) with OpenMP; the 
 parameters are scalars in registers; the inner variables are passed transposed, (D, n), and j is walked in
 groups of ``CPU_LANES`` with one reducer per lane, so the loop over lanes vectorises; the lanes are merged at
 the end (merge keeps the lowest index among ties); the last j (fewer than a group) go to lane 0 in a scalar
-loop, a second copy of the cell. Formulas of more than CPU_SCALAR_NODES nodes get one scalar loop over j
+loop, a second copy of the cell (the k-best instead keeps one reducer per row, fed a group of lanes at a time,
+csrc/lazy/kbest.h add_lanes). Formulas of more than CPU_SCALAR_NODES nodes get one scalar loop over j
 instead (the same lanes, so the same sums), one copy of the cell, whose numbers (formula.Num) are read from
 the number vector where they are used, behind an empty asm per j that the compiler cannot hoist loads over:
 thousands of numbers held in registers across the loop (a parameter each, or the vectoriser's hoisted
@@ -51,9 +52,9 @@ def _ctype(dtype_name: str) -> str:
     return {"float32": "float", "float64": "double"}[dtype_name]
 
 
-def _prelude(plan: Plan, dtype_name: str) -> str:
+def _prelude(plan: Plan, dtype_name: str, target: str) -> str:
     ctype = _ctype(dtype_name)
-    reducer = plan.reduction.cpp_reducer(ctype, plan.formula.dim, plan.with_arg)
+    reducer = plan.reduction.cpp_reducer(ctype, plan.formula.dim, plan.with_arg, target)
     return f"// semiring_ops.lazy kernel for: {plan.key}\n" + _PRELUDE.format(ctype=ctype, reducer=reducer)
 
 
@@ -91,7 +92,8 @@ def cpu_source(plan: Plan, dtype_name: str) -> str:
     Two loops over j, of the same results (lane l reduces the j = l mod kLanes of the full groups of kLanes,
     lane 0 the last j, in increasing order): formulas of up to CPU_SCALAR_NODES nodes get the vectorised
     lanes loop and a scalar loop for the last j (two copies of the cell); larger ones one scalar loop, which
-    reads the numbers where they are used (module docstring)."""
+    reads the numbers where they are used (module docstring). The k-best keeps one reducer per row instead
+    of one per lane (_cpu_kbest_loop): merging K-lists costs more than a reducer fed by vector compares."""
     n_slots = len(plan.arg_cats)
     slots = range(n_slots)
     loads = [f"const T* a{k} = args[{k}] + b * bstride[{k}];" for k in slots]
@@ -114,11 +116,37 @@ def cpu_source(plan: Plan, dtype_name: str) -> str:
 
     hoisted, cell = _cell(plan, read, "c", number)
     loads += hoisted
+    # nums: the number vector behind an empty asm the compiler cannot see through, once per j, so each
+    # number is loaded where it is used instead of being hoisted out of the loop into a register of its own
+    barrier = ['const T* nums = numbers; asm("" : "+r"(nums));'] if scalar and plan.n_numbers else []
+    loop = (_cpu_kbest_loop if plan.reduction.kind == "kbest" else _cpu_lanes_loop)(cell, barrier, scalar)
+    numbers = [f"const T* numbers = args[{n_slots}];"] if plan.n_numbers else []
+    idx_expr = f"idx + row * {plan.index_dim}" if plan.index_dim else "nullptr"
+    return (
+        _prelude(plan, dtype_name, "cpu")
+        + f"""constexpr int kLanes = {CPU_LANES};
+
+extern "C" void lazy_reduce(T* vals, int64_t* idx, const T* const* args, const int64_t* bstride, int64_t nbatch,
+                            int64_t n_outer, int64_t n_inner, int nthreads) {{
+  const int64_t rows = nbatch * n_outer;
+{_indent(numbers, 2)}
+#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 16)
+  for (int64_t row = 0; row < rows; ++row) {{
+    const int64_t b = row / n_outer, i = row - b * n_outer;
+    (void)i;
+{_indent(loads, 4)}
+{_indent(loop, 4)}
+    red.store(vals + row * {plan.value_dim}, {idx_expr});
+  }}
+}}
+"""
+    )
+
+
+def _cpu_lanes_loop(cell: list[str], barrier: list[str], scalar: bool) -> list[str]:
+    """The j loop of cpu_source with one reducer per lane, merged into ``red`` at the end (module docstring)."""
     if scalar:
-        # nums: the number vector behind an empty asm the compiler cannot see through, once per j, so each
-        # number is loaded where it is used instead of being hoisted out of the loop into a register of its own
-        barrier = ['const T* nums = numbers; asm("" : "+r"(nums));'] if plan.n_numbers else []
-        loop = [
+        body = [
             "const int64_t full = n_inner - n_inner % kLanes;  // j of the full groups go to lane j % kLanes",
             "for (int64_t j = 0; j < n_inner; ++j) {",
             *("  " + line for line in barrier + cell),
@@ -126,7 +154,7 @@ def cpu_source(plan: Plan, dtype_name: str) -> str:
             "}",
         ]
     else:
-        loop = [
+        body = [
             "int64_t j0 = 0;",
             "for (; j0 + kLanes <= n_inner; j0 += kLanes) {",
             "  for (int l = 0; l < kLanes; ++l) {",
@@ -140,30 +168,45 @@ def cpu_source(plan: Plan, dtype_name: str) -> str:
             "  lane[0].add(cf, static_cast<int32_t>(j));",
             "}",
         ]
-    numbers = [f"const T* numbers = args[{n_slots}];"] if plan.n_numbers else []
-    idx_expr = f"idx + row * {plan.index_dim}" if plan.index_dim else "nullptr"
-    return (
-        _prelude(plan, dtype_name)
-        + f"""constexpr int kLanes = {CPU_LANES};
+    return [
+        "Reducer lane[kLanes];",
+        "for (int l = 0; l < kLanes; ++l) lane[l].init();",
+        *body,
+        "for (int l = 1; l < kLanes; ++l) lane[0].merge(lane[l]);",
+        "Reducer& red = lane[0];",
+    ]
 
-extern "C" void lazy_reduce(T* vals, int64_t* idx, const T* const* args, const int64_t* bstride, int64_t nbatch,
-                            int64_t n_outer, int64_t n_inner, int nthreads) {{
-  const int64_t rows = nbatch * n_outer;
-{_indent(numbers, 2)}
-#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 16)
-  for (int64_t row = 0; row < rows; ++row) {{
-    const int64_t b = row / n_outer, i = row - b * n_outer;
-    (void)i;
-{_indent(loads, 4)}
-    Reducer lane[kLanes];
-    for (int l = 0; l < kLanes; ++l) lane[l].init();
-{_indent(loop, 4)}
-    for (int l = 1; l < kLanes; ++l) lane[0].merge(lane[l]);
-    lane[0].store(vals + row * {plan.value_dim}, {idx_expr});
-  }}
-}}
-"""
-    )
+
+def _cpu_kbest_loop(cell: list[str], barrier: list[str], scalar: bool) -> list[str]:
+    """The j loop of cpu_source for the k-best: one reducer ``red`` (one sorted list per component) fed in
+    increasing j. The vectorised form computes a group of kLanes terms into a buffer, by component, and hands
+    it to add_lanes, whose one vector compare against the K-th values rejects most groups whole."""
+    if scalar:
+        body = [
+            "for (int64_t j = 0; j < n_inner; ++j) {",
+            *("  " + line for line in barrier + cell),
+            "  red.add(cf, static_cast<int32_t>(j));",
+            "}",
+        ]
+    else:
+        body = [
+            "int64_t j0 = 0;",
+            "for (; j0 + kLanes <= n_inner; j0 += kLanes) {",
+            "  T cbuf[Reducer::kIn * kLanes];  // cbuf[d * kLanes + l]: component d of the term at j0 + l",
+            "#pragma GCC unroll 1  // g++ vectorises the loop, not its unrolled copy (seen beside long insertions)",
+            "  for (int l = 0; l < kLanes; ++l) {",
+            "    const int64_t j = j0 + l;",
+            *("    " + line for line in cell),
+            "    for (int d = 0; d < Reducer::kIn; ++d) cbuf[d * kLanes + l] = cf[d];",
+            "  }",
+            "  red.add_lanes<kLanes>(cbuf, static_cast<int32_t>(j0));",
+            "}",
+            "for (int64_t j = j0; j < n_inner; ++j) {  // the tail",
+            *("  " + line for line in cell),
+            "  red.add(cf, static_cast<int32_t>(j));",
+            "}",
+        ]
+    return ["Reducer red;", "red.init();", *body]
 
 
 # ---------------------------------------------------------------- CUDA
@@ -180,6 +223,10 @@ class CudaConfig:
     chunk: int = 1
 
 
+# output rows per thread of the k-best: 1 ran 1.2-1.6x faster than 2 with the former reducer (H100, K=10);
+# not re-measured with csrc/lazy/kbest.h, whose chunked j loop is the min's plus one branch per 4 terms
+# (benchmarks/lazy_kbest.py --kbest-rows N times other values)
+KBEST_MAX_ROWS = 1
 ROW_REGISTER_BUDGET = 72  # 32-bit registers per thread for the rows' own values and reducers (H100-tuned)
 # formula nodes in all the copies of the cell a CUDA kernel holds (rows per thread, chunked loop): a formula
 # of thousands of nodes gets one copy, so the source and NVRTC's time stay linear in the formula's size
@@ -192,7 +239,7 @@ def row_registers(plan: Plan, dtype_name: str, chunk: int) -> int:
     r, fdim = plan.reduction, plan.formula.dim
     outer = sum(plan.arg_dims[k] for k in range(len(plan.arg_cats)) if plan.role(k) == "outer")
     if r.kind == "kbest":
-        state = 2 * r.k * fdim
+        state = (2 * r.k + 1) * fdim  # the list (value, index) and its K-th value
     elif r.kind == "weighted_lse":
         state = fdim
     else:
@@ -202,9 +249,10 @@ def row_registers(plan: Plan, dtype_name: str, chunk: int) -> int:
 
 
 def chunk_size(plan: Plan) -> int:
-    """Cells per reducer call: 4 for logsumexp (one rescale of the running sum per 4 terms), else 1."""
+    """Cells per reducer call: 4 for logsumexp (one rescale of the running sum per 4 terms) and the k-best
+    (one branch per 4 compares against the K-th value), else 1."""
     r = plan.reduction
-    return 4 if r.kind == "semiring" and r.semiring == "log" else 1
+    return 4 if r.kind == "kbest" or (r.kind == "semiring" and r.semiring == "log") else 1
 
 
 def cuda_config(plan: Plan, dtype_name: str, max_rows: int = 8) -> CudaConfig:
@@ -217,7 +265,7 @@ def cuda_config(plan: Plan, dtype_name: str, max_rows: int = 8) -> CudaConfig:
         chunk = 1  # the chunked loop is `chunk` more copies of the cell per row
     per_row = row_registers(plan, dtype_name, chunk)
     if plan.reduction.kind == "kbest":
-        max_rows = 1  # the insertion's compare-and-swap chain: 1 row is 1.2-1.6x faster than 2 (H100, K=10)
+        max_rows = KBEST_MAX_ROWS
     rows = max_rows
     copies = chunk + 1 if chunk > 1 else 1
     while rows > 1 and (rows * per_row > ROW_REGISTER_BUDGET or rows * copies * nodes > CELL_COPIES_BUDGET):
@@ -322,12 +370,12 @@ def cuda_source(plan: Plan, dtype_name: str, cfg: CudaConfig) -> str:
             f"else red[{r}].store(vals + row * {plan.value_dim}, {idx_expr}); }}"
         )
     return (
-        _prelude(plan, dtype_name)
+        _prelude(plan, dtype_name, "cuda")
         + f"""
 extern "C" __global__ void lazy_sizeof(long long* out) {{ *out = sizeof(Reducer); }}
 
 extern "C" __global__ void __launch_bounds__({cfg.block}) lazy_reduce(
-    T* __restrict__ vals, long long* __restrict__ idx, Reducer* __restrict__ partial, {sig_args},
+    T* __restrict__ vals, int64_t* __restrict__ idx, Reducer* __restrict__ partial, {sig_args},
     long long n_outer, long long n_inner, long long blocks_per_batch, long long j_per_block, long long rows_total) {{
   __shared__ __align__(16) T tile[{tile * stride}];
   const long long b = blockIdx.x / blocks_per_batch;
@@ -349,7 +397,7 @@ extern "C" __global__ void __launch_bounds__({cfg.block}) lazy_reduce(
 {_indent(stores, 2)}
 }}
 
-extern "C" __global__ void lazy_merge(T* __restrict__ vals, long long* __restrict__ idx,
+extern "C" __global__ void lazy_merge(T* __restrict__ vals, int64_t* __restrict__ idx,
                                       const Reducer* __restrict__ partial, long long rows_total, int nsplit) {{
   const long long row = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (row >= rows_total) return;

@@ -33,6 +33,14 @@ from .formula import Concat, Extract, Formula, Mul, Repeat, SoftmaxWeight, VecSu
 __all__ = ["Reduction", "kbest", "semiring_reduction", "weighted_logsumexp"]
 
 
+# 32-bit registers the k-best lists of one output row (csrc/lazy/kbest.h) may take for the unrolled insertion,
+# whose indices are all compile-time constants, so on the GPU the lists stay in registers: 2 per entry in
+# float32 (value, index), 3 in float64; K * D = 32 float32 entries compile to ~127 registers of the 255 a
+# thread may hold (nvcc 13, sm_90, no spills). Longer lists, and the CPU's (faster with the shifting loop),
+# live in memory (on the GPU local memory, cached in L1; only the K-th values stay in registers).
+KBEST_REGISTER_WORDS = {"cpu": 0, "cuda": 64}
+
+
 @dataclass(frozen=True)
 class Reduction:
     """A reduction over the inner index j of a formula F_ij of dimension D.
@@ -61,12 +69,16 @@ class Reduction:
             return fdim - 1
         return fdim * self.k if self.kind == "kbest" else fdim
 
-    def cpp_reducer(self, ctype: str, fdim: int, with_arg: bool) -> str:
-        """The C++ type of the reducer (csrc/lazy/reducers.h) for a formula of dimension fdim."""
+    def cpp_reducer(self, ctype: str, fdim: int, with_arg: bool, target: str = "cpu") -> str:
+        """The C++ type of the reducer (csrc/lazy/reducers.h) for a formula of dimension fdim, in a kernel for
+        ``target`` ("cpu" or "cuda": where the k-best lists live, KBEST_REGISTER_WORDS)."""
         if self.kind == "weighted_lse":
             return f"WeightedLogSumExpReducer<{ctype}, {fdim - 1}>"
         if self.kind == "kbest":
-            return f"KBestReducer<{ctype}, {fdim}, {self.k}, {'true' if self.semiring == 'max' else 'false'}>"
+            largest = "true" if self.semiring == "max" else "false"
+            words = self.k * fdim * (3 if ctype == "double" else 2)
+            registers = "true" if words <= KBEST_REGISTER_WORDS[target] else "false"
+            return f"KBestReducer<{ctype}, {fdim}, {self.k}, {largest}, {registers}>"
         cls = self.semiring_class
         if cls.kernel_id is None:
             raise NotImplementedError(f"semiring {self.semiring!r} has no C++ twin, so no compiled reduction")

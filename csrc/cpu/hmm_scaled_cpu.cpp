@@ -89,7 +89,9 @@ void one_sequence(const Chain<T>& chain, const T* le, int64_t st, int64_t sc, in
     const T inv = T(1) / sum;
     for (int64_t j = 0; j < C; ++j) {
       a[j] *= inv;
-      suspect |= a[j] < small;
+      // a zero start probability is structure, not underflow: that state's alpha_0 is exactly 0, and the later
+      // steps are those of any chain (transitions all positive here)
+      suspect |= a[j] < small && !(t == 0 && chain.pi[j] == T(0));
     }
     scale[t] = sum;
     ll += std::log(sum);
@@ -211,7 +213,7 @@ void run(const at::Tensor& log_emissions, const at::Tensor& A_t, const at::Tenso
     for (int64_t b = begin; b < end; ++b) {
       SequenceOut<T> out{post_ptr + b * T_ * C, xi_ptr + b * C * C, T(0), false};
       if (structural_zeros) {
-        out.suspect = lengths[b] > 0;  // a zero start or transition: the scaled recursions would flag it
+        out.suspect = lengths[b] > 0;  // a zero transition: the scaled recursions would flag it
       } else {
         one_sequence<T>(chain, le + b * sb, st, sc, lengths[b], e, scale, work, out);
       }
@@ -265,10 +267,9 @@ std::vector<at::Tensor> hmm_scaled_estep(const at::Tensor& log_emissions, const 
   at::Tensor starts = log_emissions.new_zeros({C});
   if (B == 0 || C == 0) return {ll, posteriors, transitions, starts, suspect};
   AT_DISPATCH_FLOATING_TYPES(log_emissions.scalar_type(), "semiring_hmm_scaled_estep", [&] {
-    // a zero start or transition probability is structure the underflow check cannot tell from underflow: such a
-    // chain goes to log space directly
-    const bool zeros = log_A.eq(-std::numeric_limits<double>::infinity()).any().item<bool>() ||
-                       log_pi.eq(-std::numeric_limits<double>::infinity()).any().item<bool>();
+    // a zero transition probability is structure the underflow check cannot tell from underflow: such a chain goes
+    // to log space directly (a zero start probability only zeroes its state's first alpha: exempt from the check)
+    const bool zeros = log_A.eq(-std::numeric_limits<double>::infinity()).any().item<bool>();
     run<scalar_t>(log_emissions, A, pi, log_A, log_pi, zeros, lengths_ptr, ll, posteriors, per_sequence, suspect);
     // The sums over sequences in order (deterministic whatever the threads): transition counts * A, and the
     // posteriors of the first step as the start counts, of the sequences not suspect.

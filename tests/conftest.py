@@ -80,3 +80,14 @@ def backend(request, monkeypatch) -> str:
 def compiled(monkeypatch) -> None:
     """Lazy reductions: the generated kernels only, never the PyTorch fallback."""
     _lazy_backend(monkeypatch, "compiled")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``extended`` (a peer's scripts run on the peer too, tutorials of a minute, compiles of dozens of
+    kernels) are skipped unless SEMIRING_OPS_EXTENDED_TESTS=1 or the -m expression names them."""
+    if os.environ.get("SEMIRING_OPS_EXTENDED_TESTS") == "1" or "extended" in (config.getoption("-m") or ""):
+        return
+    skip = pytest.mark.skip(reason="extended test: SEMIRING_OPS_EXTENDED_TESTS=1 (or -m extended) runs it")
+    for item in items:
+        if "extended" in item.keywords:
+            item.add_marker(skip)

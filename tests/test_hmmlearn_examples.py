@@ -51,6 +51,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from peer_scripts import swap_imports
 
 pytest.importorskip("matplotlib")
 pytest.importorskip("hmmlearn")
@@ -108,24 +109,8 @@ class Run:
 
 
 def _swap_imports(text: str) -> str:
-    """text with every line importing hmmlearn swapped by SWAPS; fails on any other line naming hmmlearn."""
-    lines = text.splitlines(keepends=True)
-    swapped = 0
-    for index, line in enumerate(lines):
-        if "hmmlearn" not in line or not line.lstrip().startswith(("from ", "import ")):
-            continue
-        for pattern, replacement in SWAPS:
-            new, count = re.subn(pattern, replacement, line.rstrip("\n"))
-            if count:
-                lines[index] = new + "\n"
-                swapped += 1
-                break
-        else:
-            raise AssertionError(f"import line not swapped: {line!r}")
-    assert swapped, "no hmmlearn import found"
-    result = "".join(lines)
-    assert not re.search(r"^\s*(from|import)\s+hmmlearn", result, re.MULTILINE)
-    return result
+    """text with its hmmlearn import lines swapped by SWAPS (peer_scripts.swap_imports)."""
+    return swap_imports(text, "hmmlearn", SWAPS)
 
 
 def _run(script: Path, cwd: Path, name: str) -> Run:

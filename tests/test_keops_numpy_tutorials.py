@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from peer_scripts import swap_imports
 
 pytest.importorskip("matplotlib")
 pytest.importorskip("scipy")
@@ -117,24 +118,8 @@ class Run:
 
 
 def _swap_imports(text: str) -> str:
-    """text with every line importing pykeops swapped by SWAPS; fails on any other line importing pykeops."""
-    lines = text.splitlines(keepends=True)
-    swapped = 0
-    for index, line in enumerate(lines):
-        if not re.match(r"\s*(from|import)\s+pykeops", line):
-            continue
-        for pattern, replacement in SWAPS:
-            new, count = re.subn(pattern, replacement, line.rstrip("\n"))
-            if count:
-                lines[index] = new + "\n"
-                swapped += 1
-                break
-        else:
-            raise AssertionError(f"import line not swapped: {line!r}")
-    assert swapped, "no pykeops import found"
-    result = "".join(lines)
-    assert not re.search(r"^\s*(from|import)\s+pykeops", result, re.MULTILINE)
-    return result
+    """text with its pykeops import lines swapped by SWAPS (peer_scripts.swap_imports)."""
+    return swap_imports(text, "pykeops", SWAPS)
 
 
 def _run(script: Path, cwd: Path, name: str) -> Run:

@@ -46,6 +46,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from peer_scripts import swap_imports
 
 pytest.importorskip("matplotlib")
 
@@ -148,22 +149,8 @@ class Tutorial:
 
 
 def _swap_imports(text: str) -> str:
-    """text with every line importing pykeops swapped by SWAPS; fails on any other line importing pykeops."""
-    lines = text.splitlines(keepends=True)
-    swapped = 0
-    for index, line in enumerate(lines):
-        if not re.match(r"\s*(from|import)\s+pykeops", line):
-            continue
-        for pattern, replacement in SWAPS:
-            new, count = re.subn(pattern, replacement, line.rstrip("\n"))
-            if count:
-                lines[index] = new + "\n"
-                swapped += 1
-                break
-        else:
-            raise AssertionError(f"import line not swapped: {line!r}")
-    assert swapped, "no pykeops import found"
-    return "".join(lines)
+    """text with its pykeops import lines swapped by SWAPS (peer_scripts.swap_imports)."""
+    return swap_imports(text, "pykeops", SWAPS)
 
 
 def _normalised(stdout: str) -> list[str]:

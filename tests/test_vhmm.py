@@ -202,6 +202,34 @@ def test_kl_normal_against_quadrature_and_monte_carlo():
     assert float(kl_normal(_t(mq), _t(cq), _t(mp), _t(cp))) == pytest.approx(log_ratio.mean(), abs=tolerance)
 
 
+@pytest.mark.parametrize("kind", COVARIANCE_TYPES)
+def test_emission_kl_equals_the_general_normal_and_wishart_kls(kind):
+    """VariationalGaussianHMM's emission KL (the Normals' KL in closed form, the posterior's inverse and log-det
+    shared with the E-step) against kl_normal / kl_wishart of the full matrices, after a few iterations."""
+    model = _model(kind, n_iter=3, random_state=0).fit(_gaussian_data(), LENGTHS)
+    C = model.n_components
+    dof = _t(np.broadcast_to(model.dof_posterior_, (C,)))
+    scale = _t(model._full(model.scale_posterior_))
+    precision = torch.linalg.inv(scale) * dof[:, None, None]
+    beta_q, beta_p = _t(model.beta_posterior_), _t(model.beta_prior_)
+    normal = kl_normal(
+        _t(model.means_posterior_),
+        torch.linalg.inv(beta_q[:, None, None] * precision),
+        _t(model.means_prior_),
+        torch.linalg.inv(beta_p[:, None, None] * precision),
+    ).sum()
+    if kind == "tied":
+        wishart = kl_wishart(
+            _t(model.dof_posterior_), _t(model.scale_posterior_), _t(model.dof_prior_), _t(model.scale_prior_)
+        )
+    else:
+        prior_dof = _t(np.broadcast_to(model.dof_prior_, (C,)))
+        wishart = kl_wishart(dof, scale, prior_dof, _t(model._full(model.scale_prior_))).sum()
+    assert float(model._emission_kl()) == pytest.approx(float(normal + wishart), rel=1e-10, abs=1e-10)
+    model._subnorm_log_emissions(_gaussian_data())  # the E-step leaves its Wishart for the ELBO: same value
+    assert float(model._emission_kl()) == pytest.approx(float(normal + wishart), rel=1e-10, abs=1e-10)
+
+
 def test_kl_wishart_against_quadrature_and_monte_carlo():
     """Wishart(dof, inverse scale S) is scipy's wishart(df=dof, scale=S⁻¹); with D = 1 a Gamma(dof/2, 2/S)."""
     from scipy import integrate, stats

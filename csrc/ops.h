@@ -141,6 +141,20 @@ at::Tensor bmm_packed_select(const at::Tensor& a, const at::Tensor& b, bool is_m
 std::vector<at::Tensor> hmm_scaled_estep(const at::Tensor& log_emissions, const at::Tensor& log_trans,
                                          const at::Tensor& log_start, const at::Tensor& lengths);
 
+// Gaussian log-densities (CPU only; the hmm family, csrc/cpu/hmm_emissions_cpu.cpp), for HMM emissions: x (N, D),
+// means (C, D), factors (C, D) (diagonal) or (C, D, D), offsets (C,), one dtype (float32 or float64), D <= 32 ->
+// out (N, C) = offsets[c] - 0.5 |F_c (x_n - means_c)|^2 (F_c diagonal or dense: the whitening of state c's precision,
+// F_c^T F_c = precision; offsets hold the normalising constants).
+at::Tensor hmm_gaussian_log_prob(const at::Tensor& x, const at::Tensor& means, const at::Tensor& factors,
+                                 const at::Tensor& offsets);
+
+// The M-step of categorical distributions under Dirichlet priors (CPU only; the hmm family,
+// csrc/cpu/hmm_mstep_cpu.cpp): counts, concentration_minus_one and previous (..., K) of one shape and dtype (float32
+// or float64) -> (..., K) log normalise(max(concentration - 1 + counts, 0)) per row, entries whose previous is -inf
+// zeroed first when keep_zeros; a row whose total is not > 0 keeps previous (semiring_ops/hmm/emissions/base.py).
+at::Tensor hmm_dirichlet_map(const at::Tensor& counts, const at::Tensor& concentration_minus_one,
+                             const at::Tensor& previous, bool keep_zeros);
+
 // Host memory only (the CPU extension): a block rows [r0, r0 + rows) x cols [c0, c0 + cols) of a symmetric
 // (n, n[, D]) output, values (rows, cols[, D]) contiguous, written into out, the contiguous condensed vector
 // of the pairs i < j (i <= j with diagonal) in scipy.spatial.distance.pdist's order: cell (i, j) of the block

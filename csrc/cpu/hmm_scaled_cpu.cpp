@@ -40,49 +40,50 @@ template <class T> struct SequenceOut {
   bool suspect;
 };
 
-// One sequence of L steps: log-emissions at le[t * st + c * sc]. Returns its log-likelihood and whether it is
-// suspect; writes its posteriors and (when not suspect) its expected transition counts, without the factor A.
-template <class T>
-void one_sequence(const Chain<T>& chain, const T* le, int64_t st, int64_t sc, int64_t L, std::vector<T>& e,
-                  std::vector<T>& scale, std::vector<T>& work, SequenceOut<T>& out) {
-  const int64_t C = chain.C;
+// One sequence of L steps: log-emissions at le[t * st + c * sc], their row-relative exponentials e (L, C) contiguous
+// (e[t, c] = exp(le - m_t), computed for the whole batch by one vectorised exp, `run`) and the row shifts m (L,).
+// Returns its log-likelihood and whether it is suspect; writes its posteriors and (when not suspect) its expected
+// transition counts, without the factor A. kC > 0: C = kC at compile time (hmmlearn's users run 2 to 4 states), so
+// the O(C^2) recursions unroll into registers; 0: C at run time.
+template <class T, int kC>
+void one_sequence(const Chain<T>& chain, const T* le, int64_t st, int64_t sc, const T* e, const T* m, int64_t L,
+                  std::vector<T>& inv_scale, std::vector<T>& work, SequenceOut<T>& out) {
+  const int64_t C = kC > 0 ? kC : chain.C;
   const T small = tiny<T>();
+  T A_local[kC > 0 ? kC * kC : 1], pi_local[kC > 0 ? kC : 1];
+  if constexpr (kC > 0) {  // private copies: the writes below cannot alias them, so they stay in registers
+    std::copy(chain.A, chain.A + kC * kC, A_local);
+    std::copy(chain.pi, chain.pi + kC, pi_local);
+  }
+  const T* A = kC > 0 ? A_local : chain.A;
+  const T* pi = kC > 0 ? pi_local : chain.pi;
   bool suspect = false;
   T ll = 0;
-  // Emissions relative to each step's largest: e[t, c] = exp(le - m_t), m_t = max_c le (0 if not finite).
   for (int64_t t = 0; t < L; ++t) {
-    T m = -std::numeric_limits<T>::infinity();
-    bool nan = false;
-    for (int64_t c = 0; c < C; ++c) {
-      const T x = le[t * st + c * sc];
-      nan |= std::isnan(x);
-      m = std::max(m, x);
-    }
-    m = (std::isfinite(m) && !nan) ? m : T(0);
-    for (int64_t c = 0; c < C; ++c) {
-      const T x = le[t * st + c * sc];
-      const T v = std::exp(x - m);
-      suspect |= !std::isfinite(x) || v < small;
-      e[t * C + c] = v;
-    }
-    ll += m;
+    for (int64_t c = 0; c < C; ++c) suspect |= !std::isfinite(le[t * st + c * sc]) || e[t * C + c] < small;
+    ll += m[t];
   }
-  // Forward: alpha_t (normalised, into the posteriors' rows), c_t = the normaliser.
+  // Forward: alpha_t (normalised, into the posteriors' rows), 1 / c_t with c_t the normaliser. c_t <= 1 (alpha sums
+  // to 1, A's rows too, e <= 1), so log prod c_t is kept as a running product, its log taken only when it nears
+  // underflow (one log per ~300 steps instead of one per step).
   T* alpha = out.posteriors;
+  double product = 1;
   for (int64_t t = 0; t < L; ++t) {
     T* a = alpha + t * C;
-    const T* et = e.data() + t * C;
+    const T* et = e + t * C;
     if (t == 0) {
-      for (int64_t j = 0; j < C; ++j) a[j] = chain.pi[j] * et[j];
+      for (int64_t j = 0; j < C; ++j) a[j] = pi[j] * et[j];
     } else {
       const T* prev = alpha + (t - 1) * C;
-      for (int64_t j = 0; j < C; ++j) a[j] = 0;
+      T acc[kC > 0 ? kC : 1];
+      T* next = kC > 0 ? acc : a;
+      for (int64_t j = 0; j < C; ++j) next[j] = 0;
       for (int64_t i = 0; i < C; ++i) {
         const T p = prev[i];
-        const T* row = chain.A + i * C;
-        for (int64_t j = 0; j < C; ++j) a[j] += p * row[j];
+        const T* row = A + i * C;
+        for (int64_t j = 0; j < C; ++j) next[j] += p * row[j];
       }
-      for (int64_t j = 0; j < C; ++j) a[j] *= et[j];
+      for (int64_t j = 0; j < C; ++j) a[j] = next[j] * et[j];
     }
     T sum = 0;
     for (int64_t j = 0; j < C; ++j) sum += a[j];
@@ -91,15 +92,25 @@ void one_sequence(const Chain<T>& chain, const T* le, int64_t st, int64_t sc, in
       a[j] *= inv;
       // a zero start probability is structure, not underflow: that state's alpha_0 is exactly 0, and the later
       // steps are those of any chain (transitions all positive here)
-      suspect |= a[j] < small && !(t == 0 && chain.pi[j] == T(0));
+      suspect |= a[j] < small && !(t == 0 && pi[j] == T(0));
     }
-    scale[t] = sum;
-    ll += std::log(sum);
+    inv_scale[t] = inv;
+    if (double(sum) < 0x1p-300) {  // 0 (-inf), or a float64 normaliser too small to multiply in
+      ll += std::log(double(sum));
+    } else {  // NaN stays in the product, and so reaches ll
+      product *= double(sum);
+      if (product < 0x1p-300) {
+        ll += std::log(product);
+        product = 1;
+      }
+    }
   }
+  ll += std::log(product);
   // Backward: beta_t, w_t = e_t * beta_t / c_t; posteriors = alpha_t * beta_t; counts += alpha_t^T w_{t+1}.
   T* beta = work.data();
   T* w_next = beta + C;
-  T* xi = out.transitions;
+  T xi_local[kC > 0 ? kC * kC : 1] = {};
+  T* xi = kC > 0 ? xi_local : out.transitions;
   for (int64_t t = L - 1; t >= 0; --t) {
     const T* a = alpha + t * C;
     if (t == L - 1) {
@@ -107,7 +118,7 @@ void one_sequence(const Chain<T>& chain, const T* le, int64_t st, int64_t sc, in
     } else {
       T top = 0;
       for (int64_t i = 0; i < C; ++i) {
-        const T* row = chain.A + i * C;
+        const T* row = A + i * C;
         T s = 0;
         for (int64_t j = 0; j < C; ++j) s += row[j] * w_next[j];
         beta[i] = s;
@@ -119,16 +130,29 @@ void one_sequence(const Chain<T>& chain, const T* le, int64_t st, int64_t sc, in
         for (int64_t j = 0; j < C; ++j) xi[i * C + j] += ai * w_next[j];
       }
     }
-    const T* et = e.data() + t * C;
-    const T inv = T(1) / scale[t];
+    const T* et = e + t * C;
+    const T inv = inv_scale[t];
     T* post = out.posteriors + t * C;
     for (int64_t j = 0; j < C; ++j) {
       w_next[j] = et[j] * beta[j] * inv;
       post[j] = a[j] * beta[j];  // a aliases post: read before the write, element by element
     }
   }
+  if constexpr (kC > 0) std::copy(xi_local, xi_local + kC * kC, out.transitions);
   out.log_likelihood = ll;
   out.suspect = suspect || !std::isfinite(ll);
+}
+
+// one_sequence with C fixed at compile time where it is small.
+template <class T>
+void scaled_sequence(const Chain<T>& chain, const T* le, int64_t st, int64_t sc, const T* e, const T* m, int64_t L,
+                     std::vector<T>& inv_scale, std::vector<T>& work, SequenceOut<T>& out) {
+  switch (chain.C) {
+    case 2: return one_sequence<T, 2>(chain, le, st, sc, e, m, L, inv_scale, work, out);
+    case 3: return one_sequence<T, 3>(chain, le, st, sc, e, m, L, inv_scale, work, out);
+    case 4: return one_sequence<T, 4>(chain, le, st, sc, e, m, L, inv_scale, work, out);
+    default: return one_sequence<T, 0>(chain, le, st, sc, e, m, L, inv_scale, work, out);
+  }
 }
 
 // log(sum(exp(x[0..n)))): -inf when every x is -inf; NaN in, NaN out.
@@ -202,6 +226,34 @@ void run(const at::Tensor& log_emissions, const at::Tensor& A_t, const at::Tenso
   const int64_t sb = log_emissions.stride(0), st = log_emissions.stride(1), sc = log_emissions.stride(2);
   const T* le = log_emissions.data_ptr<T>();
   const Chain<T> chain{A_t.data_ptr<T>(), pi_t.data_ptr<T>(), log_A.data_ptr<T>(), log_pi.data_ptr<T>(), C};
+  // Emissions relative to each step's largest: m_t = max_c le (0 where not finite, NaN included) and
+  // e = exp(le - m_t) (B, T, C) contiguous, its exponentials in one vectorised ATen pass (a scalar exp per value costs
+  // as much as the recursions). Past a sequence's length they are neither written nor read.
+  at::Tensor shifts, scaled;
+  if (!structural_zeros) {
+    shifts = log_emissions.new_zeros({B, T_});
+    scaled = log_emissions.new_zeros({B, T_, C});
+    T* m_ptr = shifts.data_ptr<T>();
+    T* e_ptr = scaled.data_ptr<T>();
+    at::parallel_for(0, B, std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, T_ * C)),
+                     [&](int64_t begin, int64_t end) {
+                       for (int64_t b = begin; b < end; ++b) {
+                         for (int64_t t = 0; t < lengths[b]; ++t) {
+                           const T* x = le + b * sb + t * st;
+                           T m = -std::numeric_limits<T>::infinity();
+                           bool nan = false;
+                           for (int64_t c = 0; c < C; ++c) {
+                             nan |= std::isnan(x[c * sc]);
+                             m = std::max(m, x[c * sc]);
+                           }
+                           m = (std::isfinite(m) && !nan) ? m : T(0);
+                           m_ptr[b * T_ + t] = m;
+                           for (int64_t c = 0; c < C; ++c) e_ptr[(b * T_ + t) * C + c] = x[c * sc] - m;
+                         }
+                       }
+                     });
+    scaled.exp_();
+  }
   T* ll_ptr = ll.data_ptr<T>();
   T* post_ptr = posteriors.data_ptr<T>();
   T* xi_ptr = per_sequence.data_ptr<T>();
@@ -209,13 +261,14 @@ void run(const at::Tensor& log_emissions, const at::Tensor& A_t, const at::Tenso
   const int64_t work_per_sequence = std::max<int64_t>(1, T_ * (C * C + C));
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / work_per_sequence);
   at::parallel_for(0, B, grain, [&](int64_t begin, int64_t end) {
-    std::vector<T> e(T_ * C), scale(T_), work(3 * C), log_alpha;
+    std::vector<T> inv_scale(T_), work(3 * C), log_alpha;
     for (int64_t b = begin; b < end; ++b) {
       SequenceOut<T> out{post_ptr + b * T_ * C, xi_ptr + b * C * C, T(0), false};
       if (structural_zeros) {
         out.suspect = lengths[b] > 0;  // a zero transition: the scaled recursions would flag it
       } else {
-        one_sequence<T>(chain, le + b * sb, st, sc, lengths[b], e, scale, work, out);
+        scaled_sequence<T>(chain, le + b * sb, st, sc, scaled.data_ptr<T>() + b * T_ * C,
+                           shifts.data_ptr<T>() + b * T_, lengths[b], inv_scale, work, out);
       }
       if (out.suspect) {
         log_alpha.resize(T_ * C);

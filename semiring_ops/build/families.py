@@ -93,7 +93,13 @@ FAMILIES: tuple[Family, ...] = (
     _cpu("chain", "LinearChainCRF, HMM, chain_* (fused chains)", "chain_cpu.cpp", "sequence_cpu.cpp"),
     _cpu("span", "structures: dependency, CKY, semi-Markov, linear chain, alignment", "span_cpu.cpp"),
     _cpu("host_writers", "the block engine's host writes", "condensed_scatter_cpu.cpp", "stream_copy_cpu.cpp"),
-    _cpu("hmm", "HMM fit and scoring on the CPU: the E-step in scaled probability space", "hmm_scaled_cpu.cpp"),
+    _cpu(
+        "hmm",
+        "HMM fit and scoring on the CPU: the E-step in scaled probability space, Gaussian emissions, Dirichlet M-steps",
+        "hmm_scaled_cpu.cpp",
+        "hmm_emissions_cpu.cpp",
+        "hmm_mstep_cpu.cpp",
+    ),
     _cuda(
         "bmm",
         "semiring matmul (log, max, min) and its gradients",

@@ -13,6 +13,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from ...build.backends import backend_for
+
 __all__ = ["ArrayLike", "Emission", "dirichlet_map"]
 
 ArrayLike = Tensor | np.ndarray | Sequence
@@ -112,11 +114,30 @@ def dirichlet_map(counts: Tensor, prior: ArrayLike | float, previous: Tensor, na
     concentration), previous (..., K) the current log probabilities. Returns
     log normalise(max(prior - 1 + counts, 0)); with `keep_zeros`, probabilities that are 0 now stay 0
     (hmmlearn keeps forbidden starts and transitions); a row left with nothing keeps `previous`.
+    On the CPU without a gradient this is one compiled call (csrc/cpu/hmm_mstep_cpu.cpp), else these torch calls.
     """
-    c = (_prior(prior, tuple(counts.shape), name, counts) - 1 + counts).clamp_min(0)
+    shape = tuple(counts.shape)
+    compiled = _compiled_dirichlet_map(counts, previous)
+    if compiled is not None:
+        minus_one = _setting(
+            prior, ("dirichlet-1", shape, name), counts, lambda v: (_prior(v, shape, name, counts) - 1).contiguous()
+        )
+        return compiled(counts, minus_one, previous, keep_zeros)
+    c = (_prior(prior, shape, name, counts) - 1 + counts).clamp_min(0)
     if keep_zeros:
         c = torch.where(previous == -torch.inf, 0.0, c)
     return _normalised_log(c, previous)
+
+
+def _compiled_dirichlet_map(counts: Tensor, previous: Tensor):
+    """The compiled dirichlet_map for these tensors (CPU, float32 / float64, no gradient wanted), or None."""
+    if counts.device.type != "cpu" or counts.dtype not in (torch.float32, torch.float64):
+        return None
+    if previous.dtype != counts.dtype or previous.device != counts.device or previous.shape != counts.shape:
+        return None
+    if torch.is_grad_enabled() and (counts.requires_grad or previous.requires_grad):
+        return None
+    return getattr(backend_for(counts.device).family("hmm"), "hmm_dirichlet_map", None)
 
 
 # ---------------------------------------------------------------------------------------------- interface

@@ -36,6 +36,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from ...build.backends import backend_for
 from ..kmeans import kmeans
 from .base import ArrayLike, Emission, _per_state, _prior, _tensor
 
@@ -46,6 +47,7 @@ __all__ = [
     "GaussianFullEmission",
     "GaussianSphericalEmission",
     "GaussianTiedEmission",
+    "compiled_gaussian_log_prob",
     "gaussian_emission",
     "validate_covars",
 ]
@@ -147,6 +149,21 @@ def _raw_to_factor(raw: Tensor) -> Tensor:
 
 
 # ---------------------------------------------------------------------------------------------- the family
+
+
+_COMPILED_MAX_FEATURES = 32  # hmm_gaussian_log_prob's limit; past a few dozen, torch's batched solves win anyway
+
+
+def compiled_gaussian_log_prob(x: Tensor, *parameters: Tensor):
+    """The compiled Gaussian log-density (csrc/cpu/hmm_emissions_cpu.cpp: ``f(x (N, D), means (C, D), factors (C, D) or
+    (C, D, D), offsets (C,)) -> (N, C)``, offsets[c] − ½ |F_c (x − means_c)|²) for observations x (..., D) and the
+    parameters it derives from, or None, when torch computes the density instead: off the CPU, other dtypes, more
+    than 32 features, a gradient wanted (the compiled op has no backward), or the hmm family not built here."""
+    if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64) or x.shape[-1] > _COMPILED_MAX_FEATURES:
+        return None
+    if torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in parameters)):
+        return None
+    return getattr(backend_for(x.device).family("hmm"), "hmm_gaussian_log_prob", None)
 
 
 class GaussianEmission(Emission):
@@ -364,6 +381,11 @@ class GaussianDiagEmission(GaussianEmission):
 
     def log_prob(self, x: Tensor) -> Tensor:
         log_var = self.log_covars.expand(self.n_states, self.n_features)
+        compiled = compiled_gaussian_log_prob(x, self.means, self.log_covars)
+        if compiled is not None:  # one pass, F_c = diag(exp(-log_var / 2))
+            offsets = -0.5 * (self.n_features * math.log(2 * math.pi) + log_var.sum(-1))
+            flat = x.reshape(-1, self.n_features)
+            return compiled(flat, self.means, torch.exp(-0.5 * log_var), offsets).reshape(*x.shape[:-1], self.n_states)
         diff = x.unsqueeze(-2) - self.means  # (..., C, D)
         return -0.5 * (
             self.n_features * math.log(2 * math.pi) + log_var.sum(-1) + (diff.square() * torch.exp(-log_var)).sum(-1)
@@ -435,7 +457,16 @@ class _GaussianCholeskyEmission(GaussianEmission):
         return -0.5 * (D * math.log(2 * math.pi) + log_det + maha.reshape(*batch, C))
 
     def log_prob(self, x: Tensor) -> Tensor:
-        return self._log_prob_factor(x, self._factor())
+        L = self._factor()
+        compiled = compiled_gaussian_log_prob(x, self.means, self.covars_factor)
+        if compiled is None:
+            return self._log_prob_factor(x, L)
+        C, D = self.n_states, self.n_features  # one pass, F_c = L_c⁻¹
+        eye = torch.eye(D, dtype=L.dtype, device=L.device)
+        whitening = torch.linalg.solve_triangular(L, eye, upper=False).expand(C, D, D)
+        offsets = -0.5 * (D * math.log(2 * math.pi) + 2 * L.diagonal(dim1=-2, dim2=-1).log().sum(-1))
+        out = compiled(x.reshape(-1, D), self.means, whitening, offsets.expand(C))
+        return out.reshape(*x.shape[:-1], C)
 
 
 class GaussianFullEmission(_GaussianCholeskyEmission):

@@ -145,15 +145,15 @@ class VariationalBaseHMM(BaseHMM):
         return self
 
     def _e_step(self, X: np.ndarray, e_step: SubnormalisedEStep) -> SubnormalisedExpectations:
-        log_start = expected_log_dirichlet(as_tensor(self.startprob_posterior_))
-        log_trans = expected_log_dirichlet(as_tensor(self.transmat_posterior_))
-        return e_step(log_start, log_trans, self._subnorm_log_emissions(X))
+        # start and transition rows share their length C: one (C + 1, C) batch
+        rows = expected_log_dirichlet(as_tensor(np.vstack([self.startprob_posterior_, self.transmat_posterior_])))
+        return e_step(rows[0], rows[1:], self._subnorm_log_emissions(X))
 
     def _kl_divergence(self) -> torch.Tensor:
         """KL(posteriors || priors) of every parameter: start, transition rows and the family's."""
-        start = kl_dirichlet(as_tensor(self.startprob_posterior_), as_tensor(self.startprob_prior_))
-        trans = kl_dirichlet(as_tensor(self.transmat_posterior_), as_tensor(self.transmat_prior_)).sum()
-        return start + trans + self._emission_kl()
+        q = as_tensor(np.vstack([self.startprob_posterior_, self.transmat_posterior_]))  # start row, then transitions
+        p = as_tensor(np.vstack([self.startprob_prior_, self.transmat_prior_]))
+        return kl_dirichlet(q, p).sum() + self._emission_kl()
 
     def _m_step(self, X: np.ndarray, e: SubnormalisedExpectations) -> None:
         if "s" in self.params:

@@ -17,26 +17,28 @@ import torch
 from torch import Tensor
 
 from ..emissions.base import ArrayLike
-from ..emissions.gaussian import COVARIANCE_TYPES, GaussianEmission, gaussian_emission
+from ..emissions.gaussian import COVARIANCE_TYPES, GaussianEmission, compiled_gaussian_log_prob, gaussian_emission
 from ..estimators.base import check_random_state, torch_generator
 from ..estimators.gaussian import GaussianHMM
 from ..kmeans import kmeans
 from ..utils import fill_covars
 from .base import VariationalBaseHMM, as_tensor
-from .kl import expected_log_det_wishart, kl_wishart
+from .kl import expected_log_det_wishart, kl_wishart, log_wishart_normaliser
 
 __all__ = ["VariationalGaussianHMM"]
 
 
 class _Wishart(NamedTuple):
-    """The states' precision posteriors as tensors: dofs (C,), inverse scales S (C, D, D), S⁻¹ (C, D, D) and
-    log |S / 2| (C,); own_log_det_half: that of the one matrix for "tied" (()), else the same (C,)."""
+    """The states' precision posteriors as tensors: dofs (C,), inverse scales S (C, D, D), S⁻¹ (C, D, D),
+    log |S / 2| (C,) and E[log |Λ|] (C,); own_*: those of the one matrix for "tied" (()), else the same (C,)."""
 
     dof: Tensor
     scale: Tensor
     inverse: Tensor
     log_det_half: Tensor
     own_log_det_half: Tensor
+    expected_log_det: Tensor
+    own_expected_log_det: Tensor
 
 
 _SCALE_DEFAULT = 1e-3  # hmmlearn's default scale prior: 1e-3 I (or its diagonal, spherical forms)
@@ -206,21 +208,30 @@ class VariationalGaussianHMM(VariationalBaseHMM, GaussianHMM):
         if self._tied:  # one matrix: invert it once
             scale = as_tensor(self.scale_posterior_)
             inverse, log_det_half = torch.linalg.inv(scale), torch.linalg.slogdet(scale / 2)[1]
+            expected = expected_log_det_wishart(dof[0], scale, log_det_half)
             D = scale.shape[-1]
-            return _Wishart(dof, scale.expand(C, D, D), inverse.expand(C, D, D), log_det_half.expand(C), log_det_half)
+            return _Wishart(
+                dof, scale.expand(C, D, D), inverse.expand(C, D, D), log_det_half.expand(C), log_det_half,
+                expected.expand(C), expected,
+            )  # fmt: skip
         scale = as_tensor(self._full(self.scale_posterior_))
         log_det_half = torch.linalg.slogdet(scale / 2)[1]
-        return _Wishart(dof, scale, torch.linalg.inv(scale), log_det_half, log_det_half)
+        expected = expected_log_det_wishart(dof, scale, log_det_half)
+        return _Wishart(dof, scale, torch.linalg.inv(scale), log_det_half, log_det_half, expected, expected)
 
     # ------------------------------------------------------------ variational EM
 
     def _subnorm_log_emissions(self, X: np.ndarray) -> Tensor:
         q = self._wishart_now = self._wishart()
-        delta = torch.from_numpy(X) - as_tensor(self.means_posterior_)[:, None, :]  # (C, N, D)
-        mahalanobis = ((delta @ q.inverse) * delta).sum(-1).T * q.dof  # (N, C): dof_c δᵀ W_c δ
+        x, means = torch.from_numpy(X), as_tensor(self.means_posterior_)
         D = self.n_features
-        expected_log_det = expected_log_det_wishart(q.dof, q.scale, q.log_det_half)
-        return 0.5 * (expected_log_det - D / as_tensor(self.beta_posterior_) - mahalanobis)
+        offsets = 0.5 * (q.expected_log_det - D / as_tensor(self.beta_posterior_))  # (C,)
+        compiled = compiled_gaussian_log_prob(x, means)
+        if compiled is not None:  # one pass: F_c = √dof_c chol(W_c)ᵀ, so |F_c δ|² = dof_c δᵀ W_c δ
+            return compiled(x, means, torch.linalg.cholesky(q.inverse).mT * q.dof.sqrt()[:, None, None], offsets)
+        delta = x - means[:, None, :]  # (C, N, D)
+        mahalanobis = ((delta @ q.inverse) * delta).sum(-1).T * q.dof  # (N, C): dof_c δᵀ W_c δ
+        return offsets - 0.5 * mahalanobis
 
     def _emission_m_step(self, X: np.ndarray, posteriors: Tensor) -> None:
         if not ("m" in self.params or "c" in self.params):
@@ -239,7 +250,8 @@ class VariationalGaussianHMM(VariationalBaseHMM, GaussianHMM):
             second = (posteriors.T @ x.square()).numpy() + beta0[:, None] * m0**2 - betaN[:, None] * mN**2  # (C, D)
             spread = second.mean(axis=1) if self.covariance_type == "spherical" else second
         else:
-            outer = torch.einsum("nc,nd,ne->cde", posteriors, x, x).numpy()
+            N, C, D = len(x), self.n_components, self.n_features
+            outer = ((posteriors[:, :, None] * x[:, None, :]).reshape(N, C * D).T @ x).reshape(C, D, D).numpy()
             spread = outer + np.einsum("c,cd,ce->cde", beta0, m0, m0) - np.einsum("c,cd,ce->cde", betaN, mN, mN)
         if self._tied:
             self.dof_posterior_ = self.dof_prior_ + post.sum()
@@ -256,23 +268,35 @@ class VariationalGaussianHMM(VariationalBaseHMM, GaussianHMM):
         KL_c = ½ (D log(beta_q / beta_p) + D beta_p / beta_q − D + beta_p dof_c δᵀ W_c δ), δ = the means' offset."""
         q = self.__dict__.pop("_wishart_now", None) or self._wishart()
         D = self.n_features
-        beta_q, beta_p = as_tensor(self.beta_posterior_), as_tensor(self.beta_prior_)
-        delta = as_tensor(self.means_posterior_) - as_tensor(self.means_prior_)  # (C, D)
-        mahalanobis = ((delta[:, None, :] @ q.inverse)[:, 0, :] * delta).sum(-1) * q.dof
-        normal = 0.5 * (D * torch.log(beta_q / beta_p) + D * beta_p / beta_q - D + beta_p * mahalanobis).sum()
+        # (C, D) numbers: numpy, a microsecond a call against torch's several
+        beta_q, beta_p = np.asarray(self.beta_posterior_, dtype=float), np.asarray(self.beta_prior_, dtype=float)
+        delta = np.asarray(self.means_posterior_, dtype=float) - self.means_prior_  # (C, D)
+        mahalanobis = np.einsum("cd,cde,ce->c", delta, q.inverse.numpy(), delta) * q.dof.numpy()
+        normal = 0.5 * float((D * np.log(beta_q / beta_p) + D * beta_p / beta_q - D + beta_p * mahalanobis).sum())
         if self._tied:
             scale_q, scale_p = q.scale[0], as_tensor(self.scale_prior_)
+            dof_p = as_tensor(self.dof_prior_)
             wishart = kl_wishart(
-                q.dof[0], scale_q, as_tensor(self.dof_prior_), scale_p,
-                inverse_q=q.inverse[0], log_det_half_q=q.own_log_det_half,
+                q.dof[0], scale_q, dof_p, scale_p, inverse_q=q.inverse[0], log_det_half_q=q.own_log_det_half,
+                log_normaliser_p=self._prior_normaliser(dof_p, scale_p), expected_log_det_q=q.own_expected_log_det,
             )  # fmt: skip
         else:
-            prior_dof = as_tensor(np.broadcast_to(self.dof_prior_, (self.n_components,)))
+            dof_p = as_tensor(np.broadcast_to(self.dof_prior_, (self.n_components,)))
             scale_p = as_tensor(self._full(self.scale_prior_))
             wishart = kl_wishart(
-                q.dof, q.scale, prior_dof, scale_p, inverse_q=q.inverse, log_det_half_q=q.log_det_half
-            ).sum()
+                q.dof, q.scale, dof_p, scale_p, inverse_q=q.inverse, log_det_half_q=q.log_det_half,
+                log_normaliser_p=self._prior_normaliser(dof_p, scale_p), expected_log_det_q=q.expected_log_det,
+            ).sum()  # fmt: skip
         return normal + wishart
+
+    def _prior_normaliser(self, dof_p: Tensor, scale_p: Tensor) -> Tensor:
+        """log_wishart_normaliser of the prior Wishart(s): fixed during a fit, so computed once per prior value (its
+        slogdet and log-gammas are a tenth of an iteration on hmmlearn's one-sequence shapes)."""
+        key = (dof_p.numpy().tobytes(), scale_p.numpy().tobytes())
+        cached = self.__dict__.get("_prior_normaliser_cache")
+        if cached is None or cached[0] != key:
+            cached = self._prior_normaliser_cache = (key, log_wishart_normaliser(dof_p, scale_p))
+        return cached[1]
 
     # ------------------------------------------------------------ the HMM of the point estimates
 

@@ -82,10 +82,11 @@ def kl_wishart(
     inverse_q: Tensor | None = None,
     log_det_half_q: Tensor | None = None,
     log_normaliser_p: Tensor | None = None,
+    expected_log_det_q: Tensor | None = None,
 ) -> Tensor:
     """KL(Wishart(dof_q, S_q) || Wishart(dof_p, S_p)) with inverse scales S: dofs (...), S (..., D, D) -> (...).
-    What is known already is not recomputed: ``inverse_q`` S_q⁻¹, ``log_det_half_q`` log |S_q / 2| and
-    ``log_normaliser_p`` log_wishart_normaliser(dof_p, S_p)."""
+    What is known already is not recomputed: ``inverse_q`` S_q⁻¹, ``log_det_half_q`` log |S_q / 2|,
+    ``log_normaliser_p`` log_wishart_normaliser(dof_p, S_p) and ``expected_log_det_q`` E_q[log |Λ|]."""
     D = scale_q.shape[-1]
     if log_det_half_q is None:
         log_det_half_q = torch.linalg.slogdet(scale_q / 2)[1]
@@ -93,9 +94,11 @@ def kl_wishart(
         inverse_q = torch.linalg.inv(scale_q)
     if log_normaliser_p is None:
         log_normaliser_p = log_wishart_normaliser(dof_p, scale_p)
+    if expected_log_det_q is None:
+        expected_log_det_q = expected_log_det_wishart(dof_q, scale_q, log_det_half_q)
     trace = (scale_p * inverse_q.mT).sum((-2, -1))  # tr(S_p S_q⁻¹)
     return (
-        (dof_q - dof_p) / 2 * expected_log_det_wishart(dof_q, scale_q, log_det_half_q)
+        (dof_q - dof_p) / 2 * expected_log_det_q
         - D * dof_q / 2
         + dof_q / 2 * trace
         + log_normaliser_p

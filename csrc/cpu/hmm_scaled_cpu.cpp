@@ -312,17 +312,22 @@ std::vector<at::Tensor> hmm_scaled_estep(const at::Tensor& log_emissions, const 
 
   const at::Tensor log_A = log_trans.contiguous(), log_pi = log_start.contiguous();
   const at::Tensor A = log_A.exp(), pi = log_pi.exp();
-  at::Tensor ll = log_emissions.new_zeros({B});
-  at::Tensor posteriors = log_emissions.new_zeros({B, T, C});
+  // every sequence writes its ll, suspect flag and posteriors up to its length: zeros only where padding is left
+  bool padded = false;
+  for (int64_t b = 0; b < B; ++b) padded |= lengths_ptr[b] < T;
+  at::Tensor ll = log_emissions.new_empty({B});
+  at::Tensor posteriors = padded ? log_emissions.new_zeros({B, T, C}) : log_emissions.new_empty({B, T, C});
   at::Tensor per_sequence = log_emissions.new_zeros({B, C, C});
-  at::Tensor suspect = log_emissions.new_zeros({B}, log_emissions.options().dtype(at::kBool));
+  at::Tensor suspect = log_emissions.new_empty({B}, log_emissions.options().dtype(at::kBool));
   at::Tensor transitions = log_emissions.new_zeros({C, C});
   at::Tensor starts = log_emissions.new_zeros({C});
-  if (B == 0 || C == 0) return {ll, posteriors, transitions, starts, suspect};
+  if (B == 0 || C == 0) return {ll.zero_(), posteriors.zero_(), transitions, starts, suspect.zero_()};
   AT_DISPATCH_FLOATING_TYPES(log_emissions.scalar_type(), "semiring_hmm_scaled_estep", [&] {
     // a zero transition probability is structure the underflow check cannot tell from underflow: such a chain goes
     // to log space directly (a zero start probability only zeroes its state's first alpha: exempt from the check)
-    const bool zeros = log_A.eq(-std::numeric_limits<double>::infinity()).any().item<bool>();
+    const scalar_t* log_a = log_A.data_ptr<scalar_t>();
+    bool zeros = false;
+    for (int64_t k = 0; k < C * C; ++k) zeros |= log_a[k] == -std::numeric_limits<scalar_t>::infinity();
     run<scalar_t>(log_emissions, A, pi, log_A, log_pi, zeros, lengths_ptr, ll, posteriors, per_sequence, suspect);
     // The sums over sequences in order (deterministic whatever the threads): transition counts * A, and the
     // posteriors of the first step as the start counts, of the sequences not suspect.

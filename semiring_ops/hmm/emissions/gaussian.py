@@ -421,7 +421,9 @@ class _GaussianCholeskyEmission(GaussianEmission):
         return _raw_to_factor(self.covars_factor)
 
     def _set_covars(self, covars: Tensor, seen: Tensor | None = None) -> None:
-        if seen is not None and self.covars_factor.ndim == 3:
+        # on the CPU, a check is cheaper than the covariances it would otherwise rebuild (on a GPU it would sync)
+        every_state = seen is not None and seen.device.type == "cpu" and bool(seen.all())
+        if seen is not None and self.covars_factor.ndim == 3 and not every_state:
             covars = torch.where(seen[:, None, None], covars, self.covars_)
         elif seen is not None and not bool(seen.any()):
             return

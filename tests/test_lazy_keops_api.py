@@ -805,6 +805,56 @@ def test_gpu_backend_and_device_id_reduce_cpu_data_on_the_gpu(backend, monkeypat
             (-Vi(xc).sqdist(Vj(yc))).sum(1, device_id=1)
 
 
+def _spy_retargets(monkeypatch) -> list[str]:
+    """The device type each reduction's tensors are moved to (lazy_tensor._retargeted's calls), in order."""
+    from semiring_ops.lazy import lazy_tensor
+
+    seen: list[str] = []
+    retarget = lazy_tensor._retargeted
+
+    def spy(formula, device, dtype):
+        seen.append(torch.device(device).type)
+        return retarget(formula, device, dtype)
+
+    monkeypatch.setattr(lazy_tensor, "_retargeted", spy)
+    return seen
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
+def test_auto_reduces_large_cpu_reductions_on_the_gpu(backend, monkeypatch):
+    """backend "auto" (KeOps' default, which always picks the GPU): CPU tensors reduced over at least AUTO_GPU_PAIRS
+    pairs go to the GPU, the result and gradients back on the CPU; smaller ones and backend="CPU" stay."""
+    from semiring_ops.lazy import options
+
+    monkeypatch.setattr(options, "AUTO_GPU_PAIRS", 2000)
+    seen = _spy_retargets(monkeypatch)
+    x = torch.randn(50, 3, dtype=F64, requires_grad=True)
+    y = torch.randn(40, 3, dtype=F64)
+    f = (-Vi(x).sqdist(Vj(y))).exp()
+    want = f.sum(1, backend="CPU")
+    assert seen == []
+    got = f.sum(1)  # 50 x 40 = 2000 pairs
+    assert seen == ["cuda"] and got.device.type == "cpu"
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    (g,) = torch.autograd.grad(got.sum(), x)
+    (gw,) = torch.autograd.grad(want.sum(), x)
+    torch.testing.assert_close(g, gw, rtol=1e-12, atol=1e-12)
+    seen.clear()
+    small = (-Vi(x[:10]).sqdist(Vj(y))).exp().sum(1)
+    assert seen == [] and small.device.type == "cpu"
+
+
+def test_auto_keeps_cpu_reductions_on_the_cpu_without_a_gpu(monkeypatch):
+    from semiring_ops.lazy import options
+
+    monkeypatch.setattr(options, "AUTO_GPU_PAIRS", 100)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    seen = _spy_retargets(monkeypatch)
+    f = Vi(torch.randn(20, 2)).sqdist(Vj(torch.randn(30, 2)))
+    assert f.sum(1).device.type == "cpu" and seen == []
+
+
 def test_out_writes_the_result_in_place(backend, device):
     x, y = _kd_inputs(device)
     f = (-Vi(x).sqdist(Vj(y))).exp()

@@ -22,6 +22,7 @@ The backward pass of both is
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -59,6 +60,11 @@ class Extent:
 
     def rows(self, cat: str) -> int:
         return self.n_i if cat == "i" else self.n_j
+
+    @property
+    def pairs(self) -> int:
+        """The (i, j) pairs of a reduction, batch included."""
+        return math.prod(self.batch) * self.n_i * self.n_j
 
 
 def _remembered_plan(

@@ -31,7 +31,7 @@ from .formula import Formula, FormulaError, Var, substitute, variables
 from .multi_device import reduce_on_devices
 from .multi_device import resolve as resolve_devices
 from .options import DEFAULT as _DEFAULT_OPTIONS
-from .options import ReduceOptions, parse_options
+from .options import ReduceOptions, auto_gpu, parse_options
 from .reductions import Reduction, kbest, semiring_reduction, weighted_logsumexp
 from .symbolic import deferrable, is_placeholder, symbolic_var, symbolic_variables
 
@@ -829,16 +829,19 @@ class LazyTensor:
             raise ValueError(f"{what} over the vector dimension is not available; reduce over i or j")
         if self.device is None:
             raise ValueError(f"{what}: a formula of constants only has nothing to reduce over")
-        formula, moved = self.formula, False
+        formula, device, dtype = self.formula, self.device, self.dtype
+        extent = self._extent()
         if opts is not _DEFAULT_OPTIONS:  # (the common call pays for none of this)
             opts.check_sum_type(not reduction.selects, what)
             if opts.keepdim and reduction.kind == "kbest":
                 raise ValueError(f"{what}: keepdim is for reductions to one value per row, not for the K best")
             device, dtype = opts.compute_device(self.device, what), opts.compute_dtype(self.dtype, what)
-            if device != self.device or dtype != self.dtype:
-                formula, moved = _retargeted(formula, device, dtype), True
+        if device.type == "cpu" and opts.automatic_device and auto_gpu(extent.pairs):
+            device = torch.device("cuda", torch.cuda.current_device())  # KeOps' "auto": a GPU when there is one
+        moved = device != self.device or dtype != self.dtype
+        if moved:
+            formula = _retargeted(formula, device, dtype)
         outer = "j" if over == "i" else "i"
-        extent = self._extent()
         n_inner = extent.rows(over)
         # max / min over an empty axis give the semiring zero (-inf / +inf) and index 0, as sum (0) and
         # logsumexp (-inf) give theirs; K best of nothing have no value at all

@@ -5,7 +5,9 @@ KeOps scripts pass these routinely; every one is accepted. What each does here:
 =================  =======================================================================================
 option             here
 =================  =======================================================================================
-backend            "auto": the tensors' device; "CPU": the CPU; "GPU", "GPU_1D", "GPU_2D" (and their
+backend            "auto": the tensors' device, except CPU tensors reduced over at least AUTO_GPU_PAIRS (i, j)
+                   pairs when there is a GPU: those go to the current one, as KeOps' "auto" sends every
+                   reduction there; "CPU": the CPU; "GPU", "GPU_1D", "GPU_2D" (and their
                    "_host" / "_device" forms): a CUDA device. Data on another device is copied there for the
                    reduction and the result copied back (KeOps' "from host" mode). The 1D / 2D scheme is the
                    kernel's own choice (the suffix is accepted and ignored).
@@ -82,6 +84,11 @@ class ReduceOptions:
             and not self.keepdim
         )
 
+    @property
+    def automatic_device(self) -> bool:
+        """Whether the device is left to the reduction (backend "auto" and no device_id): see auto_gpu."""
+        return self.backend == "auto" and self.device_id < 0
+
     def check_sum_type(self, is_sum: bool, what: str) -> None:
         """KeOps' rule: accumulation options belong to sum-type reductions (sum, logsumexp, sumsoftmaxweight)."""
         if is_sum:
@@ -132,6 +139,16 @@ class ReduceOptions:
 
 
 DEFAULT = ReduceOptions()
+
+# KeOps' backend "auto" reduces CPU tensors on the GPU whenever there is one (and copies the result back). Here a
+# reduction of CPU tensors goes to the current GPU from this many (i, j) pairs (4096 x 4096): smaller ones stay on
+# the CPU, where they take less than the copies, the launch and a first compile would.
+AUTO_GPU_PAIRS = 1 << 24
+
+
+def auto_gpu(pairs: int) -> bool:
+    """Whether a reduction of CPU tensors with this many (i, j) pairs and an automatic device runs on the GPU."""
+    return pairs >= AUTO_GPU_PAIRS and torch.cuda.is_available()
 
 
 def _flag(name: str, value: Any, what: str) -> bool:

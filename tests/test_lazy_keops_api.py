@@ -1140,7 +1140,8 @@ def test_solve_errors_and_non_convergence(backend):
 
 def test_ranges_set_as_an_attribute(backend, device):
     """KeOps' ``K.ranges = ranges_ij``: this LazyTensor's reductions (and @) use it unless given ranges= of their
-    own; the transpose swaps its halves; new LazyTensors made from it do not inherit it."""
+    own; the transpose swaps its halves; LazyTensors made from it inherit it (KeOps' rule: from the operand that has
+    one; two different ones are refused)."""
     x = torch.randn(6, 2, dtype=F64, device=device)
     y = torch.randn(8, 2, dtype=F64, device=device)
     K = (-Vi(x).sqdist(Vj(y))).exp()
@@ -1160,7 +1161,15 @@ def test_ranges_set_as_an_attribute(backend, device):
     torch.testing.assert_close(K.T.sum(1), (dense * mask_i).sum(0)[:, None])  # the transpose swaps the halves
     own = (i32([0, 6]), i32(1), i32([0, 8]), *ranges[3:])  # a ranges= of the call's own wins: here, everything
     torch.testing.assert_close(K.sum(1, ranges=own), dense.sum(1, keepdim=True))
-    assert (K * 1).ranges is None and torch.equal((K * 1) @ b, full)
+    assert (K * 1).ranges is ranges and (2 * K.exp()).ranges is ranges and (K.T * 1).ranges == K.T.ranges
+    torch.testing.assert_close((K * 1) @ b, (dense * mask) @ b)
+    other = (-Vi(x).sqdist(Vj(y))).exp()
+    assert (other + K).ranges is ranges and (other * other).ranges is None and torch.equal(other @ b, full)
+    other.ranges = tuple(r.clone() for r in ranges)  # equal values: accepted
+    assert (K - other).ranges is ranges
+    other.ranges = own
+    with pytest.raises(ValueError, match="different ranges"):
+        K + other
     K.ranges = (1, 2)
     with pytest.raises(TypeError, match="6-tuple"):
         K.sum(1)

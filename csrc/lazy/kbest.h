@@ -29,6 +29,7 @@ namespace lazy {
 
 template <class T, int D, int K, bool kIsMax, bool kRegisters = false> struct KBestReducer {
   static constexpr int kIn = D, kOut = D * K, kIdx = D * K;
+  static constexpr bool kBlockSum = false;  // no sums (reducers.h)
 #if defined(__CUDA_ARCH__)
   static constexpr bool kCountRank = false;
 #else

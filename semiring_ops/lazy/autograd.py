@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -102,16 +102,20 @@ def reduce_formula(
     extent: Extent,
     with_arg: bool = False,
     numbers: torch.Tensor | None = None,
+    tensor_of: Callable[[Var], torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Reduces ``formula`` over the category that is not ``outer``: (values (*batch, rows, value_dim),
     indices (*batch, rows, index_dim) or None). The plan is remembered on the formula, so reducing one
-    LazyTensor again goes straight to the kernel. ``numbers``: see _remembered_plan."""
+    LazyTensor again goes straight to the kernel. ``numbers``: see _remembered_plan. ``tensor_of``: the tensor
+    each variable takes in this call instead of its own (slices of them, of the sizes ``extent`` gives: the
+    blocks of a block-sparse reduction run the formula's one plan on their pieces)."""
 
     def make(canon: Formula, tvars: list[Var]) -> Plan:
         return Plan(canon, tuple(v.cat for v in tvars), tuple(v.dim for v in tvars), reduction, outer, with_arg)
 
     plan, tvars, vector = _remembered_plan(formula, (reduction, outer, with_arg), make, numbers)
-    return run_plan(plan, extent, _with_numbers([v.tensor for v in tvars], vector))
+    tensors = [v.tensor if tensor_of is None else tensor_of(v) for v in tvars]
+    return run_plan(plan, extent, _with_numbers(tensors, vector))
 
 
 def matmul_formula(formula: Formula, v: torch.Tensor, extent: Extent) -> torch.Tensor:

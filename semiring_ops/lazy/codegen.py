@@ -6,7 +6,8 @@ every (row, j) in increasing j; they differ in where the variables live:
 CPU (C++, g++, loaded with ctypes): parallel over (batch, row) with OpenMP; the row's outer variables and the
 parameters are scalars in registers; the inner variables are passed transposed, (D, n), and j is walked in
 groups of ``CPU_LANES`` with one reducer per lane, so the loop over lanes vectorises; the lanes are merged at
-the end (merge keeps the lowest index among ties); the last j (fewer than a group) go to lane 0 in a scalar
+the end (merge keeps the lowest index among ties; sums fold each lane into a second reducer every
+CPU_BLOCK_GROUPS groups: block sums, csrc/lazy/reducers.h); the last j (fewer than a group) go to lane 0 in a scalar
 loop, a second copy of the cell (the k-best instead keeps one reducer per row, fed a group of lanes at a time,
 csrc/lazy/kbest.h add_lanes). Formulas of more than CPU_SCALAR_NODES nodes get one scalar loop over j
 instead (the same lanes, so the same sums), one copy of the cell, whose numbers (formula.Num) are read from
@@ -17,7 +18,8 @@ about linearly with the formula's size.
 
 CUDA (NVRTC): the tiled 1-D map-reduce scheme. Each thread owns ``rows`` output rows (i, i + block, ...) and
 their reducers in registers; the block walks j in tiles whose inner variables are staged in shared memory as
-rows of ``stride`` values (one 16-byte load per 4 values, broadcast to all threads); when the rows alone
+rows of ``stride`` values (one 16-byte load per 4 values, broadcast to all threads), a sum folding each tile's
+partial sums into a second reducer (block sums); when the rows alone
 cannot fill the GPU, the 2-D scheme splits j over ``gridDim.y`` blocks, which park their reducers in a
 workspace that a second kernel merges (the semiring merge). The number vector is one more kernel argument,
 read where used (``nums[k]``); large formulas get fewer copies of the cell (cuda_config) and, past
@@ -37,6 +39,7 @@ from .plan import Plan
 __all__ = ["CPU_LANES", "CudaConfig", "cpu_source", "cuda_config", "cuda_source"]
 
 CPU_LANES = 16
+CPU_BLOCK_GROUPS = 64  # block sums (csrc/lazy/reducers.h): the lanes are folded every 64 groups (1,024 terms)
 
 _PRELUDE = """#include "semiring.h"
 #include "lazy/math.h"
@@ -125,6 +128,15 @@ def cpu_source(plan: Plan, dtype_name: str) -> str:
     return (
         _prelude(plan, dtype_name, "cpu")
         + f"""constexpr int kLanes = {CPU_LANES};
+constexpr int64_t kBlockTerms = {CPU_BLOCK_GROUPS * CPU_LANES};  // terms of a block of a block sum (reducers.h)
+
+// A block of a block sum done: each lane's sum goes into its total, and the lane starts the next block at 0.
+static inline void fold(Reducer* lane, Reducer* total) {{
+  for (int l = 0; l < kLanes; ++l) {{
+    total[l].merge(lane[l]);
+    lane[l].init();
+  }}
+}}
 
 extern "C" void lazy_reduce(T* vals, int64_t* idx, const T* const* args, const int64_t* bstride, int64_t nbatch,
                             int64_t n_outer, int64_t n_inner, int nthreads) {{
@@ -151,6 +163,7 @@ def _cpu_lanes_loop(cell: list[str], barrier: list[str], scalar: bool) -> list[s
             "for (int64_t j = 0; j < n_inner; ++j) {",
             *("  " + line for line in barrier + cell),
             "  lane[j < full ? j % kLanes : 0].add(cf, static_cast<int32_t>(j));",
+            "  if (Reducer::kBlockSum && j % kBlockTerms == kBlockTerms - 1) fold(lane, total);",
             "}",
         ]
     else:
@@ -162,6 +175,7 @@ def _cpu_lanes_loop(cell: list[str], barrier: list[str], scalar: bool) -> list[s
             *("    " + line for line in cell),
             "    lane[l].add(cf, static_cast<int32_t>(j));",
             "  }",
+            "  if (Reducer::kBlockSum && (j0 + kLanes) % kBlockTerms == 0) fold(lane, total);",
             "}",
             "for (int64_t j = j0; j < n_inner; ++j) {  // the tail, in lane 0 (its j stay increasing)",
             *("  " + line for line in cell),
@@ -169,11 +183,14 @@ def _cpu_lanes_loop(cell: list[str], barrier: list[str], scalar: bool) -> list[s
             "}",
         ]
     return [
-        "Reducer lane[kLanes];",
+        "Reducer lane[kLanes], total[Reducer::kBlockSum ? kLanes : 1];  // total: the lanes' finished blocks",
         "for (int l = 0; l < kLanes; ++l) lane[l].init();",
+        "if (Reducer::kBlockSum) for (int l = 0; l < kLanes; ++l) total[l].init();",
         *body,
-        "for (int l = 1; l < kLanes; ++l) lane[0].merge(lane[l]);",
-        "Reducer& red = lane[0];",
+        "if (Reducer::kBlockSum) fold(lane, total);",
+        "Reducer& red = Reducer::kBlockSum ? total[0] : lane[0];",
+        "Reducer* lanes = Reducer::kBlockSum ? total : lane;",
+        "for (int l = 1; l < kLanes; ++l) red.merge(lanes[l]);",
     ]
 
 
@@ -383,9 +400,12 @@ extern "C" __global__ void __launch_bounds__({cfg.block}) lazy_reduce(
   const long long j_begin = (long long)blockIdx.y * j_per_block;
   const long long j_end = min(n_inner, j_begin + j_per_block);
 {_indent(head, 2)}
-  Reducer red[{cfg.rows}];
+  Reducer red[{cfg.rows}], total[Reducer::kBlockSum ? {cfg.rows} : 1];  // total: the finished blocks (reducers.h)
 #pragma unroll
   for (int r = 0; r < {cfg.rows}; ++r) red[r].init();
+  if (Reducer::kBlockSum)
+#pragma unroll
+    for (int r = 0; r < {cfg.rows}; ++r) total[r].init();
   for (long long j0 = j_begin; j0 < j_end; j0 += {tile}) {{
     const int nt = (int)min((long long){tile}, j_end - j0);
     __syncthreads();
@@ -393,7 +413,16 @@ extern "C" __global__ void __launch_bounds__({cfg.block}) lazy_reduce(
     __syncthreads();
     int jj = 0;
 {_indent(loops, 4)}
+    if (Reducer::kBlockSum)  // a block of a block sum per tile
+#pragma unroll
+      for (int r = 0; r < {cfg.rows}; ++r) {{
+        total[r].merge(red[r]);
+        red[r].init();
+      }}
   }}
+  if (Reducer::kBlockSum)
+#pragma unroll
+    for (int r = 0; r < {cfg.rows}; ++r) red[r] = total[r];
 {_indent(stores, 2)}
 }}
 

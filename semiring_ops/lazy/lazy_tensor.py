@@ -204,7 +204,8 @@ class LazyTensor:
         # it holds a symbolic variable (Vi(0, 3)): its reductions are callables (symbolic.py)
         self.symbolic: bool = symbolic
         # KeOps' block-sparsity pattern, set by the user (``K.ranges = ranges_ij``) and used by this LazyTensor's
-        # reductions without a ranges= of their own; operations do not carry it over (the transpose swaps it)
+        # reductions without a ranges= of their own; operations carry it over (KeOps' rule: the operand's that is
+        # set, two different ones refused), the transpose swaps it
         self.ranges: tuple | None = None
 
     def _variable(self, data: torch.Tensor, cat: str) -> None:
@@ -325,9 +326,9 @@ class LazyTensor:
 
     def _unary(self, node: type, *args: Any) -> LazyTensor:
         formula = node(self.formula, *args)
-        return self._make(
-            formula, self.batch, self.n_i, self.n_j, self.device, self.dtype, self.deferred, self.symbolic
-        )
+        out = self._make(formula, self.batch, self.n_i, self.n_j, self.device, self.dtype, self.deferred, self.symbolic)
+        out.ranges = self.ranges
+        return out
 
     def _nary(self, op: str, build, *others: Any) -> LazyTensor:
         lifted = [self._lift(o) for o in others]
@@ -340,7 +341,9 @@ class LazyTensor:
         *_, device, dtype, deferred = meta
         if not deferred and device is not None and any(o.deferred for o in (self, *lifted)):
             formula = _materialise(formula, dtype, device)
-        return self._make(formula, *meta, self.symbolic or any(o.symbolic for o in lifted))
+        out = self._make(formula, *meta, self.symbolic or any(o.symbolic for o in lifted))
+        out.ranges = _joined_ranges((self, *lifted), op)
+        return out
 
     def _binary(self, node: type, other: Any, op: str, reflected: bool = False) -> LazyTensor:
         if reflected:
@@ -884,44 +887,41 @@ class LazyTensor:
             raise ValueError(f"{what}: ranges= with batch dimensions {self.batch} is not supported")
         extent = self._extent()
         n_outer, n_inner = extent.rows(outer), extent.rows("j" if outer == "i" else "i")
-        blocks, inner_ids = _parse_ranges(ranges[0:3] if outer == "i" else ranges[3:6], n_outer, n_inner, what)
         device = next(v.tensor.device for v in variables(formula) if v.tensor is not None)
+        triple = ranges[0:3] if outer == "i" else ranges[3:6]
+        blocks, inner_ids = _parse_ranges(triple, n_outer, n_inner, what, device)
+        nothing = torch.zeros(0, dtype=torch.int64, device=device)
         pieces: list[tuple[torch.Tensor, torch.Tensor | None]] = []
         start = 0
-        for (a, b), inner in [*zip(blocks, inner_ids, strict=True), ((n_outer, n_outer), [])]:
+        for (a, b), inner in [*zip(blocks, inner_ids, strict=True), ((n_outer, n_outer), nothing)]:
             if a > start:  # rows in no block
-                pieces.append(self._reduce_block(formula, reduction, outer, with_arg, (start, a), [], device, what))
+                pieces.append(self._reduce_block(formula, reduction, outer, with_arg, (start, a), nothing, what))
             if b > a:
-                pieces.append(self._reduce_block(formula, reduction, outer, with_arg, (a, b), inner, device, what))
+                pieces.append(self._reduce_block(formula, reduction, outer, with_arg, (a, b), inner, what))
             start = b
         vals = torch.cat([v for v, _ in pieces], -2)
         idx = torch.cat([i for _, i in pieces], -2) if pieces[0][1] is not None else None
         return vals, idx
 
-    def _reduce_block(self, formula, reduction, outer, with_arg, rows, inner, device, what):
-        """One block of _reduce_ranges: rows [a, b) reduced over the inner indices ``inner`` (global indices)."""
-        if reduction.kind == "kbest" and len(inner) < reduction.k:
+    def _reduce_block(self, formula, reduction, outer, with_arg, rows, select, what):
+        """One block of _reduce_ranges: rows [a, b) reduced over the inner indices ``select`` (global indices,
+        an int64 tensor on the variables' device)."""
+        count = len(select)
+        if reduction.kind == "kbest" and count < reduction.k:
             raise ValueError(
-                f"{what}: K={reduction.k}, but the rows {rows[0]} .. {rows[1] - 1} reduce over {len(inner)} "
+                f"{what}: K={reduction.k}, but the rows {rows[0]} .. {rows[1] - 1} reduce over {count} "
                 f"terms (ranges=); every row needs at least K"
             )
-        select = torch.tensor(inner, dtype=torch.int64, device=device)
-        done: list[tuple[torch.Tensor, torch.Tensor]] = []
 
-        def cut(v: Var) -> Formula:
+        def cut(v: Var) -> torch.Tensor:  # the block's piece of a variable (the formula's plan runs on these)
             if v.cat == "p":
-                return v
-            for old, new in done:
-                if old is v.tensor:
-                    return Var(v.cat, v.dim, tensor=new)
-            new = v.tensor[..., rows[0] : rows[1], :] if v.cat == outer else v.tensor.index_select(-2, select)
-            done.append((v.tensor, new))
-            return Var(v.cat, v.dim, tensor=new)
+                return v.tensor
+            return v.tensor[..., rows[0] : rows[1], :] if v.cat == outer else v.tensor.index_select(-2, select)
 
         n_rows = rows[1] - rows[0]
-        sizes = (n_rows, len(inner)) if outer == "i" else (len(inner), n_rows)
-        vals, idx = reduce_formula(substitute(formula, cut), reduction, outer, Extent((), *sizes), with_arg)
-        return vals, (None if idx is None else select[idx] if len(inner) else idx)
+        sizes = (n_rows, count) if outer == "i" else (count, n_rows)
+        vals, idx = reduce_formula(formula, reduction, outer, Extent((), *sizes), with_arg, tensor_of=cut)
+        return vals, (None if idx is None else select[idx] if count else idx)
 
     def _own_ranges(self, opts: ReduceOptions) -> ReduceOptions:
         """opts without out=, for a reduction of a LazyTensor made from this one (K * v_j for K @ v): with this
@@ -1337,6 +1337,32 @@ def _pop_spread(kwargs: dict[str, Any]) -> tuple[Any, Any]:
     return kwargs.pop("group", None), kwargs.pop("devices", None)
 
 
+def _joined_ranges(operands: Sequence[LazyTensor], op: str) -> tuple | None:
+    """The ranges attribute of a LazyTensor made from ``operands`` (KeOps' rule): the one that is set; two that
+    differ are refused."""
+    found: LazyTensor | None = None
+    for x in operands:
+        if x.ranges is None:
+            continue
+        if found is not None and not _same_ranges(found.ranges, x.ranges):
+            raise ValueError(
+                f"{op}: the operands have different ranges (block-sparsity patterns): {found.describe()} and "
+                f"{x.describe()}; set one, or equal ones"
+            )
+        found = found or x
+    return None if found is None else found.ranges
+
+
+def _same_ranges(a: tuple, b: tuple) -> bool:
+    if a is b:
+        return True
+    return len(a) == len(b) and all(
+        torch.as_tensor(x).shape == torch.as_tensor(y).shape
+        and bool(torch.equal(torch.as_tensor(x).cpu(), torch.as_tensor(y).cpu()))
+        for x, y in zip(a, b, strict=True)
+    )
+
+
 def _retargeted(formula: Formula, device: torch.device, dtype: torch.dtype) -> Formula:
     """The formula with its tensors on ``device`` in ``dtype`` (copies, differentiable), each tensor copied once so
     that a variable used twice stays one kernel argument (identity by ``is``, as formula._VarIndex)."""
@@ -1474,10 +1500,13 @@ def _softdtw_formula(x: Formula, y: Formula, gamma: Formula) -> Formula:
     return r[n - 1, m - 1]
 
 
-def _parse_ranges(ranges: tuple, n_outer: int, n_inner: int, what: str) -> tuple[list, list[list[int]]]:
-    """(the blocks of output rows (a, b), sorted, and the inner indices of each) of KeOps' (ranges, slices,
-    redranges) triple, checked: shapes (Mc, 2), (Mc,), (Mcc, 2); rows within [0, n_outer] and disjoint; slices
-    non-decreasing up to Mcc; inner ranges within [0, n_inner]."""
+def _parse_ranges(
+    ranges: tuple, n_outer: int, n_inner: int, what: str, device: torch.device | None = None
+) -> tuple[list, list[torch.Tensor]]:
+    """(the blocks of output rows (a, b), sorted, and the inner indices of each, int64 tensors on ``device``) of
+    KeOps' (ranges, slices, redranges) triple, checked: shapes (Mc, 2), (Mc,), (Mcc, 2); rows within [0, n_outer]
+    and disjoint; slices non-decreasing up to Mcc; inner ranges within [0, n_inner]. The indices of all blocks
+    are made at once, as one tensor that each block's indices are a slice of."""
     shapes = [tuple(r.shape) for r in ranges]
     pairs = len(shapes[0]) == 2 and shapes[0][1] == 2 and len(shapes[2]) == 2 and shapes[2][1] == 2
     if not pairs or shapes[1] != shapes[0][:1]:
@@ -1497,7 +1526,16 @@ def _parse_ranges(ranges: tuple, n_outer: int, n_inner: int, what: str) -> tuple
     for k, nxt in itertools.pairwise(order):
         if ranges_o[nxt][0] < ranges_o[k][1]:
             raise ValueError(f"{what}: ranges=: the blocks of rows {ranges_o[k]} and {ranges_o[nxt]} overlap")
-    inner = [[j for lo, hi in red[bounds[k] : bounds[k + 1]] for j in range(lo, hi)] for k in order]
+    red_t = torch.tensor(red, dtype=torch.int64).reshape(-1, 2)
+    lengths = red_t[:, 1] - red_t[:, 0]
+    ends = torch.cumsum(lengths, 0)
+    # range r's indices are red[r][0] + (p - its offset) for the positions p of its run in the flat tensor
+    flat = torch.arange(int(ends[-1]) if len(red) else 0) + torch.repeat_interleave(
+        red_t[:, 0] - ends + lengths, lengths
+    )
+    flat = flat.to(device) if device is not None else flat
+    offsets = [0, *ends.tolist()]
+    inner = [flat[offsets[bounds[k]] : offsets[bounds[k + 1]]] for k in order]
     return [tuple(ranges_o[k]) for k in order], inner
 
 

@@ -18,9 +18,9 @@ dtype_acc          "auto", "float16", "float32", "float64" (or a torch dtype): t
                    the result is cast back. Sum-type reductions only, and never narrower than the inputs
                    (KeOps' rules).
 use_double_acc     True: dtype_acc="float64" (not both).
-sum_scheme         "auto", "direct_sum", "block_sum": accepted (the kernels sum per thread / SIMD lane, then
-                   merge); "kahan_scheme": float16 / float32 inputs are reduced in float64. block_sum and
-                   kahan_scheme are for sum-type reductions only (KeOps' rule).
+sum_scheme         "auto", "direct_sum", "block_sum": accepted (sums are always block sums, KeOps' default:
+                   csrc/lazy/reducers.h); "kahan_scheme": float16 / float32 inputs are reduced in float64.
+                   block_sum and kahan_scheme are for sum-type reductions only (KeOps' rule).
 enable_chunks,     accepted and ignored: KeOps' code-generation knobs; the kernels tile wide variables on
 use_fast_math,     their own, float32 exp is always the fast one (docs/lazy.md, Numerics), and compiler flags
 optional_flags     are not configurable.

@@ -139,3 +139,26 @@ def test_zero_start_and_transition_probabilities_go_to_log_space():
     torch.testing.assert_close(got[1][:2], ref[1][:2], rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(got[2], ref[2], rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(got[3], ref[3], rtol=1e-10, atol=1e-10)
+
+
+def test_log_space_counts_stay_finite_where_a_transition_underflows():
+    """A transition of log-probability -1e3 (exp underflows to 0; the variational E-step's sub-normalised
+    transitions reach such values from tiny Dirichlet posteriors) on a sequence done in log space: its expected
+    count is ~0, never inf * 0 = NaN, and the counts equal the float64 log-space recursions'."""
+    estep = _estep()
+    gen = torch.Generator().manual_seed(5)
+    log_trans, log_start = _random_hmm(4, gen, torch.float64)
+    log_trans[1, 2] = -1000.0
+    log_trans[2, 0] = -5000.0
+    le = torch.randn(3, 40, 4, generator=gen, dtype=torch.float64) * 3
+    le[:, :, 3] = -2e35  # a state that never emits these: every sequence goes to log space
+    # sequence 0 sees state 1 at t = 10 and state 2 at t = 11 sharply (800 nats over the others): the pair's
+    # alpha beta e / p without A is ~e^800, which overflows; with log A inside the exponent it is ~e^-200
+    le[0, 10] = torch.tensor([-800.0, 0.0, -800.0, -2e35], dtype=torch.float64)
+    le[0, 11] = torch.tensor([-800.0, -800.0, 0.0, -2e35], dtype=torch.float64)
+    L = torch.tensor([40, 25, 40])
+    got = estep(le, log_trans, log_start, L)
+    ref = _log_space_float64(le, log_trans, log_start, L)
+    assert not got[4].any() and torch.isfinite(got[2]).all()
+    for a, b in zip(got[:4], ref, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)

@@ -32,7 +32,8 @@ template <class T> struct Chain {
   int64_t C;
 };
 
-// The outputs of one sequence: its posteriors (T, C) rows, its transition counts (C, C) (before the * A).
+// The outputs of one sequence: its posteriors (T, C) rows, its transition counts (C, C) (the scaled pass leaves them
+// without the factor A, which `run` applies; the log-space pass includes it).
 template <class T> struct SequenceOut {
   T* posteriors;
   T* transitions;
@@ -171,7 +172,7 @@ template <class T> T log_sum_exp(const T* x, int64_t n) {
 }
 
 // A sequence the scaled pass flagged, again in log space (the log chain's recursions, no underflow): overwrites its
-// posteriors and transition counts (without the factor A, as the scaled pass leaves them). Returns false, leaving
+// posteriors and transition counts (the factor A included). Returns false, leaving
 // the sequence to the caller, when its log-likelihood is not finite (zero probability, NaN).
 template <class T>
 bool log_space_sequence(const Chain<T>& chain, const T* le, int64_t st, int64_t sc, int64_t L, std::vector<T>& log_alpha,
@@ -207,7 +208,9 @@ bool log_space_sequence(const Chain<T>& chain, const T* le, int64_t st, int64_t 
         for (int64_t j = 0; j < C; ++j) terms[j] = chain.log_A[i * C + j] + log_beta_next[j];
         log_beta[i] = log_sum_exp(terms, C);
         const T a_i = la[t * C + i] - ll;
-        for (int64_t j = 0; j < C; ++j) xi[i * C + j] += std::exp(a_i + log_beta_next[j]);
+        // with log A inside the exponent: exp(a_i + log_beta_next) alone can overflow where A underflows to 0
+        // (the variational E-step's sub-normalised transitions reach exp(-1e3) and below), and inf * 0 is NaN
+        for (int64_t j = 0; j < C; ++j) xi[i * C + j] += std::exp(a_i + chain.log_A[i * C + j] + log_beta_next[j]);
       }
     }
     T* post = out.posteriors + t * C;
@@ -269,6 +272,9 @@ void run(const at::Tensor& log_emissions, const at::Tensor& A_t, const at::Tenso
       } else {
         scaled_sequence<T>(chain, le + b * sb, st, sc, scaled.data_ptr<T>() + b * T_ * C,
                            shifts.data_ptr<T>() + b * T_, lengths[b], inv_scale, work, out);
+        // the scaled pass's counts are finite (nothing underflowed): the factor A now
+        if (!out.suspect)
+          for (int64_t k = 0; k < C * C; ++k) out.transitions[k] *= chain.A[k];
       }
       if (out.suspect) {
         log_alpha.resize(T_ * C);
@@ -329,7 +335,7 @@ std::vector<at::Tensor> hmm_scaled_estep(const at::Tensor& log_emissions, const 
     bool zeros = false;
     for (int64_t k = 0; k < C * C; ++k) zeros |= log_a[k] == -std::numeric_limits<scalar_t>::infinity();
     run<scalar_t>(log_emissions, A, pi, log_A, log_pi, zeros, lengths_ptr, ll, posteriors, per_sequence, suspect);
-    // The sums over sequences in order (deterministic whatever the threads): transition counts * A, and the
+    // The sums over sequences in order (deterministic whatever the threads): transition counts, and the
     // posteriors of the first step as the start counts, of the sequences not suspect.
     scalar_t* tr = transitions.data_ptr<scalar_t>();
     scalar_t* st = starts.data_ptr<scalar_t>();
@@ -341,8 +347,6 @@ std::vector<at::Tensor> hmm_scaled_estep(const at::Tensor& log_emissions, const 
       for (int64_t k = 0; k < C * C; ++k) tr[k] += xi[b * C * C + k];
       for (int64_t c = 0; c < C; ++c) st[c] += post[b * T * C + c];
     }
-    const scalar_t* a = A.data_ptr<scalar_t>();
-    for (int64_t k = 0; k < C * C; ++k) tr[k] *= a[k];
   });
   return {ll, posteriors, transitions, starts, suspect};
 }

@@ -246,6 +246,29 @@ def test_kmeans_finds_separated_clusters_and_refuses_too_few_points():
         kmeans(x[:2], 3)
 
 
+def test_kmeans_lloyd_matches_a_plain_lloyd_run_by_run():
+    """The batched Lloyd iterations (one product for all runs' distances) end each run where a plain Lloyd loop
+    (torch.cdist, one run at a time, same stopping rule) does, and report its inertia."""
+    from semiring_ops.hmm.kmeans import _lloyd
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(500, 3, generator=g, dtype=torch.float64) + torch.randint(0, 4, (500, 1), generator=g) * 3.0
+    seeds = x[torch.randint(500, (4, 5), generator=g)]  # 4 runs of 5 centres
+    got, inertia = _lloyd(x, seeds, max_iter=100, tol=1e-10)
+    for r in range(4):
+        c = seeds[r].clone()
+        for _ in range(100):
+            labels = torch.cdist(x, c).argmin(1)
+            new = torch.stack([x[labels == j].mean(0) if (labels == j).any() else c[j] for j in range(5)])
+            moved = float((new - c).square().sum())
+            c = new
+            if moved <= 1e-10:
+                break
+        torch.testing.assert_close(got[r], c, rtol=1e-9, atol=1e-9)
+        want = torch.cdist(x, c).square().min(1).values.sum()
+        torch.testing.assert_close(inertia[r], want, rtol=1e-9, atol=1e-9)
+
+
 @pytest.mark.parametrize("covariance_type", COVARIANCE_TYPES)
 def test_init_from_data_is_hmmlearns_rule(covariance_type):
     x = torch.randn(50, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(2)) * torch.tensor([1, 2, 3])

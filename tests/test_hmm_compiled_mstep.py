@@ -23,11 +23,15 @@ from semiring_ops.hmm.emissions.gaussian import compiled_gaussian_log_prob, gaus
 pytestmark = pytest.mark.filterwarnings("ignore")
 
 
-def _log_prob_op():
-    fn = compiled_gaussian_log_prob(torch.zeros(1, 2, dtype=torch.float64))
+def _built(fn):
+    """The compiled op, or a skip where the hmm kernel family is not built."""
     if fn is None:
         pytest.skip("the hmm kernel family is not built here")
     return fn
+
+
+def _log_prob_op():
+    return _built(compiled_gaussian_log_prob(torch.zeros(1, 2, dtype=torch.float64)))
 
 
 @settings(max_examples=40, deadline=None)
@@ -131,10 +135,8 @@ def test_variational_gaussian_density_compiled_equals_torch(covariance_type, mon
 
 
 def _dirichlet_op():
-    fn = emission_base._compiled_dirichlet_map(torch.zeros(2, dtype=torch.float64), torch.zeros(2, dtype=torch.float64))
-    if fn is None:
-        pytest.skip("the hmm kernel family is not built here")
-    return fn
+    zeros = torch.zeros(2, dtype=torch.float64)
+    return _built(emission_base._compiled_dirichlet_map(zeros, zeros))
 
 
 @settings(max_examples=40, deadline=None)

@@ -162,3 +162,20 @@ def test_log_space_counts_stay_finite_where_a_transition_underflows():
     assert not got[4].any() and torch.isfinite(got[2]).all()
     for a, b in zip(got[:4], ref, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+def test_transition_rows_need_not_sum_to_one():
+    """Rows of A summing to e^5 (a caller's unnormalised transitions): each step's normaliser is ~e^5, so their
+    running product leaves [2^-300, 2^300] within ~40 steps and is folded into the log-likelihood there; the result
+    is the float64 log-space recursions' (a product left to overflow would send the sequence to log space)."""
+    estep = _estep()
+    gen = torch.Generator().manual_seed(9)
+    log_trans, log_start = _random_hmm(3, gen, torch.float64)
+    log_trans = log_trans + 5.0
+    le = torch.randn(2, 1000, 3, generator=gen, dtype=torch.float64)
+    L = torch.tensor([1000, 700])
+    got = estep(le, log_trans, log_start, L)
+    ref = _log_space_float64(le, log_trans, log_start, L)
+    assert torch.isfinite(got[0]).all() and not got[4].any()
+    torch.testing.assert_close(got[0], ref[0], rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(got[1], ref[1], rtol=1e-9, atol=1e-9)

@@ -64,9 +64,9 @@ void one_sequence(const Chain<T>& chain, const T* le, int64_t st, int64_t sc, co
     for (int64_t c = 0; c < C; ++c) suspect |= !std::isfinite(le[t * st + c * sc]) || e[t * C + c] < small;
     ll += m[t];
   }
-  // Forward: alpha_t (normalised, into the posteriors' rows), 1 / c_t with c_t the normaliser. c_t <= 1 (alpha sums
-  // to 1, A's rows too, e <= 1), so log prod c_t is kept as a running product, its log taken only when it nears
-  // underflow (one log per ~300 steps instead of one per step).
+  // Forward: alpha_t (normalised, into the posteriors' rows), 1 / c_t with c_t the normaliser. c_t <= 1 when A's
+  // rows sum to 1 (alpha does, e <= 1), so log prod c_t is kept as a running product, its log taken only when it
+  // leaves [2^-300, 2^300] (one log per ~300 steps instead of one per step, whatever the rows sum to).
   T* alpha = out.posteriors;
   double product = 1;
   for (int64_t t = 0; t < L; ++t) {
@@ -96,11 +96,12 @@ void one_sequence(const Chain<T>& chain, const T* le, int64_t st, int64_t sc, co
       suspect |= a[j] < small && !(t == 0 && pi[j] == T(0));
     }
     inv_scale[t] = inv;
-    if (double(sum) < 0x1p-300) {  // 0 (-inf), or a float64 normaliser too small to multiply in
-      ll += std::log(double(sum));
-    } else {  // NaN stays in the product, and so reaches ll
-      product *= double(sum);
-      if (product < 0x1p-300) {
+    const double c = double(sum);
+    if (!(c >= 0x1p-300 && c <= 0x1p300)) {  // 0 (-inf), NaN, or too far from 1 to multiply in safely
+      ll += std::log(c);
+    } else {  // both factors within 2^+-300: the product neither overflows nor underflows
+      product *= c;
+      if (product < 0x1p-300 || product > 0x1p300) {
         ll += std::log(product);
         product = 1;
       }

@@ -170,8 +170,10 @@ def chain(light: bool) -> None:
 
 
 def lazy(light: bool) -> None:
-    """Generated lazy reductions (NVRTC): Gaussian kernel sum and its gradient, logsumexp, argmin, k-best."""
+    """Generated lazy reductions (NVRTC): Gaussian kernel sum and its gradient, logsumexp, argmin, k-best, and a
+    block-sparse (ranges=) sum with its gradient and argmin."""
     from semiring_ops.lazy import Vi, Vj
+    from semiring_ops.lazy.cluster import from_matrix
 
     g = torch.Generator().manual_seed(4)
     x = torch.randn(301, 3, generator=g).cuda().requires_grad_()
@@ -185,6 +187,25 @@ def lazy(light: bool) -> None:
     _close((-D).logsumexp(dim=1), (-dense).logsumexp(1, keepdim=True), "lazy logsumexp")
     D.argmin(dim=1)
     D.argKmin(5, dim=0)
+    # block-sparse: 301 rows in blocks of 100 (the last 1 row in none), 157 columns in 3; a checkerboard kept
+    rows_i = torch.tensor([[0, 100], [100, 200], [200, 300]])
+    rows_j = torch.tensor([[0, 60], [60, 120], [120, 157]])
+    keep = (torch.arange(3)[:, None] + torch.arange(3)[None, :]) % 2 == 0
+    ranges = from_matrix(rows_i, rows_j, keep)
+    mask = torch.zeros(301, 157, dtype=torch.float64)
+    for k, (a, b) in enumerate(rows_i.tolist()):
+        for m, (c, d) in enumerate(rows_j.tolist()):
+            mask[a:b, c:d] = float(keep[k, m])
+    sparse = ((-D).exp() * Vj(v)).sum(1, ranges=ranges)
+    _close(sparse, ((-dense).exp() * mask.cuda()) @ v.double(), "lazy block-sparse K @ v")
+    sparse.sum().backward()
+    D.argmin(dim=0, ranges=ranges)
+    # long rows: 1,500 terms a row, cut over several blocks on the GPU and merged (the 2-D scheme)
+    y2 = torch.randn(1500, 3, generator=g).cuda()
+    wide = from_matrix(torch.tensor([[0, 300]]), torch.tensor([[0, 700], [700, 1500]]), torch.tensor([[True, True]]))
+    D2 = ((Vi(x) - Vj(y2)) ** 2).sum(-1)
+    dense2 = ((x.double()[:, None] - y2.double()[None]) ** 2).sum(-1)[:300]
+    _close((-D2).logsumexp(dim=1, ranges=wide)[:300], (-dense2).logsumexp(1, keepdim=True), "lazy block-sparse lse")
 
 
 def sequence(light: bool) -> None:

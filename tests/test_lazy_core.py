@@ -195,8 +195,11 @@ def test_gradcheck(name, device):
     x, y = torch.randn(7, 3, generator=g, dtype=torch.float64), torch.randn(5, 3, generator=g, dtype=torch.float64)
     b, s = torch.randn(5, 2, generator=g, dtype=torch.float64), torch.tensor([0.7], dtype=torch.float64)
     args = [t.to(device).requires_grad_() for t in (x, y, b, s)]
-    assert gradcheck(GRADS[name], args)
-    assert gradgradcheck(GRADS[name], args)
+    # on CUDA the selected pairs' gradient (max, min, k-best) sums the pairs that share an index through torch's
+    # index_select backward, an index_add_ of atomic adds: equal to the last bits only, in no fixed order
+    tol = 1e-12 if device == "cuda" else 0.0
+    assert gradcheck(GRADS[name], args, nondet_tol=tol)
+    assert gradgradcheck(GRADS[name], args, nondet_tol=tol)
 
 
 # ---------------------------------------------------------------- bad input
@@ -249,7 +252,7 @@ def test_small_cpu_calls_run_on_one_thread(monkeypatch, compiled):
             self.fn = fn
 
         def call(self, *args):
-            threads.append(args[-1])
+            threads.append(args[7])  # (vals, idx, args, bstride, nbatch, n_outer, n_inner, nthreads, ...)
             return self.fn.call(*args)
 
     monkeypatch.setattr(cpu_kernels, "_function", lambda plan, dtype: Spy(real(plan, dtype)))

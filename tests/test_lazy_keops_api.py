@@ -21,6 +21,7 @@ from torch.autograd import gradcheck, gradgradcheck
 
 from semiring_ops.lazy import LazyTensor, Pm, Vi, Vj
 from semiring_ops.lazy import formula_math as FM
+from semiring_ops.lazy.cluster import from_matrix
 from semiring_ops.lazy.formula import canonicalize
 from semiring_ops.lazy.formula_key import parse_formula
 
@@ -884,51 +885,128 @@ def test_out_writes_the_result_in_place(backend, device):
 
 def _block_ranges(draw, n_rows: int, n_cols: int):
     """KeOps' (ranges, slices, redranges) for random disjoint row blocks (some rows in none), each reducing over
-    random column ranges (which may overlap: a term in two ranges counts twice, as KeOps loops over them); and
-    how many times each (row, column) term counts."""
+    random column ranges (which may overlap: a term in two ranges counts twice, as KeOps loops over them); the
+    transposed half of the same pairs, cut differently (a block per piece of the columns between the ranges'
+    bounds); and how many times each (row, column) term counts."""
     cuts = sorted(draw(st.sets(st.integers(0, n_rows), min_size=2, max_size=6)))
     blocks = [(a, b) for a, b in itertools.pairwise(cuts) if draw(st.booleans())]
     count = torch.zeros(n_rows, n_cols, dtype=F64)
-    red, slices = [], []
+    red, slices, rects = [], [], []
     for a, b in blocks:
         for _ in range(draw(st.integers(0, 3))):
             lo = draw(st.integers(0, n_cols))
             hi = draw(st.integers(lo, n_cols))
             red.append((lo, hi))
+            rects.append((a, b, lo, hi))
             count[a:b, lo:hi] += 1
         slices.append(len(red))
+    col_cuts = sorted({c for *_, lo, hi in rects for c in (lo, hi)})
+    t_blocks, t_slices, t_red = [], [], []
+    for lo, hi in itertools.pairwise(col_cuts):
+        t_red += [(a, b) for a, b, c, d in rects if c <= lo and hi <= d]
+        t_blocks.append((lo, hi))
+        t_slices.append(len(t_red))
     as_int = lambda v, shape: torch.tensor(v, dtype=torch.int32).reshape(shape)  # noqa: E731
     triple = (as_int(blocks, (len(blocks), 2)), as_int(slices, (len(slices),)), as_int(red, (len(red), 2)))
-    return triple, count
+    shapes = ((len(t_blocks), 2), (len(t_slices),), (len(t_red), 2))
+    transposed = tuple(as_int(v, shape) for v, shape in zip((t_blocks, t_slices, t_red), shapes, strict=True))
+    return triple, transposed, count
 
 
 @settings(max_examples=6, deadline=None)
 @given(data=st.data())
 def test_ranges_are_a_masked_dense_reduction(backend, device, data):
     m, n = data.draw(st.integers(1, 20)), data.draw(st.integers(1, 20))
-    rows_j, count_j = _block_ranges(data.draw, m, n)  # reducing over j: blocks of rows i
-    rows_i, count_i = _block_ranges(data.draw, n, m)  # reducing over i: blocks of columns j
-    ranges = (*rows_j, *rows_i)
+    rows_j, cols_of_j, count_j = _block_ranges(data.draw, m, n)  # a pattern cut by blocks of rows i
+    rows_i, cols_of_i, count_i = _block_ranges(data.draw, n, m)  # another, cut by blocks of columns j
     g = torch.Generator().manual_seed(data.draw(st.integers(0, 2**32 - 1)))
     x = torch.randn(m, 2, generator=g, dtype=F64).to(device).requires_grad_()
     y = torch.randn(n, 2, generator=g, dtype=F64).to(device).requires_grad_()
     f = -Vi(x).sqdist(Vj(y))
-    for dim, count in ((1, count_j.to(device)), (0, count_i.T.to(device))):
+    cases = ((1, (*rows_j, *cols_of_j), count_j.to(device)), (0, (*cols_of_i, *rows_i), count_i.T.to(device)))
+    for dim, ranges, count in cases:
         dense = -((x[:, None] - y[None]) ** 2).sum(-1)
         got = f.sum(dim, ranges=ranges)
         want = (dense * count).sum(dim)[:, None]
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
         gx, gy = torch.autograd.grad(got.sum(), [x, y])
-        wx, wy = torch.autograd.grad(want.sum(), [x, y])
+        wx, wy = torch.autograd.grad(want.sum(), [x, y], retain_graph=True)
         torch.testing.assert_close(gx, wx, rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(gy, wy, rtol=1e-12, atol=1e-12)
-        torch.testing.assert_close(f.logsumexp(dim, ranges=ranges), (dense + count.log()).logsumexp(dim)[:, None])
+        lse = f.logsumexp(dim, ranges=ranges)
+        want_lse = (dense + count.log()).logsumexp(dim)[:, None]
+        torch.testing.assert_close(lse, want_lse)
+        finite = torch.isfinite(want_lse)  # rows of no terms: -inf, and no gradient
+        some = (count > 0).any(dim, keepdim=True)  # (torch's logsumexp of -infs only has a NaN gradient)
+        want_lse = torch.where(some, dense + count.log(), 0.0).logsumexp(dim)[:, None]
+        gx, gy = torch.autograd.grad(lse[finite].sum(), [x, y], allow_unused=True, materialize_grads=True)
+        wx, wy = torch.autograd.grad(want_lse[finite].sum(), [x, y], allow_unused=True, materialize_grads=True)
+        torch.testing.assert_close(gx, wx)
+        torch.testing.assert_close(gy, wy)
         masked = torch.where(count > 0, dense, -math.inf)
         vals, idx = f.max_argmax(dim, ranges=ranges)
         torch.testing.assert_close(vals, masked.amax(dim)[:, None])
         empty = (count == 0).all(dim)
         want_idx = torch.where(empty, 0, masked.argmax(dim))
         assert torch.equal(idx[:, 0], want_idx)
+
+
+def test_ranges_of_long_rows(backend, device):
+    """Blocks whose rows reduce over thousands of terms in ranges of all lengths (on CUDA: the terms of a
+    segment cut over several blocks and merged, the 2-D scheme), against the masked dense reduction."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(40, 2, generator=g, dtype=F64).to(device).requires_grad_()
+    y = torch.randn(3000, 2, generator=g, dtype=F64).to(device).requires_grad_()
+    i64 = lambda *v: torch.tensor(v, dtype=torch.int64)  # noqa: E731
+    cuts_i, cuts_j = [0, 7, 33, 40], [0, 1, 300, 301, 2000, 2999, 3000]
+    blocks_i = [(a, b) for a, b in itertools.pairwise(cuts_i)]
+    blocks_j = [(a, b) for a, b in itertools.pairwise(cuts_j)]
+    keep = torch.tensor([[1, 1, 0, 1, 1, 1], [0, 1, 1, 1, 0, 1], [1, 0, 1, 1, 1, 0]], dtype=torch.bool)
+    ranges = from_matrix(i64(*blocks_i), i64(*blocks_j), keep)
+    mask = torch.zeros(40, 3000, dtype=F64)
+    for k, (a, b) in enumerate(blocks_i):
+        for m, (c, d) in enumerate(blocks_j):
+            mask[a:b, c:d] = float(keep[k, m])
+    mask = mask.to(device)
+    f = -Vi(x).sqdist(Vj(y))
+    dense = -((x[:, None] - y[None]) ** 2).sum(-1)
+    for dim in (1, 0):
+        got = f.exp().sum(dim, ranges=ranges)
+        want = (dense.exp() * mask).sum(dim)[:, None]
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+        gx, gy = torch.autograd.grad(got.sum(), [x, y])
+        wx, wy = torch.autograd.grad(want.sum(), [x, y], retain_graph=True)
+        torch.testing.assert_close(gx, wx, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(gy, wy, rtol=1e-10, atol=1e-12)
+        masked = torch.where(mask > 0, dense, -math.inf)
+        torch.testing.assert_close(f.logsumexp(dim, ranges=ranges), masked.logsumexp(dim)[:, None])
+        vals, idx = f.max_argmax(dim, ranges=ranges)
+        torch.testing.assert_close(vals, masked.amax(dim)[:, None])
+        assert torch.equal(idx[:, 0], masked.argmax(dim))
+        vals, idx = f.Kmax_argKmax(3, dim, ranges=ranges)
+        want_k = masked.topk(3, dim)
+        torch.testing.assert_close(vals, want_k.values if dim == 1 else want_k.values.T)
+        assert torch.equal(idx, want_k.indices if dim == 1 else want_k.indices.T)
+
+
+def test_ranges_halves_that_disagree(backend, device):
+    """The gradient of the reduced variables reads the other half of ranges= (KeOps' rule): halves of different
+    pairs give the forward of their own half and refuse that gradient; with only the rows' variables needing a
+    gradient, all is fine."""
+    x = torch.randn(6, 1, dtype=F64, device=device, requires_grad=True)
+    y = torch.randn(8, 1, dtype=F64, device=device)
+    f = (Vi(x) - Vj(y)) ** 2
+    i32 = lambda *v: torch.tensor(v, dtype=torch.int32)  # noqa: E731
+    ranges = (i32([0, 3], [3, 6]), i32(1, 2), i32([0, 4], [2, 8]), i32([0, 8]), i32(1), i32([0, 6]))
+    mask = torch.zeros(6, 8, dtype=F64, device=device)
+    mask[:3, :4] = mask[3:, 2:] = 1
+    got = f.sum(1, ranges=ranges)
+    want = (((x - y.T) ** 2) * mask).sum(1, keepdim=True)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(torch.autograd.grad(got.sum(), x)[0], torch.autograd.grad(want.sum(), x)[0])
+    y.requires_grad_()
+    with pytest.raises(ValueError, match="different"):
+        torch.autograd.grad(((Vi(x) - Vj(y)) ** 2).sum(1, ranges=ranges).sum(), y)
 
 
 def test_ranges_k_best_and_errors(backend, device):

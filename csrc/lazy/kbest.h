@@ -151,6 +151,13 @@ template <class T, int D, int K, bool kIsMax, bool kRegisters = false> struct KB
   // vectorisable pass of compares against the K-th value gives the mask of the terms that may enter, and
   // only those are visited (each against the K-th value as it then is)
   template <int L> inline void add_lanes(const T* f, int32_t j0) {
+    add_lanes_at<L>(f, [j0](int l) { return j0 + l; });
+  }
+  // the same for terms of any indices, js[l] (a block-sparse reduction's gathered terms)
+  template <int L> inline void add_lanes(const T* f, const int32_t* js) {
+    add_lanes_at<L>(f, [js](int l) { return js[l]; });
+  }
+  template <int L, class Index> inline void add_lanes_at(const T* f, Index index_of) {
     static_assert(L <= 32, "add_lanes: at most 32 lanes");
     for (int d = 0; d < D; ++d) {
       const T kth = last[d];
@@ -162,7 +169,7 @@ template <class T, int D, int K, bool kIsMax, bool kRegisters = false> struct KB
       while (mask) {
         const int l = __builtin_ctz(mask);
         mask &= mask - 1;
-        if (may_enter(fd[l], last[d])) insert(d, fd[l], j0 + l);
+        if (may_enter(fd[l], last[d])) insert(d, fd[l], index_of(l));
       }
     }
   }

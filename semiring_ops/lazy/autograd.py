@@ -14,7 +14,8 @@ The backward pass of both is
 
 - for sum and logsumexp: new sum reductions of the formula's symbolic derivative (formula.vjp) with the
   reduction's cotangent (reductions.Reduction.cotangent), one over j for the i-variables and parameters and one
-  over i for the j-variables. These are reductions themselves, so second derivatives come the same way;
+  over i for the j-variables. These are reductions themselves, so second derivatives come the same way; a
+  block-sparse one's read the same ranges, the reduction over the other axis their other half;
 - for max, min and k-best: the subgradient at the selected pairs, evaluated with torch on those pairs only
   (O(rows * selected) work and memory), differentiable again through torch.
 """
@@ -23,12 +24,13 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 from ..ops.registry import plain_eager
+from .block_sparse import check_transposed, swapped
 from .dispatch import execute
 from .formula import (
     Concat,
@@ -42,7 +44,7 @@ from .formula import (
     substitute,
     vjp,
 )
-from .plan import Plan, numbers_tensor, prepare_call
+from .plan import RANGE_TENSORS, Plan, numbers_tensor, prepare_call
 from .reductions import Reduction, semiring_reduction
 
 __all__ = ["Extent", "matmul_formula", "reduce_formula", "run_plan"]
@@ -102,34 +104,39 @@ def reduce_formula(
     extent: Extent,
     with_arg: bool = False,
     numbers: torch.Tensor | None = None,
-    tensor_of: Callable[[Var], torch.Tensor] | None = None,
+    ranges: tuple[torch.Tensor, ...] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Reduces ``formula`` over the category that is not ``outer``: (values (*batch, rows, value_dim),
     indices (*batch, rows, index_dim) or None). The plan is remembered on the formula, so reducing one
-    LazyTensor again goes straight to the kernel. ``numbers``: see _remembered_plan. ``tensor_of``: the tensor
-    each variable takes in this call instead of its own (slices of them, of the sizes ``extent`` gives: the
-    blocks of a block-sparse reduction run the formula's one plan on their pieces)."""
+    LazyTensor again goes straight to the kernel. ``numbers``: see _remembered_plan. ``ranges``: a block-sparse
+    reduction's six range tensors (block_sparse.oriented_ranges for ``outer``)."""
+    ranged = ranges is not None
 
     def make(canon: Formula, tvars: list[Var]) -> Plan:
-        return Plan(canon, tuple(v.cat for v in tvars), tuple(v.dim for v in tvars), reduction, outer, with_arg)
+        cats, dims = tuple(v.cat for v in tvars), tuple(v.dim for v in tvars)
+        return Plan(canon, cats, dims, reduction, outer, with_arg, ranged)
 
-    plan, tvars, vector = _remembered_plan(formula, (reduction, outer, with_arg), make, numbers)
-    tensors = [v.tensor if tensor_of is None else tensor_of(v) for v in tvars]
-    return run_plan(plan, extent, _with_numbers(tensors, vector))
+    plan, tvars, vector = _remembered_plan(formula, (reduction, outer, with_arg, ranged), make, numbers)
+    tensors = _with_numbers([v.tensor for v in tvars], vector)
+    return run_plan(plan, extent, [*tensors, *ranges] if ranged else tensors)
 
 
-def matmul_formula(formula: Formula, v: torch.Tensor, extent: Extent) -> torch.Tensor:
+def matmul_formula(
+    formula: Formula, v: torch.Tensor, extent: Extent, ranges: tuple[torch.Tensor, ...] | None = None
+) -> torch.Tensor:
     """sum_j F_ij v_j for a scalar formula F and v (N, E): (M, E); the plan of ``F * v_j`` summed over j
-    is remembered on F, so ``K @ v`` with a new v each call (conjugate gradients) builds no formula."""
-    e = v.shape[-1]
+    is remembered on F, so ``K @ v`` with a new v each call (conjugate gradients) builds no formula.
+    ``ranges``: a block-sparse product's six range tensors (block_sparse.oriented_ranges for rows i)."""
+    e, ranged = v.shape[-1], ranges is not None
 
     def make(canon: Formula, tvars: list[Var]) -> Plan:
         cats, dims = (*(t.cat for t in tvars), "j"), (*(t.dim for t in tvars), e)
         v_j = canonical_node(Var("j", e, slot=len(tvars)))
-        return Plan(canonical_node(Mul(canon, v_j)), cats, dims, semiring_reduction("std"), "i", False)
+        return Plan(canonical_node(Mul(canon, v_j)), cats, dims, semiring_reduction("std"), "i", False, ranged)
 
-    plan, tvars, vector = _remembered_plan(formula, ("@", e), make)
-    return run_plan(plan, extent, _with_numbers([*(t.tensor for t in tvars), v], vector))[0]
+    plan, tvars, vector = _remembered_plan(formula, ("@", e, "ranged") if ranged else ("@", e), make)
+    tensors = _with_numbers([*(t.tensor for t in tvars), v], vector)
+    return run_plan(plan, extent, [*tensors, *ranges] if ranged else tensors)[0]
 
 
 def run_plan(plan: Plan, extent: Extent, tensors: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -244,6 +251,7 @@ def _reduction_backward(plan, extent, tensors, vals, grad_vals, needs) -> list[t
     (the derivatives read the forward's number vector, after the variables in ``tensors``, and add theirs)."""
     slots = len(plan.arg_cats)
     numbers = tensors[slots] if plan.n_numbers else None
+    ranges = tuple(tensors[-RANGE_TENSORS:]) if plan.ranged else None
     f = substitute(plan.formula, lambda v: Var(v.cat, v.dim, tensor=tensors[v.slot]))
     out = Var(plan.outer, plan.value_dim, tensor=vals)
     grad = Var(plan.outer, plan.value_dim, tensor=grad_vals)
@@ -257,7 +265,11 @@ def _reduction_backward(plan, extent, tensors, vals, grad_vals, needs) -> list[t
         if not group:
             continue
         parts = _concat([forms[k] for k in group])
-        res, _ = reduce_formula(parts, semiring_reduction("std"), rows_cat, extent, numbers=numbers)
+        rows_ranges = ranges
+        if ranges is not None and rows_cat != plan.outer:  # the inner variables' gradient: the other half
+            check_transposed(ranges)
+            rows_ranges = swapped(ranges)
+        res, _ = reduce_formula(parts, semiring_reduction("std"), rows_cat, extent, numbers=numbers, ranges=rows_ranges)
         start = 0
         for k in group:
             g = res[..., start : start + plan.arg_dims[k]]

@@ -89,8 +89,10 @@ CPU_SCALAR_NODES = LARGE_FORMULA_NODES  # formulas of more nodes get the scalar 
 
 def cpu_source(plan: Plan, dtype_name: str) -> str:
     """extern "C" void lazy_reduce(T* vals, int64_t* idx, const T* const* args, const int64_t* bstride,
-    int64_t nbatch, int64_t n_outer, int64_t n_inner, int nthreads): args[k] is slot k (batch stride
-    bstride[k]), and args[slots] the number vector when the plan has numbers.
+    int64_t nbatch, int64_t n_outer, int64_t n_inner, int nthreads, const int64_t* chunks, int64_t n_chunks,
+    const int64_t* offsets, const int64_t* ranges): args[k] is slot k (batch stride bstride[k]), and
+    args[slots] the number vector when the plan has numbers. The last four serve a ranged plan only (null
+    and 0 otherwise; _cpu_ranged_rows).
 
     Two loops over j, of the same results (lane l reduces the j = l mod kLanes of the full groups of kLanes,
     lane 0 the last j, in increasing order): formulas of up to CPU_SCALAR_NODES nodes get the vectorised
@@ -99,7 +101,7 @@ def cpu_source(plan: Plan, dtype_name: str) -> str:
     of one per lane (_cpu_kbest_loop): merging K-lists costs more than a reducer fed by vector compares."""
     n_slots = len(plan.arg_cats)
     slots = range(n_slots)
-    loads = [f"const T* a{k} = args[{k}] + b * bstride[{k}];" for k in slots]
+    loads = [f"const T* a{k} = args[{k}] + b * bstride[{k}];" for k in slots if plan.role(k) != "inner"]
     for k in slots:
         d = plan.arg_dims[k]
         if plan.role(k) == "outer":
@@ -109,7 +111,7 @@ def cpu_source(plan: Plan, dtype_name: str) -> str:
 
     def read(var: Var, c: int) -> str:
         if plan.role(var.slot) == "inner":
-            return f"a{var.slot}[{c} * n_inner + j]"
+            return f"g{var.slot}[{c} * g_stride + j]"
         return f"v{var.slot}_{c}"
 
     scalar = node_count(plan.formula) > CPU_SCALAR_NODES
@@ -122,12 +124,21 @@ def cpu_source(plan: Plan, dtype_name: str) -> str:
     # nums: the number vector behind an empty asm the compiler cannot see through, once per j, so each
     # number is loaded where it is used instead of being hoisted out of the loop into a register of its own
     barrier = ['const T* nums = numbers; asm("" : "+r"(nums));'] if scalar and plan.n_numbers else []
-    loop = (_cpu_kbest_loop if plan.reduction.kind == "kbest" else _cpu_lanes_loop)(cell, barrier, scalar)
+    index = "jmap[j]" if plan.ranged else "static_cast<int32_t>(j)"
+    if plan.reduction.kind == "kbest":
+        group_index = "jmap + j0" if plan.ranged else "static_cast<int32_t>(j0)"
+        loop = _cpu_kbest_loop(cell, barrier, scalar, index, group_index)
+    else:
+        loop = _cpu_lanes_loop(cell, barrier, scalar, index, plan.ranged)
     numbers = [f"const T* numbers = args[{n_slots}];"] if plan.n_numbers else []
     idx_expr = f"idx + row * {plan.index_dim}" if plan.index_dim else "nullptr"
+    row_body = [*loads, *loop, f"red.store(vals + row * {plan.value_dim}, {idx_expr});"]
+    rows = _cpu_ranged_rows(plan, row_body) if plan.ranged else _cpu_dense_rows(plan, row_body)
     return (
         _prelude(plan, dtype_name, "cpu")
-        + f"""constexpr int kLanes = {CPU_LANES};
+        + f"""#include <cstring>
+#include <vector>
+constexpr int kLanes = {CPU_LANES};
 constexpr int64_t kBlockTerms = {CPU_BLOCK_GROUPS * CPU_LANES};  // terms of a block of a block sum (reducers.h)
 
 // A block of a block sum done: each lane's sum goes into its total, and the lane starts the next block at 0.
@@ -139,49 +150,136 @@ static inline void fold(Reducer* lane, Reducer* total) {{
 }}
 
 extern "C" void lazy_reduce(T* vals, int64_t* idx, const T* const* args, const int64_t* bstride, int64_t nbatch,
-                            int64_t n_outer, int64_t n_inner, int nthreads) {{
-  const int64_t rows = nbatch * n_outer;
+                            int64_t n_outer, int64_t n_inner, int nthreads, const int64_t* chunks,
+                            int64_t n_chunks, const int64_t* offsets, const int64_t* ranges) {{
+  (void)chunks; (void)n_chunks; (void)offsets; (void)ranges;
 {_indent(numbers, 2)}
-#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 16)
-  for (int64_t row = 0; row < rows; ++row) {{
-    const int64_t b = row / n_outer, i = row - b * n_outer;
-    (void)i;
-{_indent(loads, 4)}
-{_indent(loop, 4)}
-    red.store(vals + row * {plan.value_dim}, {idx_expr});
-  }}
+{_indent(rows, 2)}
 }}
 """
     )
 
 
-def _cpu_lanes_loop(cell: list[str], barrier: list[str], scalar: bool) -> list[str]:
-    """The j loop of cpu_source with one reducer per lane, merged into ``red`` at the end (module docstring)."""
+def _cpu_dense_rows(plan: Plan, row_body: list[str]) -> list[str]:
+    """Every output row (batch included) over every j: OpenMP over the rows; the inner variables are read in
+    place (passed transposed, (D, n_inner))."""
+    inner = [
+        f"const T* g{k} = args[{k}] + b * bstride[{k}];" for k in range(len(plan.arg_cats)) if plan.role(k) == "inner"
+    ]
+    return [
+        "const int64_t rows = nbatch * n_outer, n_terms = n_inner, g_stride = n_inner;",
+        "#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 16)",
+        "for (int64_t row = 0; row < rows; ++row) {",
+        "  const int64_t b = row / n_outer, i = row - b * n_outer;",
+        "  (void)i;",
+        *("  " + line for line in inner + row_body),
+        "}",
+    ]
+
+
+def _cpu_ranged_rows(plan: Plan, row_body: list[str]) -> list[str]:
+    """A ranged plan (block_sparse.py; no batch): OpenMP over chunks (row lo, row hi, segment) of one segment's
+    rows (block_sparse.segment_rows). A chunk first gathers the inner variables of its segment's ranges into a
+    contiguous (D, g_stride) buffer per variable (g_stride: n_terms rounded up to whole groups of lanes, the
+    rest zeros), and their indices into jmap, so its rows run the dense loops (vectorised) over the segment's
+    n_terms terms however short its ranges, the last group too (over the zeros, only its terms kept)."""
+    inner = [k for k in range(len(plan.arg_cats)) if plan.role(k) == "inner"]
+    width = sum(plan.arg_dims[k] for k in inner)
+    gather, offset = [], 0
+    for k in inner:
+        d = plan.arg_dims[k]
+        gather += [
+            f"T* const g{k} = gathered.data() + {offset} * g_stride;",
+            f"for (int c = 0; c < {d}; ++c) {{",
+            "  int64_t p = 0;",
+            "  for (int64_t q = offsets[seg]; q < offsets[seg + 1]; ++q) {",
+            "    const int64_t lo = ranges[2 * q], len = ranges[2 * q + 1] - lo;",
+            f"    std::memcpy(g{k} + c * g_stride + p, args[{k}] + c * n_inner + lo, len * sizeof(T));",
+            "    p += len;",
+            "  }",
+            "}",
+        ]
+        offset += d
+    return [
+        "const int64_t b = 0;",
+        "#pragma omp parallel num_threads(nthreads)",
+        "{",
+        f"  std::vector<T> gathered;  // the chunk's inner variables, {width} rows of g_stride",
+        "  std::vector<int32_t> jmap_store;  // the global index of each gathered term",
+        "#pragma omp for schedule(dynamic, 1)",
+        "  for (int64_t chunk = 0; chunk < n_chunks; ++chunk) {",
+        "    const int64_t row_lo = chunks[3 * chunk], row_hi = chunks[3 * chunk + 1], seg = chunks[3 * chunk + 2];",
+        "    int64_t n_terms = 0;",
+        "    for (int64_t q = offsets[seg]; q < offsets[seg + 1]; ++q) n_terms += ranges[2 * q + 1] - ranges[2 * q];",
+        "    const int64_t g_stride = (n_terms + kLanes - 1) / kLanes * kLanes;",
+        f"    gathered.assign({max(1, width)} * g_stride + 1, T(0));",
+        "    jmap_store.resize(n_terms + 1);",
+        "    {",
+        "      int64_t p = 0;",
+        "      for (int64_t q = offsets[seg]; q < offsets[seg + 1]; ++q)",
+        "        for (int64_t j = ranges[2 * q]; j < ranges[2 * q + 1]; ++j)",
+        "          jmap_store[p++] = static_cast<int32_t>(j);",
+        "    }",
+        "    const int32_t* const jmap = jmap_store.data();",
+        *("    " + line for line in gather),
+        "    for (int64_t i = row_lo; i < row_hi; ++i) {",
+        "      const int64_t row = i;",
+        *("      " + line for line in row_body),
+        "    }",
+        "  }",
+        "}",
+    ]
+
+
+def _cpu_lanes_loop(cell: list[str], barrier: list[str], scalar: bool, index: str, padded: bool) -> list[str]:
+    """The j loop of cpu_source over [0, n_terms) with one reducer per lane, merged into ``red`` at the end
+    (module docstring); ``index``: the global index of term j. ``padded``: the inner variables are readable
+    up to the next whole group (a ranged plan's gathered buffers), so the tail is one vectorised group whose
+    cells are then handed to lane 0 for the terms that exist."""
     if scalar:
         body = [
-            "const int64_t full = n_inner - n_inner % kLanes;  // j of the full groups go to lane j % kLanes",
-            "for (int64_t j = 0; j < n_inner; ++j) {",
+            "const int64_t full = n_terms - n_terms % kLanes;  // j of the full groups go to lane j % kLanes",
+            "for (int64_t j = 0; j < n_terms; ++j) {",
             *("  " + line for line in barrier + cell),
-            "  lane[j < full ? j % kLanes : 0].add(cf, static_cast<int32_t>(j));",
+            f"  lane[j < full ? j % kLanes : 0].add(cf, {index});",
             "  if (Reducer::kBlockSum && j % kBlockTerms == kBlockTerms - 1) fold(lane, total);",
             "}",
         ]
     else:
         body = [
             "int64_t j0 = 0;",
-            "for (; j0 + kLanes <= n_inner; j0 += kLanes) {",
+            "for (; j0 + kLanes <= n_terms; j0 += kLanes) {",
             "  for (int l = 0; l < kLanes; ++l) {",
             "    const int64_t j = j0 + l;",
             *("    " + line for line in cell),
-            "    lane[l].add(cf, static_cast<int32_t>(j));",
+            f"    lane[l].add(cf, {index});",
             "  }",
             "  if (Reducer::kBlockSum && (j0 + kLanes) % kBlockTerms == 0) fold(lane, total);",
             "}",
-            "for (int64_t j = j0; j < n_inner; ++j) {  // the tail, in lane 0 (its j stay increasing)",
+        ]
+        tail = [
+            "for (int64_t j = j0; j < n_terms; ++j) {  // the tail, in lane 0 (its j stay increasing)",
             *("  " + line for line in cell),
-            "  lane[0].add(cf, static_cast<int32_t>(j));",
+            f"  lane[0].add(cf, {index});",
             "}",
         ]
+        if padded:
+            tail = [
+                "if (j0 < n_terms) {  // the tail: a whole group over the padding, its terms to lane 0",
+                "  T cbuf[Reducer::kIn * kLanes];",
+                "  for (int l = 0; l < kLanes; ++l) {",
+                "    const int64_t j = j0 + l;",
+                *("    " + line for line in cell),
+                "    for (int d = 0; d < Reducer::kIn; ++d) cbuf[d * kLanes + l] = cf[d];",
+                "  }",
+                "  for (int64_t j = j0; j < n_terms; ++j) {",
+                "    T cf[Reducer::kIn];",
+                "    for (int d = 0; d < Reducer::kIn; ++d) cf[d] = cbuf[d * kLanes + (j - j0)];",
+                f"    lane[0].add(cf, {index});",
+                "  }",
+                "}",
+            ]
+        body += tail
     return [
         "Reducer lane[kLanes], total[Reducer::kBlockSum ? kLanes : 1];  // total: the lanes' finished blocks",
         "for (int l = 0; l < kLanes; ++l) lane[l].init();",
@@ -194,21 +292,22 @@ def _cpu_lanes_loop(cell: list[str], barrier: list[str], scalar: bool) -> list[s
     ]
 
 
-def _cpu_kbest_loop(cell: list[str], barrier: list[str], scalar: bool) -> list[str]:
+def _cpu_kbest_loop(cell: list[str], barrier: list[str], scalar: bool, index: str, group_index: str) -> list[str]:
     """The j loop of cpu_source for the k-best: one reducer ``red`` (one sorted list per component) fed in
     increasing j. The vectorised form computes a group of kLanes terms into a buffer, by component, and hands
-    it to add_lanes, whose one vector compare against the K-th values rejects most groups whole."""
+    it to add_lanes, whose one vector compare against the K-th values rejects most groups whole. ``index``: the
+    global index of term j; ``group_index``: add_lanes' indices of the group at j0."""
     if scalar:
         body = [
-            "for (int64_t j = 0; j < n_inner; ++j) {",
+            "for (int64_t j = 0; j < n_terms; ++j) {",
             *("  " + line for line in barrier + cell),
-            "  red.add(cf, static_cast<int32_t>(j));",
+            f"  red.add(cf, {index});",
             "}",
         ]
     else:
         body = [
             "int64_t j0 = 0;",
-            "for (; j0 + kLanes <= n_inner; j0 += kLanes) {",
+            "for (; j0 + kLanes <= n_terms; j0 += kLanes) {",
             "  T cbuf[Reducer::kIn * kLanes];  // cbuf[d * kLanes + l]: component d of the term at j0 + l",
             "#pragma GCC unroll 1  // g++ vectorises the loop, not its unrolled copy (seen beside long insertions)",
             "  for (int l = 0; l < kLanes; ++l) {",
@@ -216,11 +315,11 @@ def _cpu_kbest_loop(cell: list[str], barrier: list[str], scalar: bool) -> list[s
             *("    " + line for line in cell),
             "    for (int d = 0; d < Reducer::kIn; ++d) cbuf[d * kLanes + l] = cf[d];",
             "  }",
-            "  red.add_lanes<kLanes>(cbuf, static_cast<int32_t>(j0));",
+            f"  red.add_lanes<kLanes>(cbuf, {group_index});",
             "}",
-            "for (int64_t j = j0; j < n_inner; ++j) {  // the tail",
+            "for (int64_t j = j0; j < n_terms; ++j) {  // the tail",
             *("  " + line for line in cell),
-            "  red.add(cf, static_cast<int32_t>(j));",
+            f"  red.add(cf, {index});",
             "}",
         ]
     return ["Reducer red;", "red.init();", *body]
@@ -267,9 +366,10 @@ def row_registers(plan: Plan, dtype_name: str, chunk: int) -> int:
 
 def chunk_size(plan: Plan) -> int:
     """Cells per reducer call: 4 for logsumexp (one rescale of the running sum per 4 terms) and the k-best
-    (one branch per 4 compares against the K-th value), else 1."""
+    (one branch per 4 compares against the K-th value; not ranged: the chunked k-best takes consecutive
+    indices, and a ranged plan's terms need not be), else 1."""
     r = plan.reduction
-    return 4 if r.kind == "kbest" or (r.kind == "semiring" and r.semiring == "log") else 1
+    return 4 if (r.kind == "kbest" and not plan.ranged) or (r.kind == "semiring" and r.semiring == "log") else 1
 
 
 def cuda_config(plan: Plan, dtype_name: str, max_rows: int = 8) -> CudaConfig:
@@ -304,22 +404,33 @@ def inner_layout(plan: Plan, dtype_name: str) -> tuple[dict[int, int], int]:
 
 
 def cuda_tile(plan: Plan, dtype_name: str, cfg: CudaConfig) -> int:
-    """j per shared tile: cfg.tile, fewer when the rows are wide (at most 48 KiB of static shared memory)."""
+    """j per shared tile: cfg.tile, fewer when the rows are wide (at most 48 KiB of static shared memory,
+    with a ranged plan's int32 index per term)."""
     _, stride = inner_layout(plan, dtype_name)
     size = 4 if dtype_name == "float32" else 8
-    return max(1, min(cfg.tile, (48 * 1024) // (stride * size)))
+    return max(1, min(cfg.tile, (48 * 1024) // (stride * size + (4 if plan.ranged else 0))))
 
 
 def cuda_source(plan: Plan, dtype_name: str, cfg: CudaConfig) -> str:
     """Kernels lazy_reduce (both schemes), lazy_merge (the 2-D scheme's merge) and lazy_sizeof. lazy_reduce
-    takes (vals, idx, partial, a0 .. a{n-1}, [nums, when the plan has numbers,] bs0 .. bs{n-1}, n_outer,
-    n_inner, blocks_per_batch, j_per_block, rows_total)."""
+    takes (vals, idx, partial, a0 .. a{n-1}, [nums, when the plan has numbers,] [chunks, offsets, ranges,
+    firsts, when it is ranged,] bs0 .. bs{n-1}, n_outer, n_inner, blocks_per_batch, j_per_block, rows_total).
+
+    A ranged plan's block (x, y) reduces the rows [chunks[x][0], chunks[x][1]) of segment s = chunks[x][2]
+    (block_sparse.segment_rows: rows of one segment, so the whole block walks the same terms) over part y of
+    gridDim.y of the segment's terms (the 2-D scheme when gridDim.y > 1). The terms are the inner ranges q in
+    [offsets[s], offsets[s + 1]) (its RangeMap's) laid end to end: term p lies in the range q with
+    firsts[q] <= p < firsts[q + 1] (firsts: the ranges' cumulative lengths).
+    A tile stages the next ``tile`` terms however short the ranges, each thread finding its terms' ranges by
+    binary search and writing their indices to tile_j, then the variables' rows from them."""
     offsets, stride = inner_layout(plan, dtype_name)
     tile = cuda_tile(plan, dtype_name, cfg)
     slots = range(len(plan.arg_cats))
     params = [f"const T* __restrict__ a{k}" for k in slots]
     if plan.n_numbers:
         params.append("const T* __restrict__ nums")  # the number vector, after the variables
+    if plan.ranged:
+        params += [f"const long long* __restrict__ {name}" for name in ("chunks", "offsets", "ranges", "firsts")]
     sig_args = ", ".join([*params, *(f"long long bs{k}" for k in slots)])
     head = [f"const T* p{k} = a{k} + b * bs{k};" for k in slots]
     for k in slots:
@@ -327,17 +438,31 @@ def cuda_source(plan: Plan, dtype_name: str, cfg: CudaConfig) -> str:
         if plan.role(k) == "param":
             head += [f"const T v{k}_{c} = p{k}[{c}];" for c in range(d)]
     for r in range(cfg.rows):
-        head.append(f"const long long i{r} = min(i_base + {r * cfg.block}LL, n_outer - 1);")
+        head.append(f"const long long i{r} = min(i_base + {r * cfg.block}LL, row_hi - 1);")
         for k in slots:
             if plan.role(k) == "outer":
                 d = plan.arg_dims[k]
                 head += [f"const T v{k}_r{r}_{c} = p{k}[i{r} * {d} + {c}];" for c in range(d)]
     staging = []
+    if plan.ranged:  # the tile's terms' indices first (see the docstring)
+        staging += [
+            f"for (int t = threadIdx.x; t < nt; t += {cfg.block}) {{",
+            "  const long long p = j0 + t;",
+            "  long long lo = q0, hi = q1;  // the last range q in [q0, q1) with firsts[q] <= p",
+            "  while (hi - lo > 1) {",
+            "    const long long mid = (lo + hi) >> 1;",
+            "    if (firsts[mid] <= p) lo = mid; else hi = mid;",
+            "  }",
+            "  tile_j[t] = (int32_t)(ranges[2 * lo] + (p - firsts[lo]));",
+            "}",
+            "__syncthreads();",
+        ]
     for k, off in offsets.items():
         d = plan.arg_dims[k]
+        source = f"p{k}[(long long)tile_j[jj] * {d} + (t - jj * {d})]" if plan.ranged else f"p{k}[j0 * {d} + t]"
         staging.append(
             f"for (int t = threadIdx.x; t < nt * {d}; t += {cfg.block}) {{ const int jj = t / {d}; "
-            f"tile[jj * {stride} + {off} + (t - jj * {d})] = p{k}[j0 * {d} + t]; }}"
+            f"tile[jj * {stride} + {off} + (t - jj * {d})] = {source}; }}"
         )
     cells: list[list[str]] = []
     for r in range(cfg.rows):
@@ -361,12 +486,13 @@ def cuda_source(plan: Plan, dtype_name: str, cfg: CudaConfig) -> str:
         "#pragma unroll 1" if large else "#pragma unroll 4",
         "for (; jj < nt; ++jj) {",
         f"  const T* row = tile + jj * {stride};",
-        "  const int32_t j = (int32_t)(j0 + jj);",
+        "  const int32_t j = tile_j[jj];" if plan.ranged else "  const int32_t j = (int32_t)(j0 + jj);",
         *(["  " + numsj] if plan.n_numbers else []),
         *("  " + s for s in body),
         "}",
     ]
     if cfg.chunk > 1:
+        # (its indices j0 + jj, j0 + jj + 1, ...: a ranged plan chunks only reductions that use none, logsumexp)
         u_max, fdim = cfg.chunk, plan.formula.dim
         chunked = []
         for r, cell in enumerate(cells):
@@ -378,11 +504,39 @@ def cuda_source(plan: Plan, dtype_name: str, cfg: CudaConfig) -> str:
             chunked.append(f"red[{r}].add_chunk<{u_max}>(r{r}_c, (int32_t)(j0 + jj));")
         chunked = [numsj, *chunked] if plan.n_numbers else chunked
         loops = [f"for (; jj + {u_max} <= nt; jj += {u_max}) {{", *("  " + s for s in chunked), "}", *loops]
+    if plan.ranged:
+        block_rows = [
+            "const long long* chunk = chunks + 3LL * blockIdx.x;",
+            "const long long b = 0, row_lo = chunk[0], row_hi = chunk[1], seg = chunk[2];",
+            "(void)blocks_per_batch; (void)j_per_block;",
+        ]
+        range_open = [
+            "{",
+            "const long long q0 = offsets[seg], q1 = offsets[seg + 1];",
+            "// part blockIdx.y of gridDim.y of the segment's terms, in whole tiles (j0: a tile's first position p)",
+            "const long long per_part = (firsts[q1] - firsts[q0] + gridDim.y - 1) / gridDim.y;",
+            f"const long long per = (per_part + {tile - 1}) / {tile} * {tile};",
+            "const long long j_begin = firsts[q0] + blockIdx.y * per, j_end = min(firsts[q1], j_begin + per);",
+            f"__shared__ int32_t tile_j[{tile}];",
+        ]
+        range_close = ["}"]
+    else:
+        block_rows = [
+            "const long long b = blockIdx.x / blocks_per_batch;",
+            f"const long long row_lo = (blockIdx.x - b * blocks_per_batch) * {cfg.block * cfg.rows}LL;",
+            "const long long row_hi = n_outer;",
+        ]
+        range_open = [
+            "{",
+            "const long long j_begin = (long long)blockIdx.y * j_per_block;",
+            "const long long j_end = min(n_inner, j_begin + j_per_block);",
+        ]
+        range_close = ["}"]
     stores = []
     for r in range(cfg.rows):
         idx_expr = f"idx + row * {plan.index_dim}" if plan.index_dim else "nullptr"
         stores.append(
-            f"if (i_base + {r * cfg.block}LL < n_outer) {{ const long long row = b * n_outer + i_base + "
+            f"if (i_base + {r * cfg.block}LL < row_hi) {{ const long long row = b * n_outer + i_base + "
             f"{r * cfg.block}LL; if (partial) partial[(long long)blockIdx.y * rows_total + row] = red[{r}]; "
             f"else red[{r}].store(vals + row * {plan.value_dim}, {idx_expr}); }}"
         )
@@ -395,10 +549,8 @@ extern "C" __global__ void __launch_bounds__({cfg.block}) lazy_reduce(
     T* __restrict__ vals, int64_t* __restrict__ idx, Reducer* __restrict__ partial, {sig_args},
     long long n_outer, long long n_inner, long long blocks_per_batch, long long j_per_block, long long rows_total) {{
   __shared__ __align__(16) T tile[{tile * stride}];
-  const long long b = blockIdx.x / blocks_per_batch;
-  const long long i_base = (blockIdx.x - b * blocks_per_batch) * {cfg.block * cfg.rows}LL + threadIdx.x;
-  const long long j_begin = (long long)blockIdx.y * j_per_block;
-  const long long j_end = min(n_inner, j_begin + j_per_block);
+{_indent(block_rows, 2)}
+  const long long i_base = row_lo + threadIdx.x;
 {_indent(head, 2)}
   Reducer red[{cfg.rows}], total[Reducer::kBlockSum ? {cfg.rows} : 1];  // total: the finished blocks (reducers.h)
 #pragma unroll
@@ -406,6 +558,7 @@ extern "C" __global__ void __launch_bounds__({cfg.block}) lazy_reduce(
   if (Reducer::kBlockSum)
 #pragma unroll
     for (int r = 0; r < {cfg.rows}; ++r) total[r].init();
+{_indent(range_open, 2)}
   for (long long j0 = j_begin; j0 < j_end; j0 += {tile}) {{
     const int nt = (int)min((long long){tile}, j_end - j0);
     __syncthreads();
@@ -420,6 +573,7 @@ extern "C" __global__ void __launch_bounds__({cfg.block}) lazy_reduce(
         red[r].init();
       }}
   }}
+{_indent(range_close, 2)}
   if (Reducer::kBlockSum)
 #pragma unroll
     for (int r = 0; r < {cfg.rows}; ++r) red[r] = total[r];

@@ -8,6 +8,7 @@ import threading
 
 import torch
 
+from .block_sparse import segment_rows
 from .codegen import cpu_source
 from .host_compiler import HostFunction, compile_host_library
 from .plan import CallArgs, Plan, new_outputs
@@ -28,7 +29,12 @@ _ARGTYPES = [
     ctypes.c_int64,
     ctypes.c_int64,
     ctypes.c_int,
+    ctypes.c_void_p,  # const int64_t* chunks (a ranged plan's, block_sparse.segment_rows; else null)
+    ctypes.c_int64,  # chunks
+    ctypes.c_void_p,  # const int64_t* offsets (its RangeMap's)
+    ctypes.c_void_p,  # const int64_t* ranges
 ]
+RANGED_CHUNK_ROWS = 64  # output rows per work item of a ranged call: each gathers its segment's terms once
 _functions: dict[tuple[str, torch.dtype], HostFunction] = {}
 _lock = threading.Lock()
 
@@ -70,7 +76,14 @@ def run_cpu(plan: Plan, call: CallArgs) -> tuple[torch.Tensor, torch.Tensor | No
     ptrs = (ctypes.c_void_p * max(1, len(tensors)))(*[t.data_ptr() for t in tensors])
     strides = (ctypes.c_int64 * max(1, len(tensors)))(*call.batch_strides)
     rows = call.nbatch * call.n_outer
-    threads = cpu_threads(rows, call.n_inner)
+    n_inner = call.n_inner
+    range_map: list = [None, 0, None, None]
+    if call.ranges is not None:
+        starts, offsets, inner = call.ranges[0:3]
+        chunks = segment_rows(starts, RANGED_CHUNK_ROWS)
+        range_map = [chunks.data_ptr(), len(chunks), offsets.data_ptr(), inner.data_ptr()]
+        n_inner = int((inner[:, 1] - inner[:, 0]).sum()) // max(1, len(starts) - 1)  # mean terms per segment
+    threads = cpu_threads(rows, n_inner)
     fn.call(
         vals.data_ptr(),
         idx.data_ptr() if idx is not None else None,
@@ -80,5 +93,6 @@ def run_cpu(plan: Plan, call: CallArgs) -> tuple[torch.Tensor, torch.Tensor | No
         call.n_outer,
         call.n_inner,
         threads,
+        *range_map,
     )
     return vals, idx

@@ -17,10 +17,12 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
 
+from .block_sparse import segment_rows
 from .codegen import CudaConfig, cuda_config, cuda_source, cuda_tile
 from .nvrtc import CudaFunction, compile_cuda_module, device_sm_count
 from .plan import CallArgs, Plan, new_outputs
@@ -59,7 +61,8 @@ def kernels_for(plan: Plan, dtype: torch.dtype, device: torch.device, cfg: CudaC
             module = compile_cuda_module(source, names, torch.device("cuda", index))
             n = len(plan.arg_cats)
             p, i64 = ctypes.c_void_p, ctypes.c_int64
-            pointers = n + (1 if plan.n_numbers else 0)  # the variables, then the number vector
+            # the variables, then the number vector, then a ranged plan's chunks, offsets and ranges
+            pointers = n + (1 if plan.n_numbers else 0) + (4 if plan.ranged else 0)
             reduce = module.function("lazy_reduce", [p, p, p] + [p] * pointers + [i64] * n + [i64] * 5)
             merge = module.function("lazy_merge", [p, p, p, i64, ctypes.c_int32])
             sizeof = module.function("lazy_sizeof", [p])
@@ -175,8 +178,36 @@ def run_cuda(
     rows_total = call.nbatch * call.n_outer
     if rows_total == 0:
         return vals, idx
-    launch = launch_for(plan, call, device, cfg, nsplit)
     stream = current_stream_handle(device)
+    if call.ranges is not None:
+        ranged = _ranged_launch(plan, call, device, cfg)
+        kernels, grid, pointers = ranged.kernels, ranged.grid, [t.data_ptr() for t in ranged.copies]
+        if nsplit is not None:
+            grid = (grid[0], nsplit, 1)
+        workspace = grid[1] * rows_total * kernels.reducer_bytes if grid[1] > 1 else 0
+        partial = torch.empty(workspace, dtype=torch.uint8, device=device) if workspace else None
+        vptr, iptr = vals.data_ptr(), (idx.data_ptr() if idx is not None else 0)
+        pptr = partial.data_ptr() if partial is not None else 0
+        args = [
+            vptr,
+            iptr,
+            pptr,
+            *[t.data_ptr() for t in call.tensors],
+            *([] if call.numbers is None else [call.numbers.data_ptr()]),
+            *pointers,
+            *call.batch_strides,
+            call.n_outer,
+            call.n_inner,
+            1,
+            kernels.tile,
+            rows_total,
+        ]
+        kernels.reduce.launch(grid, (kernels.cfg.block, 1, 1), 0, stream, args)
+        if partial is not None:
+            merge_grid = (-(-rows_total // 256), 1, 1)
+            kernels.merge.launch(merge_grid, (256, 1, 1), 0, stream, [vptr, iptr, pptr, rows_total, grid[1]])
+        return vals, idx
+    launch = launch_for(plan, call, device, cfg, nsplit)
     partial = torch.empty(launch.workspace_bytes, dtype=torch.uint8, device=device) if launch.workspace_bytes else None
     vptr, iptr = vals.data_ptr(), (idx.data_ptr() if idx is not None else 0)
     pptr = partial.data_ptr() if partial is not None else 0
@@ -198,6 +229,80 @@ def run_cuda(
         merge_args = [vptr, iptr, pptr, rows_total, launch.grid[1]]
         launch.kernels.merge.launch(launch.merge_grid, (256, 1, 1), 0, stream, merge_args)
     return vals, idx
+
+
+_range_copies: OrderedDict[tuple, RangedLaunch] = OrderedDict()
+RANGE_COPIES = 64  # ranged launches kept (pattern, plan, dtype, device, sizes), with their device copies
+
+
+# a ranged launch takes the most rows per thread whose blocks' row slots are this full: on an H100, 64 clusters of
+# 3,125 rows ran in 6.9 ms at 0.95 (1 row per thread), 7.1 ms at 0.85 (2), 11.2 ms at 0.75 (8: a quarter idle);
+# blocks of 128 or 64 threads were no faster (a sweep recorded in docs/perf_notes.md "Block-sparse lazy reductions")
+RANGED_FILL = 0.95
+
+
+def ranged_config(policy: CudaConfig, lengths: torch.Tensor) -> CudaConfig:
+    """Rows per thread for segments of ``lengths`` rows: a block covers rows of one segment only, so a
+    segment of 3,125 rows in blocks of 2,048 leaves a quarter of the row slots idle. The most rows per thread
+    (each staged term then serves more rows) whose slots are at least RANGED_FILL full, else the fullest."""
+    total = max(1, int(lengths.sum()))
+    best: tuple[float, CudaConfig] | None = None
+    rows = policy.rows
+    while rows >= 1:
+        per = policy.block * rows
+        fill = total / max(1, int(((lengths + per - 1) // per).sum()) * per)
+        cfg = dataclasses.replace(policy, rows=rows)
+        if fill >= RANGED_FILL:
+            return cfg
+        if best is None or fill > best[0] + 1e-9:
+            best = (fill, cfg)
+        rows //= 2
+    assert best is not None
+    return best[1]
+
+
+@dataclass(frozen=True)
+class RangedLaunch:
+    """A ranged call's kernels, grid and device copies of its pattern (see _ranged_launch)."""
+
+    kernels: CudaKernels
+    grid: tuple[int, int, int]
+    copies: tuple[torch.Tensor, ...]  # chunks, offsets, ranges, firsts on the device
+    pattern: tuple[torch.Tensor, ...]  # the host tensors, kept so that their ids stay theirs while cached
+
+
+def _ranged_launch(plan: Plan, call: CallArgs, device: torch.device, cfg: CudaConfig | None) -> RangedLaunch:
+    """The launch of a ranged call: blocks of at most block * rows rows of one segment
+    (block_sparse.segment_rows; the shape of ranged_config), the segments' terms cut into grid.y parts as
+    split_count cuts the dense j (the mean segment's terms standing for n_inner). Kept (RANGE_COPIES) by
+    pattern, plan, dtype and device, so reducing with one pattern again decides and copies nothing."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    starts, offsets, inner = call.ranges[0:3]
+    key = (id(starts), id(offsets), id(inner), plan.key, call.dtype, index, call.n_outer, call.n_inner)
+    if cfg is None:
+        with _lock:
+            hit = _range_copies.get(key)
+            if hit is not None:
+                _range_copies.move_to_end(key)
+                return hit
+    tuned = cfg is not None
+    if cfg is None:
+        cfg = ranged_config(cuda_config(plan, str(call.dtype).removeprefix("torch.")), starts.diff())
+    kernels = kernels_for(plan, call.dtype, torch.device("cuda", index), cfg)
+    chunks = segment_rows(starts, cfg.block * cfg.rows)
+    firsts = torch.cat([inner.new_zeros(1), torch.cumsum(inner[:, 1] - inner[:, 0], 0)])
+    target = torch.device("cuda", index)
+    copies = tuple(t.to(target) for t in (chunks, offsets, inner, firsts))
+    mean_terms = int(firsts[-1]) // max(1, len(starts) - 1)
+    max_split = max(1, WORKSPACE_BYTES // max(1, call.n_outer * kernels.reducer_bytes))
+    nsplit, _ = split_count(max(1, len(chunks)), mean_terms, kernels.tile, device_sm_count(device), min(64, max_split))
+    launch = RangedLaunch(kernels, (max(1, len(chunks)), nsplit, 1), copies, (starts, offsets, inner))
+    if not tuned:
+        with _lock:
+            _range_copies[key] = launch
+            while len(_range_copies) > RANGE_COPIES:
+                _range_copies.popitem(last=False)
+    return launch
 
 
 def current_stream_handle(device: torch.device) -> int:

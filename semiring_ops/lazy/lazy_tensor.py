@@ -14,7 +14,6 @@ without batch) or j (axis -2, or 1) compile it to a kernel (C++ on the CPU, CUDA
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 import operator
 import warnings
@@ -27,6 +26,7 @@ import torch
 from . import formula as F
 from . import formula_math as FM
 from .autograd import Extent, evaluate_dense, matmul_formula, reduce_formula
+from .block_sparse import oriented_ranges
 from .formula import Formula, FormulaError, Var, substitute, variables
 from .multi_device import reduce_on_devices
 from .multi_device import resolve as resolve_devices
@@ -858,7 +858,9 @@ class LazyTensor:
             ranges = parse_options(what, {"ranges": ranges}).ranges  # checked here too when set as an attribute
             if devices is not None:
                 raise NotImplementedError(f"{what}: devices= with ranges= (block-sparse reductions) is not supported")
-            vals, idx = self._reduce_ranges(formula, reduction, outer, with_arg, ranges, what)
+            k = reduction.k if reduction.kind == "kbest" else 0
+            oriented = self._ranges_for(outer, extent, what, ranges, k)
+            vals, idx = reduce_formula(formula, reduction, outer, extent, with_arg, ranges=oriented)
         elif devices is not None:
             vals, idx = reduce_on_devices(formula, reduction, outer, extent, with_arg, devices)
         else:
@@ -875,53 +877,23 @@ class LazyTensor:
             vals, idx = vals.unsqueeze(at), (None if idx is None else idx.unsqueeze(at))
         return vals, idx
 
-    def _reduce_ranges(
-        self, formula: Formula, reduction: Reduction, outer: str, with_arg: bool, ranges: tuple, what: str
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """A block-sparse reduction (KeOps' ``ranges``): the output rows of block k, ranges_o[k] = [a, b), reduce
-        over the inner indices of redranges[l] for l in [slices[k - 1], slices[k]) only (ranges_o, slices,
-        redranges = ranges[0:3] when reducing over j, ranges[3:6] over i). One reduction per block, of the rows'
-        and the selected inner indices' slices, so gradients follow through the slicing; rows in no block get
-        the reduction over nothing (the semiring zero, index 0)."""
+    def _ranges_for(
+        self, outer: str, extent: Extent, what: str, ranges: tuple | None = None, k: int = 0
+    ) -> tuple[torch.Tensor, ...]:
+        """The six range tensors of a block-sparse reduction with ``outer`` rows (block_sparse.py) of KeOps'
+        ``ranges`` (this LazyTensor's attribute unless given), checked: in the reduction, the output rows of
+        block k, ranges_o[k] = [a, b), reduce over the inner indices of redranges[l] for l in
+        [slices[k - 1], slices[k]) only, and rows in no block over nothing (the semiring zero, index 0).
+        ``k``: a k-best's K, which every row needs as many terms as."""
+        ranges = self.ranges if ranges is None else ranges
         if self.batch:
             raise ValueError(f"{what}: ranges= with batch dimensions {self.batch} is not supported")
-        extent = self._extent()
-        n_outer, n_inner = extent.rows(outer), extent.rows("j" if outer == "i" else "i")
-        device = next(v.tensor.device for v in variables(formula) if v.tensor is not None)
-        triple = ranges[0:3] if outer == "i" else ranges[3:6]
-        blocks, inner_ids = _parse_ranges(triple, n_outer, n_inner, what, device)
-        nothing = torch.zeros(0, dtype=torch.int64, device=device)
-        pieces: list[tuple[torch.Tensor, torch.Tensor | None]] = []
-        start = 0
-        for (a, b), inner in [*zip(blocks, inner_ids, strict=True), ((n_outer, n_outer), nothing)]:
-            if a > start:  # rows in no block
-                pieces.append(self._reduce_block(formula, reduction, outer, with_arg, (start, a), nothing, what))
-            if b > a:
-                pieces.append(self._reduce_block(formula, reduction, outer, with_arg, (a, b), inner, what))
-            start = b
-        vals = torch.cat([v for v, _ in pieces], -2)
-        idx = torch.cat([i for _, i in pieces], -2) if pieces[0][1] is not None else None
-        return vals, idx
-
-    def _reduce_block(self, formula, reduction, outer, with_arg, rows, select, what):
-        """One block of _reduce_ranges: rows [a, b) reduced over the inner indices ``select`` (global indices,
-        an int64 tensor on the variables' device)."""
-        count = len(select)
-        if reduction.kind == "kbest" and count < reduction.k:
+        oriented, min_terms = oriented_ranges(ranges, outer, extent.n_i, extent.n_j, what)
+        if min_terms < k:
             raise ValueError(
-                f"{what}: K={reduction.k}, but the rows {rows[0]} .. {rows[1] - 1} reduce over {count} "
-                f"terms (ranges=); every row needs at least K"
+                f"{what}: K={k}, but some rows reduce over {min_terms} terms (ranges=); every row needs at least K"
             )
-
-        def cut(v: Var) -> torch.Tensor:  # the block's piece of a variable (the formula's plan runs on these)
-            if v.cat == "p":
-                return v.tensor
-            return v.tensor[..., rows[0] : rows[1], :] if v.cat == outer else v.tensor.index_select(-2, select)
-
-        n_rows = rows[1] - rows[0]
-        sizes = (n_rows, count) if outer == "i" else (count, n_rows)
-        vals, idx = reduce_formula(formula, reduction, outer, Extent((), *sizes), with_arg, tensor_of=cut)
-        return vals, (None if idx is None else select[idx] if count else idx)
+        return oriented
 
     def _own_ranges(self, opts: ReduceOptions) -> ReduceOptions:
         """opts without out=, for a reduction of a LazyTensor made from this one (K * v_j for K @ v): with this
@@ -1200,14 +1172,14 @@ class LazyTensor:
             and group is None
             and devices is None
             and (opts is _DEFAULT_OPTIONS or opts.is_plain)
-            and self.ranges is None
             and not self.batch
             and extent.n_j == v.shape[0]
             and not self.deferred
             and v.dtype == self.dtype
             and v.device == self.device
-        ):  # the common case, without building K * v_j each call
-            result = matmul_formula(self.formula, v, extent)
+        ):  # the common case, without building K * v_j each call (K.ranges: block-sparse, in the same kernel)
+            ranges = None if self.ranges is None else self._ranges_for("i", extent, "@")
+            result = matmul_formula(self.formula, v, extent, ranges)
         else:
             own = self._own_ranges(opts)
             result = (self * Vj(v))._reduce(
@@ -1498,45 +1470,6 @@ def _softdtw_formula(x: Formula, y: Formula, gamma: Formula) -> Formula:
             else:
                 r[i, j] = F.Add(cost, softmin(r[i - 1, j - 1], r[i - 1, j], r[i, j - 1]))
     return r[n - 1, m - 1]
-
-
-def _parse_ranges(
-    ranges: tuple, n_outer: int, n_inner: int, what: str, device: torch.device | None = None
-) -> tuple[list, list[torch.Tensor]]:
-    """(the blocks of output rows (a, b), sorted, and the inner indices of each, int64 tensors on ``device``) of
-    KeOps' (ranges, slices, redranges) triple, checked: shapes (Mc, 2), (Mc,), (Mcc, 2); rows within [0, n_outer]
-    and disjoint; slices non-decreasing up to Mcc; inner ranges within [0, n_inner]. The indices of all blocks
-    are made at once, as one tensor that each block's indices are a slice of."""
-    shapes = [tuple(r.shape) for r in ranges]
-    pairs = len(shapes[0]) == 2 and shapes[0][1] == 2 and len(shapes[2]) == 2 and shapes[2][1] == 2
-    if not pairs or shapes[1] != shapes[0][:1]:
-        raise ValueError(
-            f"{what}: ranges= needs a (ranges, slices, redranges) triple of shapes (Mc, 2), (Mc,), (Mcc, 2) for "
-            f"the reduced axis, got {shapes}"
-        )
-    ranges_o, slices, red = (r.tolist() for r in ranges)
-    bounds = [0, *slices]
-    if any(b < a for a, b in itertools.pairwise(bounds)) or bounds[-1] > len(red):
-        raise ValueError(f"{what}: ranges=: the slices {slices} must be non-decreasing and at most {len(red)}")
-    if any(not 0 <= a <= b <= n_inner for a, b in red):
-        raise ValueError(f"{what}: ranges=: the reduction ranges {red} must lie within [0, {n_inner}]")
-    if any(not 0 <= a <= b <= n_outer for a, b in ranges_o):
-        raise ValueError(f"{what}: ranges=: the blocks of rows {ranges_o} must lie within [0, {n_outer}]")
-    order = sorted(range(len(ranges_o)), key=lambda k: ranges_o[k])
-    for k, nxt in itertools.pairwise(order):
-        if ranges_o[nxt][0] < ranges_o[k][1]:
-            raise ValueError(f"{what}: ranges=: the blocks of rows {ranges_o[k]} and {ranges_o[nxt]} overlap")
-    red_t = torch.tensor(red, dtype=torch.int64).reshape(-1, 2)
-    lengths = red_t[:, 1] - red_t[:, 0]
-    ends = torch.cumsum(lengths, 0)
-    # range r's indices are red[r][0] + (p - its offset) for the positions p of its run in the flat tensor
-    flat = torch.arange(int(ends[-1]) if len(red) else 0) + torch.repeat_interleave(
-        red_t[:, 0] - ends + lengths, lengths
-    )
-    flat = flat.to(device) if device is not None else flat
-    offsets = [0, *ends.tolist()]
-    inner = [flat[offsets[bounds[k]] : offsets[bounds[k + 1]]] for k in order]
-    return [tuple(ranges_o[k]) for k in order], inner
 
 
 class _KernelSolve(torch.autograd.Function):

@@ -9,6 +9,9 @@ accumulation type), with a batch stride that is 0 when the argument is broadcast
 The numbers of a formula (formula.Num) are not part of the plan: a call passes them as one more tensor after
 the variables, the number vector (n_numbers,), in the compute dtype (:func:`numbers_tensor`), so the
 kernel of a plan serves every value of its numbers.
+
+A block-sparse plan (``ranged``, KeOps' ranges=) is a kernel of its own: its call passes, after those, the six
+int64 CPU tensors of block_sparse.oriented_ranges (the output axis's RangeMap, then the other axis's).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from .reductions import Reduction
 __all__ = ["CallArgs", "Plan", "new_outputs", "numbers_tensor", "prepare_call", "set_poison_outputs"]
 
 _poison = False
+RANGE_TENSORS = 6  # a ranged call's range tensors (block_sparse.oriented_ranges)
 
 
 def set_poison_outputs(enabled: bool) -> None:
@@ -47,25 +51,28 @@ class Plan:
     reduction: Reduction
     outer: str  # "i" or "j"
     with_arg: bool  # whether the kernel tracks the selected indices (max / min)
+    ranged: bool = False  # block-sparse (block_sparse.py): each row reduces over its block's inner ranges only
     # the compile key, made once (a cached_property would take a lock, which torch.compile cannot trace)
     key: str = field(init=False, repr=False, compare=False)
     n_numbers: int = field(init=False, repr=False, compare=False)  # the number vector's length (0: none)
 
     def __post_init__(self) -> None:
         r = self.reduction
-        key = f"{self.formula.key}|{r.kind}:{r.semiring}:{r.k}|{self.outer}|{int(self.with_arg)}"
+        flags = f"{int(self.with_arg)}{'r' if self.ranged else ''}"
+        key = f"{self.formula.key}|{r.kind}:{r.semiring}:{r.k}|{self.outer}|{flags}"
         object.__setattr__(self, "key", key)
         object.__setattr__(self, "n_numbers", number_count(self.formula))
 
     def check_call(self, tensors: Sequence[torch.Tensor]) -> None:
         """Raises ValueError unless ``tensors`` are a call's: one per slot, then the number vector (at least
-        n_numbers long) when the formula has numbers."""
+        n_numbers long) when the formula has numbers, then the six range tensors when ranged."""
         slots = len(self.arg_cats)
-        want = slots + (1 if self.n_numbers else 0)
+        want = slots + (1 if self.n_numbers else 0) + (RANGE_TENSORS if self.ranged else 0)
         if len(tensors) != want:
             raise ValueError(
                 f"lazy plan {self.key[:200]!r}: {want} tensors expected ({slots} variables"
-                f"{', then the number vector' if self.n_numbers else ''}), got {len(tensors)}"
+                f"{', then the number vector' if self.n_numbers else ''}"
+                f"{', then the six range tensors' if self.ranged else ''}), got {len(tensors)}"
             )
         if self.n_numbers and (tensors[slots].dim() != 1 or tensors[slots].shape[0] < self.n_numbers):
             raise ValueError(
@@ -102,7 +109,8 @@ class Plan:
 @functools.lru_cache(maxsize=4096)
 def _plan_from_key(key: str) -> Plan:
     try:
-        formula_key, reduction, outer, with_arg = key.rsplit("|", 3)
+        formula_key, reduction, outer, flags = key.rsplit("|", 3)
+        with_arg, ranged = flags[:1], flags[1:] == "r"
         kind, semiring, k = reduction.split(":")
         formula = parse_formula(formula_key)
         by_slot = {v.slot: v for v in variables(formula)}
@@ -114,6 +122,7 @@ def _plan_from_key(key: str) -> Plan:
             Reduction(kind, semiring, int(k)),
             outer,
             bool(int(with_arg)),
+            ranged,
         )
     except (ValueError, KeyError) as e:
         raise FormulaError(f"not a plan key: {key[:200]!r} ({e})") from e
@@ -142,6 +151,7 @@ class CallArgs:
 
     _is_param: tuple[bool, ...] = ()
     numbers: torch.Tensor | None = None  # the number vector (n,), contiguous, in dtype; None without numbers
+    ranges: tuple[torch.Tensor, ...] | None = None  # a ranged plan's six range tensors (module docstring)
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -182,7 +192,9 @@ def prepare_call(
     nbatch = 1
     for s in batch:
         nbatch *= s
-    numbers = None
+    numbers = ranges = None
+    if plan.ranged:
+        tensors, ranges = tensors[:-RANGE_TENSORS], tuple(tensors[-RANGE_TENSORS:])
     if plan.n_numbers:
         tensors, numbers = tensors[: len(plan.arg_cats)], tensors[len(plan.arg_cats)]
     dtype = compute_dtype(tensors[0].dtype) if tensors else torch.float32
@@ -205,7 +217,7 @@ def prepare_call(
         strides.append(0)  # no batch of its own (or a batch of one): shared by the whole batch
         out.append(t if t.is_contiguous() else t.contiguous())
     is_param = tuple(c == "p" for c in plan.arg_cats)
-    return CallArgs(out, strides, nbatch, n_outer, n_inner, dtype, is_param, numbers)
+    return CallArgs(out, strides, nbatch, n_outer, n_inner, dtype, is_param, numbers, ranges)
 
 
 def new_outputs(plan: Plan, call: CallArgs, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -5,7 +5,8 @@ points sorted by cluster; the cluster pairs kept are the third closest by centro
 block pairs cover ~1/3 of the matrix. Kernel: K_ij = exp(-|x_i - y_j|^2 / 0.01); timed: K @ b, dense and with
 K.ranges set. Wall clock (CPU) or CUDA-synchronised (GPU), min of --reps after a warm-up call. The check column is the
 largest |sparse - reference| over the outputs, relative to the largest |reference|: the float64 dense matvec with the
-dropped pairs zeroed (N <= 20,000).
+dropped pairs zeroed (N <= 20,000). With pykeops installed, its LazyTensor runs the same two products on the same data
+in the same run (up to --pykeops-max points; its first call compiles, outside the timing).
 
 Usage:
     python benchmarks/lazy_ranges.py                       # CPU, N = 2000 and 20000
@@ -44,13 +45,22 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[2000, 20000])
     parser.add_argument("--eps", type=float, default=0.25)
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument(
+        "--pykeops-max", type=int, default=20000, help="largest N timed with pykeops too (if installed)"
+    )
     args = parser.parse_args()
     print(
         f"lazy ranges=, {args.device}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
         f"{datetime.date.today()}"
     )
-    print("| N | clusters | pairs kept | dense ms | sparse ms | dense / sparse | check |")
-    print("|---|---|---|---|---|---|---|")
+    try:
+        from pykeops.torch import LazyTensor as KeOpsLazyTensor
+    except ImportError:  # pykeops is optional: its columns read "-"
+        KeOpsLazyTensor = None
+    columns = ["N", "clusters", "pairs kept", "dense ms", "sparse ms", "dense / sparse", "check"]
+    columns += ["pykeops dense ms", "pykeops sparse ms"]
+    print("| " + " | ".join(columns) + " |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for n in args.sizes:
         g = torch.Generator().manual_seed(0)
         x, y, b = torch.rand(n, 3, generator=g), torch.rand(n, 3, generator=g), torch.randn(n, 1, generator=g)
@@ -63,19 +73,28 @@ def main() -> None:
         keep = d <= d.flatten().kthvalue(max(1, d.numel() // 3)).values
         ranges = tuple(r.to(args.device) for r in from_matrix(x_ranges, y_ranges, keep))
         x, y, b = x.to(args.device), y.to(args.device), b.to(args.device)
-        K = (-((LazyTensor(x[:, None, :]) - LazyTensor(y[None, :, :])) ** 2).sum(-1) / 0.01).exp()
-        dense = timed(lambda K=K, b=b: K @ b, args.reps, args.device)
-        K.ranges = ranges
-        sparse = timed(lambda K=K, b=b: K @ b, args.reps, args.device)
+        times = []
+        for lazy in (LazyTensor, KeOpsLazyTensor):
+            if lazy is None or (lazy is KeOpsLazyTensor and n > args.pykeops_max):
+                times += [None, None]
+                continue
+            K = (-((lazy(x[:, None, :]) - lazy(y[None, :, :])) ** 2).sum(-1) / 0.01).exp()
+            times.append(timed(lambda K=K, b=b: K @ b, args.reps, args.device))
+            K.ranges = ranges
+            times.append(timed(lambda K=K, b=b: K @ b, args.reps, args.device))
+            if lazy is LazyTensor:
+                ours = K
+        dense, sparse, keops_dense, keops_sparse = times
         mask = keep[x_lab][:, y_lab].to(x.dtype).to(args.device) if n <= 20000 else None
         check = "-"
         if mask is not None:
             xd, yd = x.double(), y.double()
             want = (torch.exp(-((xd[:, None] - yd[None]) ** 2).sum(-1) / 0.01) * mask.double()) @ b.double()
-            check = f"{float((K @ b - want).abs().max() / want.abs().max()):.1e}"
+            check = f"{float((ours @ b - want).abs().max() / want.abs().max()):.1e}"
+        theirs = " | ".join("-" if t is None else f"{t:.1f}" for t in (keops_dense, keops_sparse))
         print(
             f"| {n} | {len(x_ranges)} x {len(y_ranges)} | {int(keep.sum())} ({float(keep.float().mean()):.2f}) | "
-            f"{dense:.1f} | {sparse:.1f} | {dense / sparse:.2f} | {check} |"
+            f"{dense:.1f} | {sparse:.1f} | {dense / sparse:.2f} | {check} | {theirs} |"
         )
 
 

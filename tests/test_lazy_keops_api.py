@@ -989,6 +989,44 @@ def test_ranges_of_long_rows(backend, device):
         assert torch.equal(idx, want_k.indices if dim == 1 else want_k.indices.T)
 
 
+@pytest.mark.parametrize("ranged", [False, True])
+def test_wide_vector_sums(backend, device, ranged):
+    """Sums over more than formula.WIDE_COMPONENTS components of elementwise formulas (on the CPU: loops over
+    the components, wide.py), reduced every way, against float64 torch: a squared distance, a weighted L1
+    distance with a parameter and a number, an exponential of a difference; over full and block-sparse rows
+    (the gathered, padded tail group), and a gradient."""
+    g = torch.Generator().manual_seed(9)
+    d = 97
+    x = torch.randn(37, d, generator=g, dtype=F64).to(device).requires_grad_()
+    y = torch.randn(53, d, generator=g, dtype=F64).to(device)
+    s = torch.rand(1, generator=g, dtype=F64).to(device)
+    xi, yj = Vi(x), Vj(y)
+    forms = {
+        "sqdist": (((xi - yj) ** 2).sum(-1), lambda a, b: ((a[:, None] - b[None]) ** 2).sum(-1)),
+        "l1": (((xi - yj).abs() * Pm(s) + 0.5).sum(-1), lambda a, b: ((a[:, None] - b[None]).abs() * s + 0.5).sum(-1)),
+        "exp": ((-(xi - yj).exp() / 4).sum(-1), lambda a, b: (-(a[:, None] - b[None]).exp() / 4).sum(-1)),
+    }
+    i64 = lambda *v: torch.tensor(v, dtype=torch.int64)  # noqa: E731
+    ranges = from_matrix(i64([0, 20], [20, 37]), i64([0, 5], [5, 53]), torch.tensor([[True, False], [True, True]]))
+    mask = torch.ones(37, 53, dtype=F64, device=device)
+    if ranged:
+        mask[:20, 5:] = 0
+    opts = {"ranges": ranges} if ranged else {}
+    for name, (lazy, dense_of) in forms.items():
+        dense = dense_of(x, y)
+        masked = torch.where(mask > 0, dense, math.inf)
+        got = lazy.sum(1, **opts)
+        torch.testing.assert_close(got, (dense * mask).sum(1, keepdim=True), msg=name)
+        torch.testing.assert_close(lazy.min(1, **opts), masked.amin(1, keepdim=True), msg=name)
+        vals, idx = lazy.Kmin_argKmin(3, 1, **opts)
+        want = masked.topk(3, 1, largest=False)
+        torch.testing.assert_close(vals, want.values, msg=name)
+        assert torch.equal(idx, want.indices), name
+        (gx,) = torch.autograd.grad(got.sum(), x)
+        (wx,) = torch.autograd.grad((dense * mask).sum(), x)
+        torch.testing.assert_close(gx, wx, msg=name)
+
+
 def test_ranges_halves_that_disagree(backend, device):
     """The gradient of the reduced variables reads the other half of ranges= (KeOps' rule): halves of different
     pairs give the forward of their own half and refuse that gradient; with only the rows' variables needing a

@@ -235,8 +235,8 @@ void run(const at::Tensor& log_emissions, const at::Tensor& A_t, const at::Tenso
   // as much as the recursions). Past a sequence's length they are neither written nor read.
   at::Tensor shifts, scaled;
   if (!structural_zeros) {
-    shifts = log_emissions.new_zeros({B, T_});
-    scaled = log_emissions.new_zeros({B, T_, C});
+    shifts = log_emissions.new_empty({B, T_});  // (uninitialised past each length: never read there)
+    scaled = log_emissions.new_empty({B, T_, C});
     T* m_ptr = shifts.data_ptr<T>();
     T* e_ptr = scaled.data_ptr<T>();
     at::parallel_for(0, B, std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, T_ * C)),

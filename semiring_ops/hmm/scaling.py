@@ -40,7 +40,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from ..build.backends import backend_for
+from .compiled import compiled_op
 
 __all__ = [
     "ScaledForwardBackward",
@@ -61,9 +61,7 @@ class ScaledForwardBackward(NamedTuple):
 
 def compiled_estep(log_emissions: Tensor):
     """The compiled scaled E-step for these log-emissions (CPU float32 / float64), or None (then the torch one)."""
-    if log_emissions.device.type != "cpu" or log_emissions.dtype not in (torch.float32, torch.float64):
-        return None
-    return getattr(backend_for(log_emissions.device).family("hmm"), "hmm_scaled_estep", None)
+    return compiled_op("hmm_scaled_estep", log_emissions, gradient_free=False)
 
 
 def _tiny(dtype: torch.dtype) -> float:

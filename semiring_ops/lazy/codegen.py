@@ -33,8 +33,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .formula import Emitter, Var, node_count, strength_reduce
+from .formula import Emitter, Formula, Var, node_count, strength_reduce
 from .plan import Plan
+from .wide import WIDE_SLOT, WideSums, wide_sums
 
 __all__ = ["CPU_LANES", "CudaConfig", "cpu_source", "cuda_config", "cuda_source"]
 
@@ -62,16 +63,23 @@ def _prelude(plan: Plan, dtype_name: str, target: str) -> str:
 
 
 def _cell(
-    plan: Plan, read: Callable[[Var, int], str], prefix: str, number: Callable[[int, bool], str]
+    plan: Plan,
+    read: Callable[[Var, int], str],
+    prefix: str,
+    number: Callable[[int, bool], str],
+    rewrite: Callable[[Formula], Formula] | None = None,
 ) -> tuple[list[str], list[str]]:
     """(statements computed once per row, statements computing ``{prefix}f[kIn]``, the formula's value at
-    (row, j)), with variables read by read(var, d) and numbers by number(k, hoisted) (formula.Emitter)."""
+    (row, j)), with variables read by read(var, d) and numbers by number(k, hoisted) (formula.Emitter).
+    ``rewrite``: applied to the strength-reduced formula first (the CPU's wide sums, wide.py, whose
+    placeholder variables change with j)."""
 
     def invariant(var: Var) -> bool:
-        return plan.role(var.slot) != "inner"
+        return var.slot < WIDE_SLOT and plan.role(var.slot) != "inner"
 
     em = Emitter(read, prefix=prefix, invariant=invariant, number=number)
-    comps = em.emit(strength_reduce(plan.formula, invariant))
+    formula = strength_reduce(plan.formula, invariant)
+    comps = em.emit(rewrite(formula) if rewrite is not None else formula)
     return em.hoisted, [*em.lines, f"const T {prefix}f[{len(comps)}] = {{{', '.join(comps)}}};"]
 
 
@@ -110,26 +118,44 @@ def cpu_source(plan: Plan, dtype_name: str) -> str:
             loads += [f"const T v{k}_{c} = a{k}[{c}];" for c in range(d)]
 
     def read(var: Var, c: int) -> str:
+        placeholder = WideSums.placeholder(var)
+        if placeholder is not None:
+            return placeholder
         if plan.role(var.slot) == "inner":
             return f"g{var.slot}[{c} * g_stride + j]"
         return f"v{var.slot}_{c}"
+
+    def read_at(var: Var, d: str) -> str:  # component d, a C expression, of a variable (the wide sums' loops)
+        role = plan.role(var.slot)
+        if role == "inner":
+            return f"g{var.slot}[({d}) * g_stride + j]"
+        return f"a{var.slot}[i * {var.dim} + ({d})]" if role == "outer" else f"a{var.slot}[{d}]"
 
     scalar = node_count(plan.formula) > CPU_SCALAR_NODES
 
     def number(k: int, hoisted: bool) -> str:
         return f"nums[{k}]" if scalar and not hoisted else f"numbers[{k}]"
 
-    hoisted, cell = _cell(plan, read, "c", number)
+    wide = WideSums(plan.formula)
+
+    def rewrite(formula: Formula) -> Formula:
+        nonlocal wide
+        wide = wide_sums(formula, lambda v: plan.role(v.slot) == "inner", read_at, lambda k: f"numbers[{k}]")
+        return wide.formula
+
+    hoisted, cell = _cell(plan, read, "c", number, rewrite)
     loads += hoisted
+    lane_cell, scalar_cell = [*wide.lane, *cell], [*wide.scalar, *cell]
     # nums: the number vector behind an empty asm the compiler cannot see through, once per j, so each
     # number is loaded where it is used instead of being hoisted out of the loop into a register of its own
     barrier = ['const T* nums = numbers; asm("" : "+r"(nums));'] if scalar and plan.n_numbers else []
     index = "jmap[j]" if plan.ranged else "static_cast<int32_t>(j)"
+    cells = Cells(lane_cell, scalar_cell, wide.group)
     if plan.reduction.kind == "kbest":
         group_index = "jmap + j0" if plan.ranged else "static_cast<int32_t>(j0)"
-        loop = _cpu_kbest_loop(cell, barrier, scalar, index, group_index)
+        loop = _cpu_kbest_loop(cells, barrier, scalar, index, group_index)
     else:
-        loop = _cpu_lanes_loop(cell, barrier, scalar, index, plan.ranged)
+        loop = _cpu_lanes_loop(cells, barrier, scalar, index, plan.ranged)
     numbers = [f"const T* numbers = args[{n_slots}];"] if plan.n_numbers else []
     idx_expr = f"idx + row * {plan.index_dim}" if plan.index_dim else "nullptr"
     row_body = [*loads, *loop, f"red.store(vals + row * {plan.value_dim}, {idx_expr});"]
@@ -231,7 +257,17 @@ def _cpu_ranged_rows(plan: Plan, row_body: list[str]) -> list[str]:
     ]
 
 
-def _cpu_lanes_loop(cell: list[str], barrier: list[str], scalar: bool, index: str, padded: bool) -> list[str]:
+@dataclass(frozen=True)
+class Cells:
+    """The cell's statements as the CPU loops place them: in a lane of a group (``lane``), for one j
+    (``scalar``), and before a group's lanes (``group``: the wide sums' loops, wide.py; empty without)."""
+
+    lane: list[str]
+    scalar: list[str]
+    group: list[str]
+
+
+def _cpu_lanes_loop(cells: Cells, barrier: list[str], scalar: bool, index: str, padded: bool) -> list[str]:
     """The j loop of cpu_source over [0, n_terms) with one reducer per lane, merged into ``red`` at the end
     (module docstring); ``index``: the global index of term j. ``padded``: the inner variables are readable
     up to the next whole group (a ranged plan's gathered buffers), so the tail is one vectorised group whose
@@ -240,7 +276,7 @@ def _cpu_lanes_loop(cell: list[str], barrier: list[str], scalar: bool, index: st
         body = [
             "const int64_t full = n_terms - n_terms % kLanes;  // j of the full groups go to lane j % kLanes",
             "for (int64_t j = 0; j < n_terms; ++j) {",
-            *("  " + line for line in barrier + cell),
+            *("  " + line for line in barrier + cells.scalar),
             f"  lane[j < full ? j % kLanes : 0].add(cf, {index});",
             "  if (Reducer::kBlockSum && j % kBlockTerms == kBlockTerms - 1) fold(lane, total);",
             "}",
@@ -249,9 +285,10 @@ def _cpu_lanes_loop(cell: list[str], barrier: list[str], scalar: bool, index: st
         body = [
             "int64_t j0 = 0;",
             "for (; j0 + kLanes <= n_terms; j0 += kLanes) {",
+            *("  " + line for line in cells.group),
             "  for (int l = 0; l < kLanes; ++l) {",
             "    const int64_t j = j0 + l;",
-            *("    " + line for line in cell),
+            *("    " + line for line in cells.lane),
             f"    lane[l].add(cf, {index});",
             "  }",
             "  if (Reducer::kBlockSum && (j0 + kLanes) % kBlockTerms == 0) fold(lane, total);",
@@ -259,7 +296,7 @@ def _cpu_lanes_loop(cell: list[str], barrier: list[str], scalar: bool, index: st
         ]
         tail = [
             "for (int64_t j = j0; j < n_terms; ++j) {  // the tail, in lane 0 (its j stay increasing)",
-            *("  " + line for line in cell),
+            *("  " + line for line in cells.scalar),
             f"  lane[0].add(cf, {index});",
             "}",
         ]
@@ -267,9 +304,10 @@ def _cpu_lanes_loop(cell: list[str], barrier: list[str], scalar: bool, index: st
             tail = [
                 "if (j0 < n_terms) {  // the tail: a whole group over the padding, its terms to lane 0",
                 "  T cbuf[Reducer::kIn * kLanes];",
+                *("  " + line for line in cells.group),
                 "  for (int l = 0; l < kLanes; ++l) {",
                 "    const int64_t j = j0 + l;",
-                *("    " + line for line in cell),
+                *("    " + line for line in cells.lane),
                 "    for (int d = 0; d < Reducer::kIn; ++d) cbuf[d * kLanes + l] = cf[d];",
                 "  }",
                 "  for (int64_t j = j0; j < n_terms; ++j) {",
@@ -292,7 +330,7 @@ def _cpu_lanes_loop(cell: list[str], barrier: list[str], scalar: bool, index: st
     ]
 
 
-def _cpu_kbest_loop(cell: list[str], barrier: list[str], scalar: bool, index: str, group_index: str) -> list[str]:
+def _cpu_kbest_loop(cells: Cells, barrier: list[str], scalar: bool, index: str, group_index: str) -> list[str]:
     """The j loop of cpu_source for the k-best: one reducer ``red`` (one sorted list per component) fed in
     increasing j. The vectorised form computes a group of kLanes terms into a buffer, by component, and hands
     it to add_lanes, whose one vector compare against the K-th values rejects most groups whole. ``index``: the
@@ -300,7 +338,7 @@ def _cpu_kbest_loop(cell: list[str], barrier: list[str], scalar: bool, index: st
     if scalar:
         body = [
             "for (int64_t j = 0; j < n_terms; ++j) {",
-            *("  " + line for line in barrier + cell),
+            *("  " + line for line in barrier + cells.scalar),
             f"  red.add(cf, {index});",
             "}",
         ]
@@ -309,16 +347,17 @@ def _cpu_kbest_loop(cell: list[str], barrier: list[str], scalar: bool, index: st
             "int64_t j0 = 0;",
             "for (; j0 + kLanes <= n_terms; j0 += kLanes) {",
             "  T cbuf[Reducer::kIn * kLanes];  // cbuf[d * kLanes + l]: component d of the term at j0 + l",
+            *("  " + line for line in cells.group),
             "#pragma GCC unroll 1  // g++ vectorises the loop, not its unrolled copy (seen beside long insertions)",
             "  for (int l = 0; l < kLanes; ++l) {",
             "    const int64_t j = j0 + l;",
-            *("    " + line for line in cell),
+            *("    " + line for line in cells.lane),
             "    for (int d = 0; d < Reducer::kIn; ++d) cbuf[d * kLanes + l] = cf[d];",
             "  }",
             f"  red.add_lanes<kLanes>(cbuf, {group_index});",
             "}",
             "for (int64_t j = j0; j < n_terms; ++j) {  // the tail",
-            *("  " + line for line in cell),
+            *("  " + line for line in cells.scalar),
             f"  red.add(cf, {index});",
             "}",
         ]

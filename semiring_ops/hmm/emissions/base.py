@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ...build.backends import backend_for
+from ..compiled import compiled_op
 
 __all__ = ["ArrayLike", "Emission", "dirichlet_map"]
 
@@ -130,14 +130,9 @@ def dirichlet_map(counts: Tensor, prior: ArrayLike | float, previous: Tensor, na
 
 
 def _compiled_dirichlet_map(counts: Tensor, previous: Tensor):
-    """The compiled dirichlet_map for these tensors (CPU, float32 / float64, no gradient wanted), or None."""
-    if counts.device.type != "cpu" or counts.dtype not in (torch.float32, torch.float64):
-        return None
-    if previous.dtype != counts.dtype or previous.device != counts.device or previous.shape != counts.shape:
-        return None
-    if torch.is_grad_enabled() and (counts.requires_grad or previous.requires_grad):
-        return None
-    return getattr(backend_for(counts.device).family("hmm"), "hmm_dirichlet_map", None)
+    """The compiled dirichlet_map for these tensors (CPU, float32 / float64, one shape, no gradient wanted), or
+    None."""
+    return compiled_op("hmm_dirichlet_map", counts, previous) if previous.shape == counts.shape else None
 
 
 # ---------------------------------------------------------------------------------------------- interface

@@ -36,7 +36,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from ...build.backends import backend_for
+from ..compiled import compiled_op
 from ..kmeans import kmeans
 from .base import ArrayLike, Emission, _per_state, _prior, _tensor
 
@@ -159,11 +159,9 @@ def compiled_gaussian_log_prob(x: Tensor, *parameters: Tensor):
     (C, D, D), offsets (C,)) -> (N, C)``, offsets[c] − ½ |F_c (x − means_c)|²) for observations x (..., D) and the
     parameters it derives from, or None, when torch computes the density instead: off the CPU, other dtypes, more
     than 32 features, a gradient wanted (the compiled op has no backward), or the hmm family not built here."""
-    if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64) or x.shape[-1] > _COMPILED_MAX_FEATURES:
+    if x.shape[-1] > _COMPILED_MAX_FEATURES:
         return None
-    if torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in parameters)):
-        return None
-    return getattr(backend_for(x.device).family("hmm"), "hmm_gaussian_log_prob", None)
+    return compiled_op("hmm_gaussian_log_prob", x, *parameters)
 
 
 class GaussianEmission(Emission):

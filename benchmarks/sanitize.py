@@ -206,6 +206,12 @@ def lazy(light: bool) -> None:
     D2 = ((Vi(x) - Vj(y2)) ** 2).sum(-1)
     dense2 = ((x.double()[:, None] - y2.double()[None]) ** 2).sum(-1)[:300]
     _close((-D2).logsumexp(dim=1, ranges=wide)[:300], (-dense2).logsumexp(1, keepdim=True), "lazy block-sparse lse")
+    # a wide formula: its 80-component sum is a loop over the components (lazy/wide.py)
+    x80, y80 = torch.randn(301, 80, generator=g).cuda(), torch.randn(157, 80, generator=g).cuda()
+    D80 = ((Vi(x80) - Vj(y80)) ** 2).sum(-1)
+    dense80 = ((x80.double()[:, None] - y80.double()[None]) ** 2).sum(-1)
+    _close(D80.min(dim=1), dense80.amin(1, keepdim=True), "lazy wide min")
+    D80.argKmin(4, dim=1)
 
 
 def sequence(light: bool) -> None:

@@ -30,10 +30,11 @@ registers of their own and NVRTC took 15-31 s for it on an H100 host (6 s with i
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .formula import Emitter, Formula, Var, node_count, strength_reduce
+from .formula import WIDE_COMPONENTS, Emitter, Formula, Var, node_count, strength_reduce
 from .plan import Plan
 from .wide import WIDE_SLOT, WideSums, wide_sums
 
@@ -507,14 +508,36 @@ def cuda_source(plan: Plan, dtype_name: str, cfg: CudaConfig) -> str:
     for r in range(cfg.rows):
 
         def read(var: Var, c: int, r: int = r) -> str:
+            placeholder = WideSums.placeholder(var)
+            if placeholder is not None:
+                return placeholder
             role = plan.role(var.slot)
             if role == "inner":
                 return f"row[{offsets[var.slot] + c}]"
             return f"v{var.slot}_r{r}_{c}" if role == "outer" else f"v{var.slot}_{c}"
 
-        hoisted, cell = _cell(plan, read, f"r{r}_", lambda k, hoisted: f"nums[{k}]" if hoisted else f"numsj[{k}]")
+        def read_at(var: Var, d: str, r: int = r) -> str:  # component d (a C expression): wide sums' loops
+            role = plan.role(var.slot)
+            if role == "inner":
+                return f"row[{offsets[var.slot]} + ({d})]"
+            return f"p{var.slot}[i{r} * {var.dim} + ({d})]" if role == "outer" else f"p{var.slot}[{d}]"
+
+        wide = [WideSums(plan.formula)]
+
+        def rewrite(formula: Formula, read_at=read_at, wide=wide) -> Formula:
+            is_inner = lambda v: plan.role(v.slot) == "inner"  # noqa: E731
+            wide[0] = wide_sums(formula, is_inner, read_at, lambda k: f"numsj[{k}]")
+            return wide[0].formula
+
+        number = lambda k, hoisted: f"nums[{k}]" if hoisted else f"numsj[{k}]"  # noqa: E731
+        hoisted, cell = _cell(plan, read, f"r{r}_", number, rewrite)
         head += hoisted
-        cells.append(cell)
+        cells.append([*wide[0].scalar, *cell])
+    if any(dim > WIDE_COMPONENTS for dim in plan.arg_dims):  # drop the loads that only wide sums' loops replaced
+        load = re.compile(r"const T (v\d+_r\d+_\d+) = p\d+\[")
+        text = "\n".join([*(line for line in head if not load.match(line)), *(line for c in cells for line in c)])
+        used = set(re.findall(r"\bv\d+_r\d+_\d+\b", text))
+        head = [line for line in head if not (m := load.match(line)) or m.group(1) in used]
     body: list[str] = []
     for r, cell in enumerate(cells):
         body += ["{", *("  " + s for s in cell), f"  red[{r}].add(r{r}_f, j);", "}"]

@@ -1,4 +1,4 @@
-"""Wide vector sums as loops over their components, for the CPU kernels (codegen.cpu_source).
+"""Wide vector sums as loops over their components, for the kernels (codegen.cpu_source, codegen.cuda_source).
 
 The Emitter writes one statement per component, so KeOps' k-NN formula on MNIST, ``((x_i - y_j) ** 2).sum(-1)``
 with D = 784, is 1,568 statements per copy of the cell: g++ took 19-28 s over it on the 2-core machine. A sum over
@@ -7,7 +7,7 @@ constants) is instead computed by a loop over the components d, before the cell,
 
 - over a group of lanes: ``T w0[kLanes] = 0; for d: for l: w0[l] += term(d, j0 + l)``, the loop over the lanes
   innermost (contiguous j: it vectorises), then ``w0_v = w0[l]`` in the lane's cell;
-- for one j (tails, the scalar loops): ``T w0_v = 0; for d: w0_v += term(d, j)``.
+- for one j (tails, the scalar loops, and every cell of the CUDA kernel): ``T w0_v = 0; for d: w0_v += term(d, j)``.
 
 The components are added in increasing d, as the unrolled sum does (starting from 0).
 """

@@ -114,10 +114,8 @@ class Launch:
     kernels: CudaKernels
     blocks_per_batch: int
     grid: tuple[int, int, int]
-    block: tuple[int, int, int]
     j_per_block: int
     workspace_bytes: int  # the split's reducers; 0 for the 1-D scheme
-    merge_grid: tuple[int, int, int]
 
 
 _launches: dict[tuple, Launch] = {}
@@ -157,10 +155,8 @@ def launch_for(
         k,
         blocks_per_batch,
         (blocks, nsplit, 1),
-        (cfg.block, 1, 1),
         max(1, j_per_block),
         nsplit * rows_total * k.reducer_bytes if nsplit > 1 else 0,
-        (-(-rows_total // 256), 1, 1),
     )
     if auto:
         if len(_launches) >= MAX_LAUNCHES:
@@ -181,34 +177,16 @@ def run_cuda(
     stream = current_stream_handle(device)
     if call.ranges is not None:
         ranged = _ranged_launch(plan, call, device, cfg)
-        kernels, grid, pointers = ranged.kernels, ranged.grid, [t.data_ptr() for t in ranged.copies]
-        if nsplit is not None:
-            grid = (grid[0], nsplit, 1)
+        kernels, grid = ranged.kernels, (ranged.grid if nsplit is None else (ranged.grid[0], nsplit, 1))
+        pattern = [t.data_ptr() for t in ranged.copies]
+        shape = [1, kernels.tile]  # blocks_per_batch and j_per_block: a ranged kernel reads neither
         workspace = grid[1] * rows_total * kernels.reducer_bytes if grid[1] > 1 else 0
-        partial = torch.empty(workspace, dtype=torch.uint8, device=device) if workspace else None
-        vptr, iptr = vals.data_ptr(), (idx.data_ptr() if idx is not None else 0)
-        pptr = partial.data_ptr() if partial is not None else 0
-        args = [
-            vptr,
-            iptr,
-            pptr,
-            *[t.data_ptr() for t in call.tensors],
-            *([] if call.numbers is None else [call.numbers.data_ptr()]),
-            *pointers,
-            *call.batch_strides,
-            call.n_outer,
-            call.n_inner,
-            1,
-            kernels.tile,
-            rows_total,
-        ]
-        kernels.reduce.launch(grid, (kernels.cfg.block, 1, 1), 0, stream, args)
-        if partial is not None:
-            merge_grid = (-(-rows_total // 256), 1, 1)
-            kernels.merge.launch(merge_grid, (256, 1, 1), 0, stream, [vptr, iptr, pptr, rows_total, grid[1]])
-        return vals, idx
-    launch = launch_for(plan, call, device, cfg, nsplit)
-    partial = torch.empty(launch.workspace_bytes, dtype=torch.uint8, device=device) if launch.workspace_bytes else None
+    else:
+        launch = launch_for(plan, call, device, cfg, nsplit)
+        kernels, grid, pattern = launch.kernels, launch.grid, []
+        shape = [launch.blocks_per_batch, launch.j_per_block]
+        workspace = launch.workspace_bytes
+    partial = torch.empty(workspace, dtype=torch.uint8, device=device) if workspace else None
     vptr, iptr = vals.data_ptr(), (idx.data_ptr() if idx is not None else 0)
     pptr = partial.data_ptr() if partial is not None else 0
     args = [
@@ -217,17 +195,17 @@ def run_cuda(
         pptr,
         *[t.data_ptr() for t in call.tensors],
         *([] if call.numbers is None else [call.numbers.data_ptr()]),
+        *pattern,
         *call.batch_strides,
         call.n_outer,
         call.n_inner,
-        launch.blocks_per_batch,
-        launch.j_per_block,
+        *shape,
         rows_total,
     ]
-    launch.kernels.reduce.launch(launch.grid, launch.block, 0, stream, args)
-    if partial is not None:
-        merge_args = [vptr, iptr, pptr, rows_total, launch.grid[1]]
-        launch.kernels.merge.launch(launch.merge_grid, (256, 1, 1), 0, stream, merge_args)
+    kernels.reduce.launch(grid, (kernels.cfg.block, 1, 1), 0, stream, args)
+    if partial is not None:  # the 2-D scheme: the split's reducers merged per row
+        merge_args = [vptr, iptr, pptr, rows_total, grid[1]]
+        kernels.merge.launch((-(-rows_total // 256), 1, 1), (256, 1, 1), 0, stream, merge_args)
     return vals, idx
 
 

@@ -30,11 +30,10 @@ registers of their own and NVRTC took 15-31 s for it on an H100 host (6 s with i
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .formula import WIDE_COMPONENTS, Emitter, Formula, Var, node_count, strength_reduce
+from .formula import Emitter, Var, node_count, strength_reduce
 from .plan import Plan
 from .wide import WIDE_SLOT, WideSums, wide_sums
 
@@ -66,22 +65,26 @@ def _prelude(plan: Plan, dtype_name: str, target: str) -> str:
 def _cell(
     plan: Plan,
     read: Callable[[Var, int], str],
+    read_at: Callable[[Var, str], str],
     prefix: str,
     number: Callable[[int, bool], str],
-    rewrite: Callable[[Formula], Formula] | None = None,
-) -> tuple[list[str], list[str]]:
+) -> tuple[list[str], list[str], WideSums]:
     """(statements computed once per row, statements computing ``{prefix}f[kIn]``, the formula's value at
-    (row, j)), with variables read by read(var, d) and numbers by number(k, hoisted) (formula.Emitter).
-    ``rewrite``: applied to the strength-reduced formula first (the CPU's wide sums, wide.py, whose
-    placeholder variables change with j)."""
+    (row, j), and its wide sums, wide.py), with variables read by read(var, d), or read_at(var, d) with d a C
+    expression in the wide sums' loops, and numbers by number(k, hoisted) (formula.Emitter)."""
 
     def invariant(var: Var) -> bool:
         return var.slot < WIDE_SLOT and plan.role(var.slot) != "inner"
 
-    em = Emitter(read, prefix=prefix, invariant=invariant, number=number)
-    formula = strength_reduce(plan.formula, invariant)
-    comps = em.emit(rewrite(formula) if rewrite is not None else formula)
-    return em.hoisted, [*em.lines, f"const T {prefix}f[{len(comps)}] = {{{', '.join(comps)}}};"]
+    def read_cell(var: Var, c: int) -> str:  # a wide sum's placeholder reads its loop's result
+        placeholder = WideSums.placeholder(var)
+        return placeholder if placeholder is not None else read(var, c)
+
+    is_inner = lambda var: plan.role(var.slot) == "inner"  # noqa: E731
+    wide = wide_sums(strength_reduce(plan.formula, invariant), is_inner, read_at, lambda k: number(k, False))
+    em = Emitter(read_cell, prefix=prefix, invariant=invariant, number=number)
+    comps = em.emit(wide.formula)
+    return em.hoisted, [*em.lines, f"const T {prefix}f[{len(comps)}] = {{{', '.join(comps)}}};"], wide
 
 
 def _indent(lines: list[str], n: int) -> str:
@@ -109,21 +112,12 @@ def cpu_source(plan: Plan, dtype_name: str) -> str:
     reads the numbers where they are used (module docstring). The k-best keeps one reducer per row instead
     of one per lane (_cpu_kbest_loop): merging K-lists costs more than a reducer fed by vector compares."""
     n_slots = len(plan.arg_cats)
-    slots = range(n_slots)
-    loads = [f"const T* a{k} = args[{k}] + b * bstride[{k}];" for k in slots if plan.role(k) != "inner"]
-    for k in slots:
-        d = plan.arg_dims[k]
-        if plan.role(k) == "outer":
-            loads += [f"const T v{k}_{c} = a{k}[i * {d} + {c}];" for c in range(d)]
-        elif plan.role(k) == "param":
-            loads += [f"const T v{k}_{c} = a{k}[{c}];" for c in range(d)]
+    used: set[tuple[int, int]] = set()  # the (slot, component) of row variables and parameters the cell reads
 
     def read(var: Var, c: int) -> str:
-        placeholder = WideSums.placeholder(var)
-        if placeholder is not None:
-            return placeholder
         if plan.role(var.slot) == "inner":
             return f"g{var.slot}[{c} * g_stride + j]"
+        used.add((var.slot, c))
         return f"v{var.slot}_{c}"
 
     def read_at(var: Var, d: str) -> str:  # component d, a C expression, of a variable (the wide sums' loops)
@@ -137,21 +131,17 @@ def cpu_source(plan: Plan, dtype_name: str) -> str:
     def number(k: int, hoisted: bool) -> str:
         return f"nums[{k}]" if scalar and not hoisted else f"numbers[{k}]"
 
-    wide = WideSums(plan.formula)
-
-    def rewrite(formula: Formula) -> Formula:
-        nonlocal wide
-        wide = wide_sums(formula, lambda v: plan.role(v.slot) == "inner", read_at, lambda k: f"numbers[{k}]")
-        return wide.formula
-
-    hoisted, cell = _cell(plan, read, "c", number, rewrite)
+    hoisted, cell, wide = _cell(plan, read, read_at, "c", number)
+    loads = [f"const T* a{k} = args[{k}] + b * bstride[{k}];" for k in range(n_slots) if plan.role(k) != "inner"]
+    for k, c in sorted(used):
+        at = f"i * {plan.arg_dims[k]} + {c}" if plan.role(k) == "outer" else str(c)
+        loads.append(f"const T v{k}_{c} = a{k}[{at}];")
     loads += hoisted
-    lane_cell, scalar_cell = [*wide.lane, *cell], [*wide.scalar, *cell]
     # nums: the number vector behind an empty asm the compiler cannot see through, once per j, so each
     # number is loaded where it is used instead of being hoisted out of the loop into a register of its own
     barrier = ['const T* nums = numbers; asm("" : "+r"(nums));'] if scalar and plan.n_numbers else []
     index = "jmap[j]" if plan.ranged else "static_cast<int32_t>(j)"
-    cells = Cells(lane_cell, scalar_cell, wide.group)
+    cells = Cells([*wide.lane, *cell], [*wide.scalar, *cell], wide.group)
     if plan.reduction.kind == "kbest":
         group_index = "jmap + j0" if plan.ranged else "static_cast<int32_t>(j0)"
         loop = _cpu_kbest_loop(cells, barrier, scalar, index, group_index)
@@ -477,12 +467,6 @@ def cuda_source(plan: Plan, dtype_name: str, cfg: CudaConfig) -> str:
         d = plan.arg_dims[k]
         if plan.role(k) == "param":
             head += [f"const T v{k}_{c} = p{k}[{c}];" for c in range(d)]
-    for r in range(cfg.rows):
-        head.append(f"const long long i{r} = min(i_base + {r * cfg.block}LL, row_hi - 1);")
-        for k in slots:
-            if plan.role(k) == "outer":
-                d = plan.arg_dims[k]
-                head += [f"const T v{k}_r{r}_{c} = p{k}[i{r} * {d} + {c}];" for c in range(d)]
     staging = []
     if plan.ranged:  # the tile's terms' indices first (see the docstring)
         staging += [
@@ -505,16 +489,18 @@ def cuda_source(plan: Plan, dtype_name: str, cfg: CudaConfig) -> str:
             f"tile[jj * {stride} + {off} + (t - jj * {d})] = {source}; }}"
         )
     cells: list[list[str]] = []
+    hoisted_rows: list[str] = []  # after every row's loads, as the rows' cells read them
     for r in range(cfg.rows):
+        used: set[tuple[int, int]] = set()  # the (slot, component) of row r's variables the cell reads
 
-        def read(var: Var, c: int, r: int = r) -> str:
-            placeholder = WideSums.placeholder(var)
-            if placeholder is not None:
-                return placeholder
+        def read(var: Var, c: int, r: int = r, used: set = used) -> str:
             role = plan.role(var.slot)
             if role == "inner":
                 return f"row[{offsets[var.slot] + c}]"
-            return f"v{var.slot}_r{r}_{c}" if role == "outer" else f"v{var.slot}_{c}"
+            if role == "outer":
+                used.add((var.slot, c))
+                return f"v{var.slot}_r{r}_{c}"
+            return f"v{var.slot}_{c}"
 
         def read_at(var: Var, d: str, r: int = r) -> str:  # component d (a C expression): wide sums' loops
             role = plan.role(var.slot)
@@ -522,22 +508,13 @@ def cuda_source(plan: Plan, dtype_name: str, cfg: CudaConfig) -> str:
                 return f"row[{offsets[var.slot]} + ({d})]"
             return f"p{var.slot}[i{r} * {var.dim} + ({d})]" if role == "outer" else f"p{var.slot}[{d}]"
 
-        wide = [WideSums(plan.formula)]
-
-        def rewrite(formula: Formula, read_at=read_at, wide=wide) -> Formula:
-            is_inner = lambda v: plan.role(v.slot) == "inner"  # noqa: E731
-            wide[0] = wide_sums(formula, is_inner, read_at, lambda k: f"numsj[{k}]")
-            return wide[0].formula
-
         number = lambda k, hoisted: f"nums[{k}]" if hoisted else f"numsj[{k}]"  # noqa: E731
-        hoisted, cell = _cell(plan, read, f"r{r}_", number, rewrite)
-        head += hoisted
-        cells.append([*wide[0].scalar, *cell])
-    if any(dim > WIDE_COMPONENTS for dim in plan.arg_dims):  # drop the loads that only wide sums' loops replaced
-        load = re.compile(r"const T (v\d+_r\d+_\d+) = p\d+\[")
-        text = "\n".join([*(line for line in head if not load.match(line)), *(line for c in cells for line in c)])
-        used = set(re.findall(r"\bv\d+_r\d+_\d+\b", text))
-        head = [line for line in head if not (m := load.match(line)) or m.group(1) in used]
+        hoisted, cell, wide = _cell(plan, read, read_at, f"r{r}_", number)
+        head.append(f"const long long i{r} = min(i_base + {r * cfg.block}LL, row_hi - 1);")
+        head += [f"const T v{k}_r{r}_{c} = p{k}[i{r} * {plan.arg_dims[k]} + {c}];" for k, c in sorted(used)]
+        hoisted_rows += hoisted
+        cells.append([*wide.scalar, *cell])
+    head += hoisted_rows
     body: list[str] = []
     for r, cell in enumerate(cells):
         body += ["{", *("  " + s for s in cell), f"  red[{r}].add(r{r}_f, j);", "}"]

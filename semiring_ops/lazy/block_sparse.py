@@ -28,6 +28,7 @@ from __future__ import annotations
 import threading
 import warnings
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -51,6 +52,13 @@ class RangeMap:
     @property
     def tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return self.starts, self.offsets, self.inner
+
+
+def _within_runs(lengths: torch.Tensor) -> torch.Tensor:
+    """For runs of ``lengths`` laid end to end, each position's index within its run: [0, 1, 0, 1, 2] for [2, 3]."""
+    return torch.arange(int(lengths.sum()), dtype=_I64) - torch.repeat_interleave(
+        torch.cumsum(lengths, 0) - lengths, lengths
+    )
 
 
 def range_map(triple: tuple, n_outer: int, n_inner: int, what: str) -> RangeMap:
@@ -98,8 +106,7 @@ def range_map(triple: tuple, n_outer: int, n_inner: int, what: str) -> RangeMap:
     # the inner ranges of the blocks in row order: block order[k]'s are inner[bounds[order[k]] + 0 .. counts[k])
     total = int(offsets[-1])
     first = torch.repeat_interleave(bounds[order], counts)
-    within = torch.arange(total, dtype=_I64) - torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
-    laid = inner[first + within].reshape(total, 2).contiguous()
+    laid = inner[first + _within_runs(counts)].reshape(total, 2).contiguous()
     lengths = laid[:, 1] - laid[:, 0]
     per_segment = torch.zeros(len(starts) - 1, dtype=_I64)
     per_segment.index_add_(0, torch.repeat_interleave(torch.arange(len(per_segment)), offsets.diff()), lengths)
@@ -107,25 +114,42 @@ def range_map(triple: tuple, n_outer: int, n_inner: int, what: str) -> RangeMap:
     return RangeMap(starts.contiguous(), offsets.contiguous(), laid, min_terms)
 
 
-_cache: OrderedDict[tuple, tuple[tuple, RangeMap, RangeMap]] = OrderedDict()
-_lock = threading.Lock()
+class _ByTensors:
+    """An LRU of values made from tensors, keyed by the tensors' identities and versions (and more hashables).
+    It keeps the tensors, so their ids stay theirs while cached; a value whose making raises is not kept."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._entries: OrderedDict[tuple, tuple[tuple, object]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, tensors: tuple, extra: tuple, make: Callable[[], object]) -> object:
+        key = (tuple((id(t), t._version) for t in tensors), extra)
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is not None:
+                self._entries.move_to_end(key)
+                return hit[1]
+        value = make()
+        with self._lock:
+            self._entries[key] = (tuple(tensors), value)
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+        return value
+
+
+_maps_cache = _ByTensors(MAP_CACHE_SIZE)  # a ranges tuple's two RangeMaps
+_checked = _ByTensors(MAP_CACHE_SIZE)  # oriented range tensors whose halves check_transposed passed
+_chunks_cache = _ByTensors(MAP_CACHE_SIZE)  # segment_rows of a RangeMap's starts
 
 
 def _maps(ranges: tuple, n_i: int, n_j: int, what: str) -> tuple[RangeMap, RangeMap]:
     """(the map reducing over j (rows i), the map reducing over i (rows j)) of a 6-tuple, cached."""
-    key = (tuple((id(t), t._version) for t in ranges), n_i, n_j)
-    with _lock:
-        hit = _cache.get(key)
-        if hit is not None:
-            _cache.move_to_end(key)
-            return hit[1], hit[2]
-    over_j = range_map(ranges[0:3], n_i, n_j, what)
-    over_i = range_map(ranges[3:6], n_j, n_i, what)
-    with _lock:
-        _cache[key] = (tuple(ranges), over_j, over_i)  # the tensors are kept, so their ids stay theirs
-        while len(_cache) > MAP_CACHE_SIZE:
-            _cache.popitem(last=False)
-    return over_j, over_i
+
+    def make() -> tuple[RangeMap, RangeMap]:
+        return range_map(ranges[0:3], n_i, n_j, what), range_map(ranges[3:6], n_j, n_i, what)
+
+    return _maps_cache.get(tuple(ranges), (n_i, n_j), make)
 
 
 def oriented_ranges(ranges: tuple, outer: str, n_i: int, n_j: int, what: str) -> tuple[tuple, int]:
@@ -154,21 +178,26 @@ def _counted(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.unique(rows, dim=0, return_counts=True)
 
 
+def _grid_spans(rects: torch.Tensor, row_cuts: torch.Tensor, col_cuts: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """(first row piece, row pieces, first col piece, col pieces) of each rectangle on the grid cut at
+    row_cuts x col_cuts."""
+    r0, r1 = torch.searchsorted(row_cuts, rects[:, 0]), torch.searchsorted(row_cuts, rects[:, 1])
+    c0, c1 = torch.searchsorted(col_cuts, rects[:, 2]), torch.searchsorted(col_cuts, rects[:, 3])
+    return r0, r1 - r0, c0, c1 - c0
+
+
 def _cells(rects: torch.Tensor, row_cuts: torch.Tensor, col_cuts: torch.Tensor) -> torch.Tensor:
     """(P, 2) the (row piece, col piece) cells of the grid cut at row_cuts x col_cuts that the rectangles
     cover, one per rectangle covering it."""
-    r0, r1 = torch.searchsorted(row_cuts, rects[:, 0]), torch.searchsorted(row_cuts, rects[:, 1])
-    c0, c1 = torch.searchsorted(col_cuts, rects[:, 2]), torch.searchsorted(col_cuts, rects[:, 3])
-    nr, nc = r1 - r0, c1 - c0
+    r0, nr, c0, nc = _grid_spans(rects, row_cuts, col_cuts)
     rect = torch.repeat_interleave(torch.arange(len(rects)), nr * nc)
-    k = torch.arange(len(rect)) - torch.repeat_interleave(torch.cumsum(nr * nc, 0) - nr * nc, nr * nc)
+    k = _within_runs(nr * nc)
     return torch.stack([r0[rect] + k // nc[rect], c0[rect] + k % nc[rect]], 1)
 
 
 def _cell_count(rects: torch.Tensor, row_cuts: torch.Tensor, col_cuts: torch.Tensor) -> int:
-    rows = torch.searchsorted(row_cuts, rects[:, 1]) - torch.searchsorted(row_cuts, rects[:, 0])
-    cols = torch.searchsorted(col_cuts, rects[:, 3]) - torch.searchsorted(col_cuts, rects[:, 2])
-    return int((rows * cols).sum())
+    _, nr, _, nc = _grid_spans(rects, row_cuts, col_cuts)
+    return int((nr * nc).sum())
 
 
 CHECK_CELLS = 1 << 24  # the most grid cells check_transposed compares; beyond, it warns instead
@@ -178,7 +207,12 @@ def check_transposed(ranges: tuple, what: str = "backward of a block-sparse redu
     """Raises ValueError unless both maps of ``ranges`` (six tensors, as oriented_ranges gives) hold the same
     (row, column) pairs, as many times each: the gradient of the inner variables needs it (the forward reads
     the first map, that gradient the second, as in KeOps). Equal rectangles (from_matrix's tuples) are seen
-    at once; otherwise both are cut on the grid of all their bounds and the cells compared."""
+    at once; otherwise both are cut on the grid of all their bounds and the cells compared. Kept once passed
+    (the tensors are a cached RangeMap's, so a training loop checks its pattern once)."""
+    _checked.get(tuple(ranges), (), lambda: _check_transposed(ranges, what))
+
+
+def _check_transposed(ranges: tuple, what: str) -> None:
     own = _rectangles(*ranges[0:3], transpose=False)
     other = _rectangles(*ranges[3:6], transpose=True)
     if own.shape == other.shape and all(torch.equal(a, b) for a, b in zip(_counted(own), _counted(other), strict=True)):
@@ -204,11 +238,15 @@ def check_transposed(ranges: tuple, what: str = "backward of a block-sparse redu
 
 def segment_rows(starts: torch.Tensor, rows_per_chunk: int) -> torch.Tensor:
     """(C, 3) int64 chunks (row lo, row hi, segment) of at most ``rows_per_chunk`` rows each, covering every
-    segment (the CUDA kernel's blocks: all rows of a block share its inner ranges)."""
+    segment (the kernels' work items: all rows of one share its inner ranges); cached by starts."""
+    return _chunks_cache.get((starts,), (rows_per_chunk,), lambda: _segment_rows(starts, rows_per_chunk))
+
+
+def _segment_rows(starts: torch.Tensor, rows_per_chunk: int) -> torch.Tensor:
     lengths = starts.diff()
     per = (lengths + rows_per_chunk - 1) // rows_per_chunk
     segment = torch.repeat_interleave(torch.arange(len(lengths)), per)
-    k = torch.arange(len(segment)) - torch.repeat_interleave(torch.cumsum(per, 0) - per, per)
+    k = _within_runs(per)
     lo = starts[segment] + k * rows_per_chunk
     hi = torch.minimum(lo + rows_per_chunk, starts[segment + 1])
     return torch.stack([lo, hi, segment], 1).contiguous()

@@ -7,14 +7,17 @@ file is rewritten into a temporary folder with its imports swapped and nothing e
 - ``from pykeops.torch import LazyTensor, Vi, Vj, Pm`` -> ``from semiring_ops.lazy import ...``;
 - ``from pykeops.numpy import LazyTensor`` -> ``from semiring_ops.lazy.numpy import LazyTensor``;
 - test_torch.py's ``import pykeops`` / ``import pykeops.config`` are dropped (only its Genred tests use them) and
-  its NumPy reference functions (``from pykeops.numpy.utils import ...``) come from tests/keops_numpy_reference.py.
+  its NumPy reference functions (``from pykeops.numpy.utils import ...``) come from tests/keops_numpy_reference.py;
+- test_torch_func.py's ``import keopscore`` (KeOps' code generator, whose ``auto_factorize`` flag it sets)
+  becomes a namespace that takes the flag and does nothing.
 
 pykeops itself is never imported. The rewritten files run with pytest in a subprocess, once per variant:
 on the CPU with the generated kernels, on the CPU with the PyTorch fallback (SEMIRING_OPS_LAZY_BACKEND=torch),
 and on CUDA when there is a GPU (the files pick "cuda" themselves when CUDA is visible; the CPU variants hide
 it with CUDA_VISIBLE_DEVICES=""). Each KeOps test is one item here, passing or failing with its own report.
 
-Run: the LazyTensor test files (test_lazytensor_*.py, test_sinc.py) and the LazyTensor tests of test_torch.py.
+Run: the LazyTensor test files (test_lazytensor_*.py, test_sinc.py, test_complex*.py), the torch.func ones
+(test_vmap.py, test_torch_func.py, test_torch_func_logsumexp.py) and the LazyTensor tests of test_torch.py.
 test_torch.py's other tests call Genred / KernelSolve, KeOps's string-formula API, which semiring_ops does not
 offer: they are listed here as skipped, with that reason.
 """
@@ -35,6 +38,8 @@ from conftest import HAS_CUDA
 
 KEOPS_VERSION = "2.3"
 FILES = (
+    "test_complex.py",
+    "test_complex_numpy.py",
     "test_lazytensor_clamp.py",
     "test_lazytensor_gaussian_batch.py",
     "test_lazytensor_gaussian_cpu.py",
@@ -45,8 +50,12 @@ FILES = (
     "test_lazytensor_tensordot.py",
     "test_sinc.py",
     "test_torch.py",
+    "test_torch_func.py",
+    "test_torch_func_logsumexp.py",
+    "test_vmap.py",
 )
-LAZY_NAMES = {"LazyTensor", "Vi", "Vj", "Pm"}  # what semiring_ops.lazy offers of pykeops.torch / pykeops.numpy
+# what semiring_ops.lazy offers of pykeops.torch / pykeops.numpy
+LAZY_NAMES = {"ComplexLazyTensor", "LazyTensor", "Vi", "Vj", "Pm"}
 OUT_OF_SCOPE = "calls Genred / KernelSolve, KeOps's string-formula API (not offered by semiring_ops.lazy)"
 TESTS_DIR = Path(__file__).resolve().parent
 REPO = TESTS_DIR.parent
@@ -124,6 +133,9 @@ def _rewrite(source: str) -> str:
             edits.append((imp.lineno, imp.end_lineno, f"{pad}from keops_numpy_reference import {names}\n"))
         elif isinstance(imp, ast.Import) and all(a.name.startswith("pykeops") for a in imp.names):
             edits.append((imp.lineno, imp.end_lineno, f"{pad}pass  # was: import pykeops\n"))
+        elif isinstance(imp, ast.Import) and [a.name for a in imp.names] == ["keopscore"]:
+            stub = "import types; keopscore = types.SimpleNamespace()  # was: import keopscore"
+            edits.append((imp.lineno, imp.end_lineno, f"{pad}{stub}\n"))
     for first, last, text in sorted(edits, reverse=True):
         lines[first - 1 : last] = [text]
     return "".join(lines)

@@ -1246,12 +1246,55 @@ def test_solve_errors_and_non_convergence(backend):
         (Vi(x) - Vj(x)).solve(torch.ones(5, 1, dtype=F64))
     with pytest.raises(ValueError, match="does not fit"):
         K.solve(torch.ones(4, 1, dtype=F64))
-    with pytest.raises(NotImplementedError, match="symbolic"):
+    with pytest.raises(TypeError, match="symbolic variable"):
         K.solve(torch.ones(5, 1, dtype=F64), var=Vi(x))
     with pytest.warns(RuntimeWarning, match="conjugate gradients stopped"):
         (Vi(x) | Vj(x)).solve(torch.randn(5, 1, dtype=F64), alpha=0.0)  # rank 2: no solution
     out = torch.empty(5, 1, dtype=F64)
     assert K.solve(torch.ones(5, 1, dtype=F64), out=out) is out
+
+
+def test_solve_for_a_symbolic_variable(backend, device):
+    """solve(b, var=a_j) of a formula F linear in a_j: (alpha Id + A) a = b with A(a)_i = sum_j F_ij(a_j), here
+    F = K_ij (s * a_j + t * (a_j . w_j) w_j): not of the K @ a form, and A not symmetric in form (w_j only),
+    so the gradient's transposed solve is the formula's own vjp. Against the dense system, with gradients."""
+    g = torch.Generator().manual_seed(2)
+    n, e = 7, 2
+    x = torch.randn(n, 2, generator=g, dtype=F64).to(device).requires_grad_()
+    w = (0.3 * torch.randn(n, e, generator=g, dtype=F64)).to(device).requires_grad_()
+    b = torch.randn(n, e, generator=g, dtype=F64).to(device).requires_grad_()
+    s = torch.tensor([1.3, 0.6], dtype=F64, device=device, requires_grad=True)
+    a_j = Vj(0, e)
+
+    def lazy(x, w, b, s):
+        k = (-Vi(x).sqdist(Vj(x))).exp()
+        f = k * (Pm(s) * a_j + 0.5 * (a_j | Vj(w)) * Vj(w))
+        return f.solve(b, var=a_j, alpha=0.7, eps=1e-13)
+
+    def dense(x, w, b, s):
+        k = torch.exp(-((x[:, None] - x[None]) ** 2).sum(-1))  # (n, n)
+        blocks = k[:, :, None, None] * (torch.diag(s) + 0.5 * w[:, :, None] * w[:, None, :])[None]  # (i, j, e, e)
+        a = blocks.permute(0, 2, 1, 3).reshape(n * e, n * e) + 0.7 * torch.eye(n * e, dtype=F64, device=device)
+        return torch.linalg.solve(a, b.reshape(-1)).reshape(n, e)
+
+    got, want = lazy(x, w, b, s), dense(x, w, b, s)
+    torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)
+    u = torch.randn(n, e, generator=g, dtype=F64).to(device)
+    for a, c in zip(torch.autograd.grad(got, [x, w, b, s], u), torch.autograd.grad(want, [x, w, b, s], u), strict=True):
+        torch.testing.assert_close(a, c, rtol=1e-7, atol=1e-8)
+    # the plain form is the formula K * a_j
+    k = (-Vi(x).sqdist(Vj(x))).exp()
+    torch.testing.assert_close((k * Vj(0, e)).solve(b, var=Vj(0, e), alpha=0.7), k.solve(b, alpha=0.7))
+    with pytest.raises(ValueError, match="not linear"):
+        (k * a_j.square()).solve(b, var=a_j)
+    with pytest.raises(ValueError, match="not a variable"):
+        (k * a_j).solve(b, var=Vj(1, e))
+    with pytest.raises(NotImplementedError, match="only symbolic variable"):
+        (k * a_j * Vi(1, e)).solve(b, var=a_j)
+    with pytest.raises(ValueError, match="j-variable of that dimension"):
+        (k * Vi(0, e)).solve(b, var=Vi(0, e))
+    with pytest.raises(NotImplementedError, match="call=False"):
+        (k * a_j).solve(b, var=a_j, call=False)
 
 
 def test_ranges_set_as_an_attribute(backend, device):

@@ -9,9 +9,10 @@ formula's symbolic derivative. ``Vi(0, 3)`` (KeOps' symbolic variables) and ``ca
 callables of the tensors (ReducedLazyTensor). See docs/lazy.md.
 """
 
+from .complex import ComplexLazyTensor
 from .formula import FormulaError
 from .kernel_cache import LazyCompileError
 from .lazy_tensor import LazyTensor, Pm, Vi, Vj
 from .symbolic import ReducedLazyTensor
 
-__all__ = ["FormulaError", "LazyCompileError", "LazyTensor", "Pm", "ReducedLazyTensor", "Vi", "Vj"]
+__all__ = ["ComplexLazyTensor", "FormulaError", "LazyCompileError", "LazyTensor", "Pm", "ReducedLazyTensor", "Vi", "Vj"]

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+import torch.autograd.forward_ad as _FORWARD_AD
 
 from ..ops.registry import plain_eager
 from .block_sparse import check_transposed, swapped
@@ -41,7 +42,9 @@ from .formula import (
     canonical_numbers,
     canonicalize,
     evaluate,
+    jvp,
     substitute,
+    transpose_linear,
     vjp,
 )
 from .plan import RANGE_TENSORS, Plan, numbers_tensor, prepare_call
@@ -148,14 +151,29 @@ def run_plan(plan: Plan, extent: Extent, tensors: list[torch.Tensor]) -> tuple[t
     if n_inner > MAX_INNER:
         raise ValueError(f"reductions over more than 2^31 - 1 terms are not supported (got {n_inner})")
     if not plain_eager(*tensors):
+        if _functorch_level(tensors):  # under a torch.func transform: the Function and its rules
+            out = LazyReduction.apply(plan, extent, *tensors)
+            return (out[0], out[1]) if plan.index_dim else (out, None)
+        if not torch.compiler.is_compiling() and any(torch._C._functorch.is_legacy_batchedtensor(t) for t in tensors):
+            raise NotImplementedError(
+                "lazy reductions do not run under the legacy vmap of torch.autograd.functional's vectorize=True "
+                "and gradcheck's check_batched_grad: use torch.func (jacrev, jacfwd, hessian, vmap), or "
+                "vectorize=False"
+            )
         vals, idx = lazy_reduce(plan.key, [extent.n_i, extent.n_j, *extent.batch], list(tensors))
         return vals, (idx if plan.index_dim else None)
-    if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
-        return _run(plan, extent, tensors)  # no graph to record: skip the autograd.Function's overhead
+    if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)) and _FORWARD_AD._current_level < 0:
+        return _run(plan, extent, tensors)  # no graph to record, no dual tensors: skip the Function's overhead
     out = LazyReduction.apply(plan, extent, *tensors)
     if plan.index_dim:
         return out[0], out[1]
     return out, None
+
+
+def _functorch_level(tensors: Sequence[torch.Tensor]) -> bool:
+    """Whether a tensor is a torch.func wrapper (vmap's batched tensors, grad's and jvp's tracking tensors)."""
+    wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+    return not torch.compiler.is_compiling() and any(wrapped(t) for t in tensors)
 
 
 def _run(plan: Plan, extent: Extent, tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -183,20 +201,66 @@ def _backward(
 
 
 class LazyReduction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, plan: Plan, extent: Extent, *tensors: torch.Tensor):
-        vals, idx = _run(plan, extent, tensors)
-        ctx.plan, ctx.extent = plan, extent
-        ctx.save_for_backward(*tensors, vals, idx)
-        if idx is not None:
-            ctx.mark_non_differentiable(idx)
-            return vals, idx
-        return vals
+    """The reduction with its derivatives: ``backward`` (reverse mode), ``jvp`` (forward mode) and ``vmap`` (a
+    batching rule), so torch.func's transforms (grad, vjp, jvp, vmap, jacrev, jacfwd, hessian) compose with it.
+    torch.func calls ``forward`` on plain tensors and the rules below on those of the level it removes."""
 
     @staticmethod
-    def backward(ctx, grad_vals: torch.Tensor, grad_idx: torch.Tensor | None = None):
+    def forward(plan: Plan, extent: Extent, *tensors: torch.Tensor):
+        vals, idx = _run(plan, extent, tensors)
+        return (vals, idx) if idx is not None else vals
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        plan, extent, *tensors = inputs
+        vals, idx = output if plan.index_dim else (output, None)
+        ctx.plan, ctx.extent = plan, extent
+        ctx.set_materialize_grads(False)  # the jvp then gets None, not zeros, for inputs without a tangent
+        ctx.save_for_backward(*tensors, vals, idx)
+        ctx.save_for_forward(*tensors, vals, idx)
+        if idx is not None:
+            ctx.mark_non_differentiable(idx)
+
+    @staticmethod
+    def backward(ctx, grad_vals: torch.Tensor | None, grad_idx: torch.Tensor | None = None):
+        if grad_vals is None:
+            return (None,) * len(ctx.saved_tensors)  # (plan, extent, *tensors): saved are (*tensors, vals, idx)
         grads = _backward(ctx.plan, ctx.extent, ctx.saved_tensors, grad_vals, ctx.needs_input_grad[2:])
         return (None, None, *grads)
+
+    @staticmethod
+    def jvp(ctx, _plan, _extent, *tangents: torch.Tensor | None):
+        t = _forward_derivative(ctx.plan, ctx.extent, ctx.saved_tensors, tangents)
+        return (t, None) if ctx.plan.index_dim else t
+
+    @staticmethod
+    def vmap(info, in_dims, plan: Plan, extent: Extent, *tensors: torch.Tensor):
+        vals, idx = _batched_run(plan, extent, list(tensors), in_dims[2:], info.batch_size)
+        return ((vals, idx), (0, 0)) if idx is not None else (vals, 0)
+
+
+def _batched_run(
+    plan: Plan, extent: Extent, tensors: list[torch.Tensor], in_dims: Sequence[int | None], size: int
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The batching rule: the reduction of ``size`` calls at once, tensors[k] batched along in_dims[k] (None:
+    shared), with values (size, *batch, rows, value_dim). The vmapped dimension becomes the first batch
+    dimension of one call (a variable not vmapped gets a batch of one, which broadcasts). A block-sparse plan
+    (no batch dimensions) or a batched number vector runs one call per batch entry."""
+    slots = len(plan.arg_cats)
+    if plan.ranged or any(d is not None for d in in_dims[slots:]):
+        outs = [
+            run_plan(plan, extent, [t if d is None else t.select(d, b) for t, d in zip(tensors, in_dims, strict=True)])
+            for b in range(size)
+        ]
+        idx = torch.stack([o[1] for o in outs]) if plan.index_dim else None
+        return torch.stack([o[0] for o in outs]), idx
+    nbatch = len(extent.batch)
+    args = list(tensors)
+    for k in range(slots):
+        t = args[k].unsqueeze(0) if in_dims[k] is None else args[k].movedim(in_dims[k], 0)
+        missing = nbatch + (1 if plan.arg_cats[k] == "p" else 2) - (t.dim() - 1)
+        args[k] = t.reshape(t.shape[0], *(1,) * missing, *t.shape[1:]) if missing > 0 else t
+    return run_plan(plan, Extent((size, *extent.batch), extent.n_i, extent.n_j), args)
 
 
 # ---------------------------------------------------------------- the registered operator
@@ -285,45 +349,111 @@ def _reduction_backward(plan, extent, tensors, vals, grad_vals, needs) -> list[t
 
 def _selected_pairs_backward(plan, extent, tensors, vals, idx, grad_vals, needs) -> list[torch.Tensor | None]:
     """Max, min, k-best: sum over the selected pairs (i, idx[i, p]) of grad[i, p] * dF_c(p)(i, idx[i, p]),
-    with c(p) the component of slot p; outputs that are not finite pass no gradient."""
-    batch, n_outer, n_inner = extent.batch, extent.rows(plan.outer), extent.rows(plan.inner)
-    if n_inner == 0:  # nothing was selected (the values are the semiring zero): no gradient
-        return [torch.zeros_like(t) if n else None for t, n in zip(tensors, needs, strict=True)]
-    nbatch = 1
-    for s in batch:
-        nbatch *= s
-    pairs = idx.shape[-1]
-    fdim = plan.formula.dim
-    create_graph = torch.is_grad_enabled()
-    with torch.enable_grad():
-        srcs = [t if create_graph else t.detach().requires_grad_(bool(n)) for t, n in zip(tensors, needs, strict=True)]
-        first_row = torch.arange(nbatch, device=idx.device).view(nbatch, 1, 1) * n_inner
-        flat = (first_row + idx.reshape(nbatch, n_outer, pairs)).reshape(-1)
-
-        def read(var: Var) -> torch.Tensor:
-            t = srcs[var.slot]
-            t = t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
-            role = plan.role(var.slot)
-            if role == "param":
-                return t[..., None, None, :]
-            if role == "outer":
-                return t[..., :, None, :]
-            rows = t.expand(*batch, n_inner, var.dim).reshape(nbatch * n_inner, var.dim)
-            return rows.index_select(0, flat).reshape(*batch, n_outer, pairs, var.dim)
-
-        like = vals.float() if vals.dtype in (torch.float16, torch.bfloat16) else vals
-        numbers = srcs[len(plan.arg_cats)].to(like.dtype) if plan.n_numbers else None
-        f = evaluate(plan.formula, read, like, numbers).expand(*batch, n_outer, pairs, fdim)
-        comp = (torch.arange(pairs, device=idx.device) % fdim).expand(*batch, n_outer, pairs)
-        picked = f.gather(-1, comp.unsqueeze(-1)).squeeze(-1)
-        g = torch.where(torch.isfinite(vals), grad_vals, torch.zeros_like(grad_vals)).to(picked.dtype)
-        loss = (picked * g).sum()
-        wanted = [k for k in range(len(srcs)) if needs[k]]
-        got = torch.autograd.grad(loss, [srcs[k] for k in wanted], create_graph=create_graph, allow_unused=True)
+    with c(p) the component of slot p; outputs that are not finite pass no gradient. The formula's vjp is
+    evaluated with torch at those pairs only (O(rows * selected) work and memory), then summed over the
+    pairs of each row, or added into the reduced variables' rows: torch operations, so differentiable again
+    and batched by torch.func."""
+    wanted = [k for k in range(len(plan.arg_cats)) if needs[k]]
     grads: list[torch.Tensor | None] = [None] * len(tensors)
-    for k, g in zip(wanted, got, strict=True):
-        grads[k] = (torch.zeros_like(tensors[k]) if g is None else g).to(tensors[k].dtype)
+    if extent.rows(plan.inner) == 0:  # nothing was selected (the values are the semiring zero): no gradient
+        for k in wanted:
+            grads[k] = torch.zeros_like(tensors[k])
+        return grads
+    like = _compute(vals)
+    fdim, pairs = plan.formula.dim, idx.shape[-1]
+    g = torch.where(torch.isfinite(vals), grad_vals, torch.zeros_like(grad_vals)).to(like.dtype)
+    one_hot = torch.arange(fdim, device=idx.device) == (torch.arange(pairs, device=idx.device) % fdim)[:, None]
+    cot = Var(plan.outer, fdim, tensor=g[..., None] * one_hot.to(like.dtype))  # (*batch, n_outer, pairs, D)
+    wrt = [Var(plan.arg_cats[k], plan.arg_dims[k], slot=k) for k in wanted]
+    at_pairs = _pair_reader(plan, extent, idx)
+    numbers = tensors[len(plan.arg_cats)].to(like.dtype) if plan.n_numbers else None
+    read = lambda v: cot.tensor if v is cot else at_pairs(tensors[v.slot], v.cat)  # noqa: E731
+    nbatch, n_inner = math.prod(extent.batch), extent.rows(plan.inner)
+    for k, form in zip(wanted, vjp(plan.formula, wrt, cot), strict=True):
+        t = tensors[k]
+        if form is None:
+            grads[k] = torch.zeros_like(t)
+            continue
+        d = evaluate(form, read, like, numbers).expand(*extent.batch, extent.rows(plan.outer), pairs, t.shape[-1])
+        role = plan.role(k)
+        if role == "outer":
+            d = d.sum(-2)
+        elif role == "param":
+            d = d.sum((-3, -2))
+        else:
+            flat = _flat_pairs(extent, plan, idx)
+            rows = d.new_zeros(nbatch * n_inner, t.shape[-1]).index_add(0, flat, d.reshape(-1, t.shape[-1]))
+            d = rows.reshape(*extent.batch, n_inner, t.shape[-1])
+        grads[k] = d.sum_to_size(t.shape).to(t.dtype)
     return grads
+
+
+def _compute(t: torch.Tensor) -> torch.Tensor:
+    """t in the dtype formulas are evaluated in (float32 for 16-bit tensors)."""
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+
+def _flat_pairs(extent: Extent, plan: Plan, idx: torch.Tensor) -> torch.Tensor:
+    """The selected pairs' rows in the reduced variables flattened over the batch: (nbatch * n_outer * pairs,)."""
+    nbatch, n_outer, pairs = math.prod(extent.batch), extent.rows(plan.outer), idx.shape[-1]
+    first_row = torch.arange(nbatch, device=idx.device).view(nbatch, 1, 1) * extent.rows(plan.inner)
+    return (first_row + idx.reshape(nbatch, n_outer, pairs)).reshape(-1)
+
+
+def _pair_reader(plan: Plan, extent: Extent, idx: torch.Tensor):
+    """read(t, cat): a variable's tensor t of category ``cat`` at the selected pairs (i, idx[i, p]), shaped to
+    broadcast as (*batch, n_outer, pairs, D) (parameters (..., 1, 1, D), outer variables (..., n_outer, 1, D))."""
+    batch, n_outer, n_inner = extent.batch, extent.rows(plan.outer), extent.rows(plan.inner)
+    nbatch, pairs = math.prod(batch), idx.shape[-1]
+    flat = _flat_pairs(extent, plan, idx)
+
+    def read(t: torch.Tensor, cat: str) -> torch.Tensor:
+        t = _compute(t)
+        if cat == "p":
+            return t[..., None, None, :]
+        if cat == plan.outer:
+            return t[..., :, None, :]
+        rows = t.expand(*batch, n_inner, t.shape[-1]).reshape(nbatch * n_inner, t.shape[-1])
+        return rows.index_select(0, flat).reshape(*batch, n_outer, pairs, t.shape[-1])
+
+    return read
+
+
+def _picked(plan: Plan, f: torch.Tensor) -> torch.Tensor:
+    """From f (..., n_outer, pairs, D) at the selected pairs, the component each slot p selected (p mod D):
+    (*batch, n_outer, pairs), the layout of the values."""
+    fdim, pairs = plan.formula.dim, f.shape[-2]
+    comp = torch.arange(pairs, device=f.device) % fdim
+    return f.gather(-1, comp.expand(*f.shape[:-1]).unsqueeze(-1)).squeeze(-1)
+
+
+def _forward_derivative(plan: Plan, extent: Extent, saved, tangents) -> torch.Tensor:
+    """The tangent of the values for the tangents of the argument tensors (None: zero). Sum and logsumexp: a
+    sum reduction of T dF, dF the formula's jvp (formula.jvp) and T the transpose of the reduction's cotangent
+    map (for a sum T = 1, for logsumexp the softmax weights); max, min, k-best: dF at the selected pairs."""
+    *tensors, vals, idx = saved
+    slots = len(plan.arg_cats)
+    moved = [k for k in range(slots) if tangents[k] is not None]
+    f = substitute(plan.formula, lambda v: Var(v.cat, v.dim, tensor=tensors[v.slot]))
+    wrt = [Var(plan.arg_cats[k], plan.arg_dims[k], tensor=tensors[k]) for k in moved]
+    dirs = [Var(plan.arg_cats[k], plan.arg_dims[k], tensor=tangents[k]) for k in moved]
+    df = jvp(f, wrt, dirs) if moved else None
+    if df is None or extent.rows(plan.inner) == 0:
+        return torch.zeros_like(vals)
+    numbers = tensors[slots] if plan.n_numbers else None
+    if plan.reduction.selects:
+        at_pairs = _pair_reader(plan, extent, idx)
+        like = _compute(vals)
+        picked = _picked(plan, evaluate(df, lambda v: at_pairs(v.tensor, v.cat), like, numbers))
+        picked = picked.expand(vals.shape).to(vals.dtype)
+        return torch.where(torch.isfinite(vals), picked, torch.zeros_like(picked))
+    out = Var(plan.outer, plan.value_dim, tensor=vals)
+    integrand = transpose_linear(lambda g: plan.reduction.cotangent(f, out, g), plan.value_dim, df)
+    if integrand is None:
+        return torch.zeros_like(vals)
+    ranges = tuple(tensors[-RANGE_TENSORS:]) if plan.ranged else None
+    res, _ = reduce_formula(integrand, semiring_reduction("std"), plan.outer, extent, numbers=numbers, ranges=ranges)
+    return res
 
 
 def evaluate_dense(formula: Formula, extent: Extent, like: torch.Tensor) -> torch.Tensor:

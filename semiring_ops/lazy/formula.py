@@ -9,7 +9,8 @@ knows three things about itself:
 - ``evaluate``: its value as a torch tensor of shape (..., dim), for ``.dense()``, the PyTorch fallback and
   the gradients of max / min reductions;
 - ``vjp``: the cotangents of its children given its own (reverse-mode symbolic differentiation), so that the
-  gradient of a reduction is a new formula reduced by the same engine (:func:`vjp`).
+  gradient of a reduction is a new formula reduced by the same engine (:func:`vjp`). Forward-mode derivatives
+  (:func:`jvp`) are vjp transposed: no node needs a rule of its own.
 
 Variables are :class:`Var` leaves: a category (``"i"``, ``"j"`` or ``"p"``), a dimension and either a
 tensor (while a user builds a formula) or a slot (the canonical form a kernel is compiled for, see
@@ -23,6 +24,7 @@ without recursion: the work is linear in the number of nodes, whatever their dep
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -42,8 +44,10 @@ __all__ = [
     "canonical_numbers",
     "canonicalize",
     "evaluate",
+    "jvp",
     "node_count",
     "number_count",
+    "transpose_linear",
     "variables",
     "vjp",
 ]
@@ -1405,3 +1409,53 @@ def to_formula(x: Any) -> Formula:
     if isinstance(x, (int, float)):
         return Const(x)
     raise FormulaError(f"cannot use {type(x).__name__} in a formula")
+
+
+_PLACEHOLDER_SLOT = -2  # the slot of the placeholder of _derivative_in (canonical slots are >= 0, tensor variables -1)
+
+
+def _derivative_in(dim: int, scalar: Callable[[Formula], Formula | None]) -> Formula | None:
+    """d scalar(e) / de for a placeholder variable e of dimension ``dim`` and ``scalar(e)`` a formula of
+    dimension 1 linear in e (None: zero). A vjp is linear in its cotangent, so the result never reads e."""
+    e = Var("p", dim, slot=_PLACEHOLDER_SLOT)
+    s = scalar(e)
+    if s is None:
+        return None
+    (out,) = vjp(s, [e], Const(1.0))
+    if out is not None and any(v.tensor is None and v.slot == _PLACEHOLDER_SLOT for v in variables(out)):
+        raise FormulaError("the transposed map is not linear in its argument")
+    return out
+
+
+def _dot(a: Formula, b: Formula) -> Formula:
+    return Mul(a, b) if a.dim == b.dim == 1 else VecSum(Mul(a, b))
+
+
+def transpose_linear(linear: Callable[[Formula], Formula], dim: int, y: Formula) -> Formula | None:
+    """The transpose of a linear map applied to y: for ``linear(e)`` a formula linear in the formula e of
+    dimension ``dim`` (e ↦ A e, of dimension y.dim), the formula A^T y (dimension ``dim``) = d<A e, y>/de, or
+    None when linear(e) does not depend on e."""
+
+    def scalar(e: Formula) -> Formula:
+        image = linear(e)
+        if image.dim != y.dim:
+            raise FormulaError(f"transpose_linear: the map gives dimension {image.dim}, y has {y.dim}")
+        return _dot(image, y)
+
+    return _derivative_in(dim, scalar)
+
+
+def jvp(root: Formula, wrt: Sequence[Var], tangents: Sequence[Formula]) -> Formula | None:
+    """Symbolic Jacobian-vector product: sum over v of wrt of d root / d v · t_v (dimension root.dim), with
+    t_v the formula of ``tangents`` of v's dimension, or None when root depends on none of wrt. It is the
+    transpose of e ↦ (vjp(root, v, e))_v applied to the tangents, d(sum_v <J_v^T e, t_v>)/de = J t, so every
+    operation that has a vjp has a jvp, differentiable again as far as vjp is."""
+    for v, t in zip(wrt, tangents, strict=True):
+        if t.dim != v.dim:
+            raise FormulaError(f"jvp: tangent of dimension {t.dim} for a variable of dimension {v.dim}")
+
+    def scalar(e: Formula) -> Formula | None:
+        parts = [_dot(g, t) for g, t in zip(vjp(root, wrt, e), tangents, strict=True) if g is not None]
+        return functools.reduce(Add, parts) if parts else None
+
+    return _derivative_in(root.dim, scalar)

@@ -16,10 +16,9 @@ from __future__ import annotations
 import functools
 import math
 import operator
-import warnings
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -33,6 +32,7 @@ from .multi_device import resolve as resolve_devices
 from .options import DEFAULT as _DEFAULT_OPTIONS
 from .options import ReduceOptions, auto_gpu, parse_options
 from .reductions import Reduction, kbest, semiring_reduction, weighted_logsumexp
+from .solve import LinearSystem, solve_system
 from .symbolic import deferrable, is_placeholder, symbolic_var, symbolic_variables
 
 __all__ = ["LazyTensor", "Pm", "Vi", "Vj"]
@@ -134,6 +134,25 @@ def _torch_operators() -> dict[Any, tuple[str, bool]]:
 _TORCH_OPERATORS = _torch_operators()
 
 
+class _ComplexHooks:
+    """What complex.py registers here (it imports this module; this one does not import it): its class, the
+    test for a complex operand, the real-with-complex operation, and real2complex / imag2complex / exp1j."""
+
+    cls: ClassVar[Any] = None
+    is_operand: ClassVar[Any] = staticmethod(lambda x: False)
+    binary: ClassVar[Any] = None
+    methods: ClassVar[dict[str, Any]] = {}
+
+
+def register_complex(cls: type, is_operand, binary, methods: dict[str, Any]) -> None:
+    _ComplexHooks.cls, _ComplexHooks.binary, _ComplexHooks.methods = cls, binary, methods
+    _ComplexHooks.is_operand = staticmethod(is_operand)
+
+
+def _is_complex(x: Any) -> bool:
+    return isinstance(x, complex) or (isinstance(x, torch.Tensor) and x.is_complex())
+
+
 class LazyTensor:
     """A symbolic (*batch, M, N, D) tensor: a formula over i-variables, j-variables and parameters.
 
@@ -148,6 +167,12 @@ class LazyTensor:
 
     __array_priority__ = 1000
     __slots__ = ("batch", "deferred", "device", "dtype", "formula", "n_i", "n_j", "ranges", "symbolic")
+    is_complex = False
+
+    def __new__(cls, x: Any = None, axis: int | None = None):
+        if _is_complex(x):  # a complex tensor or number: KeOps' ComplexLazyTensor (complex.py)
+            return _ComplexHooks.cls(x, axis)
+        return super().__new__(cls)
 
     def __init__(self, x: Any, axis: int | None = None) -> None:
         if isinstance(x, LazyTensor):
@@ -162,6 +187,12 @@ class LazyTensor:
             return
         if isinstance(x, (int, float)):
             self._set(F.Const(x), (), None, None, None, None)
+            return
+        if isinstance(x, list):  # numbers: a parameter vector in the formula's dtype (KeOps' lists)
+            if not x or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in x):
+                raise TypeError(f"LazyTensor(x): a list makes a parameter vector of numbers, got {x!r:.200}")
+            vec = LazyTensor.concatenate([Pm(float(v)) for v in x]) if len(x) > 1 else Pm(float(x[0]))
+            self._set(vec.formula, (), None, None, vec.device, vec.dtype, vec.deferred)
             return
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"LazyTensor(x): x must be a tensor or a number, got {type(x).__name__}")
@@ -346,6 +377,8 @@ class LazyTensor:
         return out
 
     def _binary(self, node: type, other: Any, op: str, reflected: bool = False) -> LazyTensor:
+        if _ComplexHooks.is_operand(other):  # a complex number, tensor or LazyTensor: a complex result
+            return _ComplexHooks.binary(self, other, op, reflected)
         if reflected:
             return self._lift(other)._nary(op, node, self)
         return self._nary(op, node, other)
@@ -463,6 +496,18 @@ class LazyTensor:
         return self._nary("ifelse", F.IfElse, a, b)
 
     # ------------------------------------------------------------ the vector dimension
+
+    def real2complex(self):
+        """This real LazyTensor as a complex one, self + 0i (a ComplexLazyTensor)."""
+        return _ComplexHooks.methods["real2complex"](self)
+
+    def imag2complex(self):
+        """0 + i self (a ComplexLazyTensor)."""
+        return _ComplexHooks.methods["imag2complex"](self)
+
+    def exp1j(self):
+        """exp(i self) = cos(self) + i sin(self) (a ComplexLazyTensor)."""
+        return _ComplexHooks.methods["exp1j"](self)
 
     def sqnorm2(self):
         return self._unary(lambda x: F.VecSum(F.Square(x)))
@@ -669,6 +714,13 @@ class LazyTensor:
     def vecmatmult(self, A: Any) -> LazyTensor:
         """v @ A for v = self of dimension n and A of dimension n p (row-major n x p): dimension p."""
         return self._contract(A, "vecmatmult", lambda da, db: ("i,ij->j", [da, _quotient(db, da, "vecmatmult")]))
+
+    def difference_matrix(self, other: Any) -> LazyTensor:
+        """The differences of every component of self with every component of other, self's index major:
+        component k D2 + l is self_k - other_l (dimension D1 D2). KeOps 2.3 declares it, but its engine has no
+        such operation."""
+        other = self._lift(other)
+        return LazyTensor.concatenate([self.elem(k) - other for k in range(self.formula.dim)])
 
     def tensorprod(self, other: Any) -> LazyTensor:
         """The outer product of the vectors, row-major: dimension D1 D2."""
@@ -1008,59 +1060,83 @@ class LazyTensor:
 
     sumsoftmaxweight_reduction = sumsoftmaxweight
 
-    @deferrable()
     def solve(self, other: Any, var: Any = None, call: bool = True, alpha: float = 1e-10, eps: float = 1e-6, **kwargs):
-        """The solution a of (alpha Id + K) a = b for the square scalar formula K = self, by conjugate gradients on
-        ``K @ p`` products (KeOps' LazyTensor.solve; K should be symmetric positive definite, which is not
-        checked). ``other`` is b: an i-variable (a tensor (..., M, E) or (M,), or a LazyTensor Vi(b)), then
-        (K a)_i = sum_j K_ij a_j; or a j-variable (Vj(b)), then (K a)_j = sum_i K_ij a_i. Stops when |r|^2 <
-        numel(b) eps^2 (KeOps' rule), or after 10 n + 10 iterations with a RuntimeWarning. Differentiable with
-        respect to b and to K's tensors (implicit differentiation: one more solve, with K's transpose), once.
-        ``kwargs``: reduction options for the products (``out=`` receives a); ``call=False`` (or a symbolic b, as
-        ``Vi(0, E)``) returns a callable (symbolic.ReducedLazyTensor)."""
-        if var is not None:
-            raise NotImplementedError(
-                "solve: var= (the unknown as a symbolic variable of a formula linear in it) is not supported; "
-                "solve (alpha Id + K) a = b for a scalar formula K"
-            )
+        """The solution a of (alpha Id + A) a = b by conjugate gradients (KeOps' LazyTensor.solve; A should be
+        symmetric positive definite, which is not checked), solve.py:
+
+        - without ``var``: A(a) = K @ a for the square scalar formula K = self. ``other`` is b: an i-variable (a
+          tensor (..., M, E) or (M,), or a LazyTensor Vi(b)), then (K a)_i = sum_j K_ij a_j; or a j-variable
+          (Vj(b)), then (K a)_j = sum_i K_ij a_i;
+        - with ``var`` (a symbolic variable of self, ``Vj(k, E)`` for an i-variable b): self is a formula F
+          linear in var, and A(a) = sum over var's axis of F[var := a] (``(K * Vj(0, 1)).solve(b, var=Vj(0, 1))``
+          is ``K.solve(b)``). Every other variable of F holds its tensor.
+
+        Stops when |r|^2 < numel(b) eps^2 (KeOps' rule), or after 10 n + 10 iterations with a RuntimeWarning.
+        Differentiable with respect to b and to F's tensors (implicit differentiation: one more solve, with A's
+        transpose), once. ``kwargs``: reduction options for the products (``out=`` receives a); ``call=False``
+        (or a symbolic b, as ``Vi(0, E)``) returns a callable (symbolic.ReducedLazyTensor)."""
+        if var is None:
+            return self._solve_kernel(other, call=call, alpha=alpha, eps=eps, **kwargs)
         if call is not True:
-            raise TypeError(f"solve: call must be given as a keyword, call=True or call=False; got {call!r}")
+            raise NotImplementedError("solve(var=..., call=False) is not supported: call it with call=True")
+        if not (isinstance(var, LazyTensor) and var.symbolic and type(var.formula) is Var):
+            raise TypeError(f"solve: var must be a symbolic variable of the formula, Vj(k, E) / Vi(k, E); got {var!r}")
+        (index, dim, cat), v = var.symbolic_variables[0], var.formula
+        mine = self.symbolic_variables
+        if (index, dim, cat) not in mine:
+            raise ValueError(f"solve: var {var.describe()} is not a variable of {self.describe()}")
+        if len(mine) > 1 or (isinstance(other, LazyTensor) and other.symbolic):
+            raise NotImplementedError(
+                f"solve(var=...): the formula's only symbolic variable must be var; it has {mine}"
+            )
+        return self._solve(self, v, index, other, alpha, eps, kwargs)
+
+    @deferrable()
+    def _solve_kernel(self, other: Any, alpha: float = 1e-10, eps: float = 1e-6, **kwargs):
+        """solve without var: the system of the formula self * x over the axis b is not indexed by."""
+        if self.formula.dim != 1 or self.device is None:
+            raise ValueError(f"solve needs a scalar formula of tensors, got {self.describe()}")
+        over = "i" if isinstance(other, LazyTensor) and type(other.formula) is Var and other.formula.cat == "j" else "j"
+        unknown = symbolic_var(0, _rhs_dim(other), "ij".index(over), "solve")  # self has no symbolic variables
+        template = self._nary("solve", F.Mul, LazyTensor._make(unknown, (), None, None, None, None, symbolic=True))
+        return self._solve(template, unknown, 0, other, alpha, eps, kwargs)
+
+    def _solve(self, template, unknown: Var, index: int, other: Any, alpha: float, eps: float, kwargs) -> Any:
+        """a of the system of ``template`` (a LazyTensor holding the placeholder ``unknown``, symbolic ``index``)
+        for b = other; self is the LazyTensor solve was called on (its options and ranges)."""
         if "group" in kwargs:
             raise NotImplementedError("solve: group= (sharded reductions) is not supported; see docs/lazy.md")
         opts = parse_options("solve", kwargs) if kwargs else _DEFAULT_OPTIONS
-        if self.formula.dim != 1 or self.device is None:
-            raise ValueError(f"solve needs a scalar formula of tensors, got {self.describe()}")
-        extent = self._extent()
-        if extent.n_i != extent.n_j:
+        if self.device is None:
+            raise ValueError(f"solve needs a formula of tensors, got {self.describe()}")
+        if self.n_i is not None and self.n_j is not None and self.n_i != self.n_j:
             raise ValueError(f"solve needs a square formula (M = N), got {self.describe()}")
         if isinstance(other, LazyTensor):
             if type(other.formula) is not Var or other.formula.cat == "p":
                 raise TypeError(f"solve: b must be a tensor or a LazyTensor Vi(b) / Vj(b), got {other.describe()}")
-            b, over = other.formula.tensor, ("j" if other.formula.cat == "i" else "i")
+            b, rows = other.formula.tensor, other.formula.cat
         elif isinstance(other, torch.Tensor):
-            b, over = (other.unsqueeze(-1) if other.dim() == 1 else other), "j"  # (M,): a column, as K @ v
+            b, rows = (other.unsqueeze(-1) if other.dim() == 1 else other), "i"  # (M,): a column, as K @ v
         else:
             raise TypeError(f"solve: b must be a tensor or a LazyTensor, got {type(other).__name__}")
-        if b.shape[-2] != extent.n_i or b.dtype != self.dtype or b.device != self.device:
+        over = "j" if rows == "i" else "i"
+        if unknown.cat != over or unknown.dim != b.shape[-1] or template.formula.dim != b.shape[-1]:
+            raise ValueError(
+                f"solve: b is a {rows}-variable of dimension {b.shape[-1]}, so the unknown must be a "
+                f"{over}-variable of that dimension and the formula of that dimension; got "
+                f"V{unknown.cat}(.., {unknown.dim}) in a formula of dimension {template.formula.dim}"
+            )
+        n_rows = self.n_i if self.n_i is not None else self.n_j
+        if (n_rows is not None and b.shape[-2] != n_rows) or b.dtype != self.dtype or b.device != self.device:
             raise ValueError(
                 f"solve: b of shape {tuple(b.shape)}, {b.dtype} on {b.device} does not fit {self.describe()} "
                 f"({self.dtype} on {self.device})"
             )
-        inner = replace(opts, out=None, keepdim=False)
-        tensors = [v.tensor for v in variables(self.formula)]
-        a = _KernelSolve.apply(self, over, float(alpha), float(eps), inner, b, *tensors)
+        inner = self._own_ranges(replace(opts, out=None, keepdim=False))
+        system = LinearSystem(template, unknown, index, over, float(alpha), inner)
+        a = solve_system(system, b, float(eps))
         column = isinstance(other, torch.Tensor) and other.dim() == 1
         return self._output(a.squeeze(-1) if column else a, opts, "solve")
-
-    def _linop(self, over: str, alpha: float, opts: ReduceOptions):
-        """p -> K p + alpha p, reducing over ``over``."""
-        own = self._own_ranges(opts)
-
-        def apply(p: torch.Tensor) -> torch.Tensor:
-            v = Vj(p) if over == "j" else Vi(p)
-            return (self * v)._reduce(semiring_reduction("std"), over, "solve", opts=own)[0] + alpha * p
-
-        return apply
 
     def _extremum(self, dim, axis, largest: bool, values: bool, indices: bool, what: str, kwargs: dict[str, Any]):
         over = self._axis(dim, axis, what)
@@ -1159,6 +1235,8 @@ class LazyTensor:
         opts = parse_options("@", kwargs) if kwargs else _DEFAULT_OPTIONS
         if not isinstance(v, torch.Tensor):
             raise TypeError(f"@: the right operand must be a tensor (..., N, E) or (N,), got {type(v).__name__}")
+        if v.is_complex():  # a complex product (complex.py)
+            return _ComplexHooks.cls.lift(self).__matmul__(v, **kwargs)
         if self.formula.dim != 1:
             raise ValueError(f"@ needs a scalar formula (vector dimension 1), got {self.describe()}")
         if v.dim() == 0:
@@ -1240,6 +1318,14 @@ class LazyTensor:
         return [v.tensor for v in variables(self.formula) if not (self.symbolic and is_placeholder(v.tensor))]
 
 
+def _rhs_dim(b: Any) -> int:
+    """The dimension E of solve's right-hand side b ((..., n, E) or (n,) tensor, or Vi(b) / Vj(b)); 1 for what
+    solve then refuses."""
+    if isinstance(b, LazyTensor):
+        return b.formula.dim
+    return b.shape[-1] if isinstance(b, torch.Tensor) and b.dim() > 1 else 1
+
+
 def _as_tensor(x: Any, what: str) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{what}: expected a tensor, got {type(x).__name__}")
@@ -1274,10 +1360,10 @@ def _indexed(x: torch.Tensor | int, dim: int | None, cat: str) -> LazyTensor:
         return _symbolic(x, dim, cat, f"V{cat}(ind, dim)")
     if isinstance(x, int) and not isinstance(x, bool):
         raise TypeError(f"{what}: x is a tensor (..., n, D), or an index with its dimension: V{cat}(ind, dim)")
-    x = _as_tensor(x, what)
+    x = x if _is_complex(x) else _as_tensor(x, what)
     if x.dim() < 2:
         raise ValueError(f"{what}: x must have shape (..., {'M' if cat == 'i' else 'N'}, D), got {tuple(x.shape)}")
-    if x.shape[-2] == 1:
+    if x.shape[-2] == 1 or x.is_complex():  # (a complex x: a ComplexLazyTensor)
         return LazyTensor(x.unsqueeze(-2 if cat == "i" else -3))
     out = LazyTensor.__new__(LazyTensor)
     out._variable(x, cat)
@@ -1292,6 +1378,10 @@ def Pm(x: Any, dim: int | None = None) -> LazyTensor:
         return _symbolic(x, dim, "p", "Pm(ind, dim)")
     if isinstance(x, (int, float)):
         return LazyTensor._number(x)
+    if isinstance(x, list):
+        return LazyTensor(x)
+    if _is_complex(x):
+        return LazyTensor(x)
     x = _as_tensor(x, "Pm(x)")
     if x.dim() > 1:
         raise ValueError(f"Pm(x): x must be a number or have shape (D,), got {tuple(x.shape)}")
@@ -1470,71 +1560,3 @@ def _softdtw_formula(x: Formula, y: Formula, gamma: Formula) -> Formula:
             else:
                 r[i, j] = F.Add(cost, softmin(r[i - 1, j - 1], r[i - 1, j], r[i, j - 1]))
     return r[n - 1, m - 1]
-
-
-class _KernelSolve(torch.autograd.Function):
-    """a = (alpha Id + K)^-1 b by conjugate gradients, with the implicit gradient: u = (alpha Id + K^T)^-1 g,
-    then g_b = u and g_theta = -d/dtheta <u, K a> for K's tensors theta (a sum reduction's own gradient)."""
-
-    @staticmethod
-    def forward(ctx, lazy, over, alpha, eps, opts, b, *tensors):
-        ctx.lazy, ctx.over, ctx.alpha, ctx.eps, ctx.opts = lazy, over, alpha, eps, opts
-        a = _conjugate_gradient(lazy._linop(over, alpha, opts), b, eps)
-        ctx.save_for_backward(a, *tensors)
-        return a
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, g):
-        lazy, over = ctx.lazy, ctx.over
-        a, *tensors = ctx.saved_tensors
-        u = _conjugate_gradient(lazy.T._linop(over, ctx.alpha, ctx.opts), g, ctx.eps)
-        wanted = [k for k, need in enumerate(ctx.needs_input_grad[6:]) if need]
-        grads: list[torch.Tensor | None] = [None] * len(tensors)
-        if wanted:
-            leaves = [t.detach().requires_grad_(k in wanted) for k, t in enumerate(tensors)]
-
-            def leaf(v: Var) -> Formula:
-                k = next(k for k, t in enumerate(tensors) if t is v.tensor)
-                return Var(v.cat, v.dim, tensor=leaves[k])
-
-            with torch.enable_grad():
-                k_theta = lazy._make(substitute(lazy.formula, leaf), *_meta(lazy))
-                ka = k_theta._linop(over, 0.0, ctx.opts)(a)
-                got = torch.autograd.grad(-(u * ka).sum(), [leaves[k] for k in wanted], allow_unused=True)
-            for k, gk in zip(wanted, got, strict=True):
-                grads[k] = torch.zeros_like(tensors[k]) if gk is None else gk
-        return (None, None, None, None, None, u if ctx.needs_input_grad[5] else None, *grads)
-
-
-def _meta(lazy: LazyTensor) -> tuple:
-    return lazy.batch, lazy.n_i, lazy.n_j, lazy.device, lazy.dtype, lazy.deferred
-
-
-def _conjugate_gradient(linop, b: torch.Tensor, eps: float) -> torch.Tensor:
-    """x with linop(x) = b (linop symmetric positive definite) by conjugate gradients from 0, inner products over
-    all of b's entries (a batch is one block-diagonal system): stops when |r|^2 < numel(b) eps^2, or after
-    10 n + 10 iterations (n = numel(b)) with a RuntimeWarning."""
-    x = torch.zeros_like(b)
-    r = b.clone()
-    rr = (r * r).sum()
-    delta = b.numel() * eps**2
-    p = r.clone()
-    limit = 10 * b.numel() + 10
-    for _ in range(limit):
-        if rr < delta:
-            return x
-        q = linop(p)
-        step = rr / (p * q).sum()
-        x = x + step * p
-        r = r - step * q
-        rr, rr_old = (r * r).sum(), rr
-        p = r + (rr / rr_old) * p
-    if rr >= delta:
-        warnings.warn(
-            f"solve: conjugate gradients stopped after {limit} iterations with |r|^2 = {float(rr):.3g} "
-            f"(tolerance {delta:.3g}); is K symmetric positive definite?",
-            RuntimeWarning,
-            stacklevel=4,
-        )
-    return x

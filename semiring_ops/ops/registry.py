@@ -117,11 +117,12 @@ bmm_forward.register_autograd(_bmm_backward, setup_context=_bmm_setup_context)
 def plain_eager(*tensors: Tensor | None) -> bool:
     """Whether a call on these tensors may skip the custom ops' Python dispatch (~8 µs a call on the CPU
     host, more on a GPU machine's): outside torch.compile and dispatch modes, on plain tensors (no tensor
-    subclass, no functorch wrapper). Recording a graph is the caller's concern."""
+    subclass, no functorch wrapper, no batched tensor of the legacy vmap that gradcheck uses). Recording a
+    graph is the caller's concern."""
     if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0:
         return False
-    is_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
-    return all(t is None or (type(t) in _PLAIN and not is_wrapped(t)) for t in tensors)
+    is_wrapped, is_legacy = torch._C._functorch.is_functorch_wrapped_tensor, torch._C._functorch.is_legacy_batchedtensor
+    return all(t is None or (type(t) in _PLAIN and not is_wrapped(t) and not is_legacy(t)) for t in tensors)
 
 
 _PLAIN = (Tensor, torch.nn.Parameter)  # a Parameter is a subclass that changes no operator

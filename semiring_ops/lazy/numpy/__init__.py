@@ -11,6 +11,6 @@ back); there is no autograd on arrays. ``semiring_ops.lazy.numpy.cluster`` and `
 ``pykeops.numpy.cluster`` and ``pykeops.numpy.utils.WarmUpGpu``.
 """
 
-from .lazy_tensor import LazyTensor, Pm, Vi, Vj
+from .lazy_tensor import ComplexLazyTensor, LazyTensor, Pm, Vi, Vj
 
-__all__ = ["LazyTensor", "Pm", "Vi", "Vj"]
+__all__ = ["ComplexLazyTensor", "LazyTensor", "Pm", "Vi", "Vj"]

@@ -33,11 +33,15 @@ import numpy as np
 import torch
 
 from .. import lazy_tensor as _lt
+from ..complex import ComplexLazyTensor as _TorchComplex
 from ..options import BACKENDS
 
-__all__ = ["LazyTensor", "Pm", "Vi", "Vj"]
+__all__ = ["ComplexLazyTensor", "LazyTensor", "Pm", "Vi", "Vj"]
 
-_NUMPY_DTYPES = {t: np.dtype(str(t).removeprefix("torch.")) for t in (torch.float16, torch.float32, torch.float64)}
+_NUMPY_DTYPES = {
+    t: np.dtype(str(t).removeprefix("torch."))
+    for t in (torch.float16, torch.float32, torch.float64, torch.complex64, torch.complex128)
+}
 _FORWARDED_DUNDERS = (
     "__abs__",
     "__add__",
@@ -91,7 +95,7 @@ def _to_torch(x: Any, what: str) -> Any:
         return x.item()
     if isinstance(x, (tuple, list)):
         return type(x)(_to_torch(v, what) for v in x)
-    if isinstance(x, (torch.Tensor, _lt.LazyTensor)):
+    if isinstance(x, (torch.Tensor, _lt.LazyTensor, _TorchComplex)):
         raise TypeError(
             f"{what}: a NumPy LazyTensor is made of NumPy arrays, got a torch {type(x).__name__}; use "
             f"semiring_ops.lazy.LazyTensor for tensors"
@@ -105,7 +109,7 @@ def _to_numpy(x: Any, backend: str | None) -> Any:
     ``call=False``) as a callable of arrays."""
     if isinstance(x, torch.Tensor):
         return x.detach().cpu().numpy()
-    if isinstance(x, _lt.LazyTensor):
+    if isinstance(x, (_lt.LazyTensor, _TorchComplex)):
         return LazyTensor._wrap(x, backend)
     if isinstance(x, (tuple, list)):
         return type(x)(_to_numpy(v, backend) for v in x)
@@ -161,29 +165,36 @@ class LazyTensor:
     __array_ufunc__ = None  # ``array * lazy``: NumPy defers to LazyTensor.__rmul__ (as KeOps's)
     __array_priority__ = 1000
     __hash__ = object.__hash__  # ``==`` builds a formula; a LazyTensor is hashed by identity
-    is_complex = False
+
+    def __new__(cls, x: Any = None, axis: int | None = None, is_complex: bool = False):
+        complex_data = np.iscomplexobj(x) if isinstance(x, (np.ndarray, np.generic, complex)) else False
+        wanted = is_complex or complex_data or (isinstance(x, LazyTensor) and x.is_complex)
+        return object.__new__(ComplexLazyTensor if wanted else cls)
 
     def __init__(self, x: Any = None, axis: int | None = None, is_complex: bool = False) -> None:
-        if is_complex:
-            raise NotImplementedError("LazyTensor(is_complex=True): complex LazyTensors are not supported")
         self._backend: str | None = x._backend if isinstance(x, LazyTensor) else None
-        self._lazy: _lt.LazyTensor = _variable(x, axis, "LazyTensor(x)")
+        self._lazy: _lt.LazyTensor | _TorchComplex = _variable(x, axis, "LazyTensor(x)")
+        if is_complex and not self._lazy.is_complex:
+            self._lazy = _TorchComplex.lift(self._lazy)
 
     @classmethod
-    def _wrap(cls, lazy: _lt.LazyTensor, backend: str | None = None) -> LazyTensor:
-        out = cls.__new__(cls)
+    def _wrap(cls, lazy: _lt.LazyTensor | _TorchComplex, backend: str | None = None) -> LazyTensor:
+        out = object.__new__(ComplexLazyTensor if lazy.is_complex else LazyTensor)
         out._lazy, out._backend = lazy, backend
         return out
+
+    @property
+    def is_complex(self) -> bool:
+        """Whether the formula is complex (a ComplexLazyTensor)."""
+        return self._lazy.is_complex
 
     # ------------------------------------------------------------ what KeOps shows of a LazyTensor
 
     @property
     def dtype(self) -> np.dtype | None:
         """The NumPy dtype of the formula's arrays; None while it has none (numbers only)."""
-        lazy = self._lazy
-        if lazy.dtype is None or lazy.deferred:
-            return None
-        return _NUMPY_DTYPES[lazy.dtype]
+        dtype = self._lazy.dtype if self._lazy.is_complex else (None if self._lazy.deferred else self._lazy.dtype)
+        return None if dtype is None else _NUMPY_DTYPES[dtype]
 
     @property
     def _shape(self) -> tuple[int, ...]:
@@ -285,6 +296,32 @@ class LazyTensor:
         return result
 
 
+class ComplexLazyTensor(LazyTensor):
+    """A complex symbolic array (KeOps's ``pykeops.numpy.ComplexLazyTensor``): ``ComplexLazyTensor(z)`` of a
+    complex array z as LazyTensor takes a real one, or of a real one (zero imaginary part). ``LazyTensor(z)``
+    of a complex array, and any LazyTensor combined with a complex operand, is one too. Its reductions give
+    complex arrays; ``real``, ``imag``, ``abs()``, ``angle()`` give real LazyTensors (semiring_ops.lazy.complex)."""
+
+    __slots__ = ()
+
+    def __init__(self, x: Any = None, axis: int | None = None, is_complex: bool = True) -> None:
+        super().__init__(x, axis, is_complex=True)
+
+    @property
+    def real(self) -> LazyTensor:
+        return self._wrap(self._lazy.real, self._backend)
+
+    @property
+    def imag(self) -> LazyTensor:
+        return self._wrap(self._lazy.imag, self._backend)
+
+    def conj(self) -> LazyTensor:
+        return self._forward("conj", (), {})
+
+    def angle(self) -> LazyTensor:
+        return self._forward("angle", (), {})
+
+
 def _operands(args: Any) -> list[LazyTensor]:
     """The NumPy LazyTensors among args (inside tuples and lists too)."""
     if isinstance(args, LazyTensor):
@@ -382,8 +419,7 @@ def _parameter_vector(values: list, what: str) -> _lt.LazyTensor:
     """A list of numbers as a parameter of dimension len(values) whose dtype is the formula's (KeOps's lists)."""
     if not values or not all(isinstance(v, (int, float, np.integer, np.floating)) for v in values):
         raise TypeError(f"{what}: a list makes a parameter vector of numbers, got {values!r}")
-    parts = [_lt.Pm(float(v)) for v in values]
-    return parts[0] if len(parts) == 1 else _lt.LazyTensor.concatenate(parts)
+    return _lt.LazyTensor([float(v) for v in values])
 
 
 def _variable(x: Any, axis: int | None, what: str) -> _lt.LazyTensor:

@@ -77,11 +77,20 @@ def implementations() -> dict[str, dict[str, Callable]]:
 
 
 def fast_impls() -> dict[str, Callable]:
-    """The log semiring's fast mode (CUDA): the public precision="fast" and the 3xTF32 variant."""
+    """The log semiring's fast mode (CUDA): the public precision="fast" (its scaled tier on such inputs), the
+    tile kernel alone (fast_log.SCALED_TIER off) and the 3xTF32 variant (the tile kernel's)."""
     from semiring_ops.ops import fast_log
+
+    def tiled(a, b):
+        fast_log.SCALED_TIER = False
+        try:
+            return fast_log.log_bmm_fast(a, b, passes=1)
+        finally:
+            fast_log.SCALED_TIER = True
 
     return {
         "semiring_ops fast": lambda a, b: so.logbmm(a, b, precision="fast"),
+        "semiring_ops fast tiled": tiled,
         "semiring_ops fast3": lambda a, b: fast_log.log_bmm_fast(a, b, passes=3),
     }
 
@@ -98,8 +107,8 @@ def fast_check(B: int, sizes: list[int], device: str) -> None:
         for passes in (1, 3):
             fast_log.reset_stats()
             err = (fast_log.log_bmm_fast(a, b, passes) - exact).abs().max().item()
-            flagged = fast_log.stats["flagged"]
-            line = f"fast-check B={B} n={n} passes={passes}: max |fast - exact| = {err:.3g}, {flagged} flagged"
+            flagged, tier = fast_log.stats["flagged"], "scaled" if fast_log.stats["scaled"] else "tiled"
+            line = f"fast-check B={B} n={n} passes={passes} ({tier}): max |fast - exact| = {err:.3g}, {flagged} flagged"
             print(line, flush=True)
 
 

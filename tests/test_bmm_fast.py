@@ -1,5 +1,6 @@
-"""The log semiring's fast mode (precision="fast"): tensor-core TF32 products of per-k-tile scaled
-exponentials with an underflow guard (csrc/cuda/log_bmm_fast_kernels.cu, semiring_ops/ops/fast_log.py).
+"""The log semiring's fast mode (precision="fast"), its tile kernel: tensor-core TF32 products of per-k-tile
+scaled exponentials with an underflow guard (csrc/cuda/log_bmm_fast_kernels.cu, semiring_ops/ops/fast_log.py).
+The scaled tier that passes=1 tries first is turned off here (tests/test_bmm_fast_scaled.py).
 
 CPU: the argument checks, "fast" = exact off the GPU, and a NumPy model of the kernel (tests/fast_log_model.py):
 its thread / shared-memory / mma-fragment index mapping against the PTX and CuTe layouts, and its arithmetic
@@ -552,9 +553,11 @@ def test_cuda_large_batch_beyond_the_grid_limit():
 @pytest.fixture(autouse=True)
 def _fast_mode_at_every_size(monkeypatch, request):
     """The tests' small products take the fast kernel (semiring_matmul sends products under MIN_CELLS to the
-    exact one, which is faster there), except in the test of that threshold."""
+    exact one, which is faster there), except in the test of that threshold; and the tile kernel, not the
+    scaled tier that passes=1 tries first (tests/test_bmm_fast_scaled.py tests that one and the choice)."""
     if "min_cells" not in request.node.name:
         monkeypatch.setattr(fast_log, "MIN_CELLS", 0)
+    monkeypatch.setattr(fast_log, "SCALED_TIER", False)
 
 
 @pytest.mark.cuda

@@ -427,33 +427,94 @@ def _picked(plan: Plan, f: torch.Tensor) -> torch.Tensor:
     return f.gather(-1, comp.expand(*f.shape[:-1]).unsqueeze(-1)).squeeze(-1)
 
 
+@dataclass(frozen=True)
+class _Tangent:
+    """A reduction's forward-mode rule for one set of moving inputs, derived once per (plan, moving slots):
+    ``formula``, dF over sentinel variables (selecting reductions evaluate it at the selected pairs), or for
+    sum-type reductions ``plan``, the sum reduction of the integrand T dF, whose slots read ``sources``
+    (indices into (*tensors, *tangents of the moving slots, values)) and whose number vector is the forward's
+    followed by ``numbers``. None: the tangent is zero."""
+
+    formula: Formula | None
+    plan: Plan | None = None
+    sources: tuple[int, ...] = ()
+    numbers: tuple[float, ...] = ()
+
+
+_SENTINELS: list[torch.Tensor] = []  # stand-ins for a derived formula's tensors: sentinel k is source k
+
+
+def _sentinel(k: int) -> torch.Tensor:
+    while len(_SENTINELS) <= k:
+        _SENTINELS.append(torch.empty(0))
+    return _SENTINELS[k]
+
+
+@functools.lru_cache(maxsize=1024)
+def _tangent_rule(plan_key: str, moved: tuple[int, ...]) -> _Tangent:
+    """The _Tangent of plan ``plan_key`` for tangents of the slots ``moved``: formula.jvp of the formula, and for
+    a sum or logsumexp the transpose of its cotangent map (a sum: 1; logsumexp: the softmax weights)."""
+    plan = Plan.from_key(plan_key)
+    slots = len(plan.arg_cats)
+    cat, dim = plan.arg_cats, plan.arg_dims
+    f = substitute(plan.formula, lambda v: Var(v.cat, v.dim, tensor=_sentinel(v.slot)))
+    wrt = [Var(cat[k], dim[k], tensor=_sentinel(k)) for k in moved]
+    dirs = [Var(cat[k], dim[k], tensor=_sentinel(slots + n)) for n, k in enumerate(moved)]
+    df = jvp(f, wrt, dirs)
+    if df is None or plan.reduction.selects:
+        return _Tangent(df)
+    out = Var(plan.outer, plan.value_dim, tensor=_sentinel(slots + len(moved)))
+    integrand = transpose_linear(lambda g: plan.reduction.cotangent(f, out, g), plan.value_dim, df)
+    if integrand is None:
+        return _Tangent(None)
+    canon, tvars = canonicalize(integrand, numbered=plan.n_numbers)
+    index = {id(_sentinel(k)): k for k in range(slots + len(moved) + 1)}
+    sources = tuple(index[id(v.tensor)] for v in tvars)
+    tplan = Plan(
+        canon,
+        tuple(v.cat for v in tvars),
+        tuple(v.dim for v in tvars),
+        semiring_reduction("std"),
+        plan.outer,
+        False,
+        plan.ranged,
+    )
+    return _Tangent(df, tplan, sources, canonical_numbers(integrand, plan.n_numbers))
+
+
 def _forward_derivative(plan: Plan, extent: Extent, saved, tangents) -> torch.Tensor:
-    """The tangent of the values for the tangents of the argument tensors (None: zero). Sum and logsumexp: a
-    sum reduction of T dF, dF the formula's jvp (formula.jvp) and T the transpose of the reduction's cotangent
-    map (for a sum T = 1, for logsumexp the softmax weights); max, min, k-best: dF at the selected pairs."""
+    """The tangent of the values for the tangents of the argument tensors (None: zero), by the plan's
+    _tangent_rule: a sum reduction of T dF for sum and logsumexp; dF at the selected pairs for max, min and
+    k-best."""
     *tensors, vals, idx = saved
     slots = len(plan.arg_cats)
-    moved = [k for k in range(slots) if tangents[k] is not None]
-    f = substitute(plan.formula, lambda v: Var(v.cat, v.dim, tensor=tensors[v.slot]))
-    wrt = [Var(plan.arg_cats[k], plan.arg_dims[k], tensor=tensors[k]) for k in moved]
-    dirs = [Var(plan.arg_cats[k], plan.arg_dims[k], tensor=tangents[k]) for k in moved]
-    df = jvp(f, wrt, dirs) if moved else None
-    if df is None or extent.rows(plan.inner) == 0:
+    moved = tuple(k for k in range(slots) if tangents[k] is not None)
+    rule = _tangent_rule(plan.key, moved) if moved else _Tangent(None)
+    if rule.formula is None or extent.rows(plan.inner) == 0:
         return torch.zeros_like(vals)
     numbers = tensors[slots] if plan.n_numbers else None
+    sources = [*tensors[:slots], *(tangents[k] for k in moved), vals]
     if plan.reduction.selects:
         at_pairs = _pair_reader(plan, extent, idx)
         like = _compute(vals)
-        picked = _picked(plan, evaluate(df, lambda v: at_pairs(v.tensor, v.cat), like, numbers))
+        by_sentinel = {id(_sentinel(k)): t for k, t in enumerate(sources)}
+        picked = _picked(
+            plan, evaluate(rule.formula, lambda v: at_pairs(by_sentinel[id(v.tensor)], v.cat), like, numbers)
+        )
         picked = picked.expand(vals.shape).to(vals.dtype)
         return torch.where(torch.isfinite(vals), picked, torch.zeros_like(picked))
-    out = Var(plan.outer, plan.value_dim, tensor=vals)
-    integrand = transpose_linear(lambda g: plan.reduction.cotangent(f, out, g), plan.value_dim, df)
-    if integrand is None:
+    if rule.plan is None:
         return torch.zeros_like(vals)
-    ranges = tuple(tensors[-RANGE_TENSORS:]) if plan.ranged else None
-    res, _ = reduce_formula(integrand, semiring_reduction("std"), plan.outer, extent, numbers=numbers, ranges=ranges)
-    return res
+    args = [sources[k] for k in rule.sources]
+    if rule.plan.n_numbers:
+        extra = numbers_tensor(rule.numbers, vals) if rule.numbers else None
+        vector = (
+            numbers if extra is None else (extra if numbers is None else torch.cat([numbers, extra.to(numbers.dtype)]))
+        )
+        args.append(vector)
+    if plan.ranged:
+        args += tensors[-RANGE_TENSORS:]
+    return run_plan(rule.plan, extent, args)[0]
 
 
 def evaluate_dense(formula: Formula, extent: Extent, like: torch.Tensor) -> torch.Tensor:

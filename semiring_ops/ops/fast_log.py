@@ -5,6 +5,13 @@
         out[p, i, j] = logsumexp_k (a[p, i, k] + b[p, k, j]); differentiable, its backward is the exact
         log backward (registry.log_bmm_backward, given this output)
 
+Two tiers, both on TF32 tensor cores with the same error bound and underflow guard:
+
+1. (passes=1) fast_log_scaled.py: one scale per row of a and per column of b over all of k, then one cuBLAS
+   TF32 batched matmul: no running maximum at all. When it flags at most SCALED_GATHER_FRACTION of the outputs,
+   those are recomputed one by one and that is the answer.
+2. Otherwise (more flags: rows whose values span a wide range; or passes=3), the tile kernel:
+
 The kernel (csrc/cuda/log_bmm_fast_kernels.cu) turns each k-tile of 32 terms into a plain product of
 exponentials scaled by the tile's row and column maxima, computed with TF32 mma (``passes=1``: error
 <= ~1e-3 nats; ``passes=3``, the 3xTF32 split: ~1e-6), and combines the tiles with a running maximum. It
@@ -25,6 +32,7 @@ from torch import Tensor
 from ..build.backends import backend_for
 from ..semirings import LogSemiring
 from . import registry
+from .fast_log_scaled import scaled_product
 
 __all__ = ["DEFAULT_PASSES", "FAST_DTYPES", "MIN_CELLS", "log_bmm_fast", "reset_stats", "stats", "supports"]
 
@@ -34,14 +42,19 @@ FAST_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MIN_CELLS = 1 << 29
 DEFAULT_PASSES = 1  # 1: TF32 (~1e-3 nats), 3: 3xTF32 (~1e-6 nats); the lead picks the default from measurements
 FULL_RECOMPUTE_FRACTION = 1 / 16  # more flagged outputs than this fraction: rerun the exact kernel on everything
+# the scaled tier's answer stands when it flags at most this fraction of the outputs (recomputed one by one);
+# more, and the tile kernel, whose per-tile maxima flag far fewer on wide ranges, runs instead
+SCALED_GATHER_FRACTION = 1 / 1024
+SCALED_TIER = True  # whether passes=1 tries the scaled tier first (tests of the tile kernel turn it off)
 _GATHER_ELEMENTS = 1 << 22  # terms per chunk of the one-by-one recompute (bounds its memory)
 _LOG = LogSemiring.kernel_id
 
 # Counters of what the fast op did (since the last reset_stats()), for tests and benchmarks:
-#   calls: fast-mode forwards; kernel: those that ran the tensor-core kernel (others fell back to exact);
-#   flagged: outputs the kernel flagged; gathered: calls that recomputed flagged outputs one by one;
-#   full_exact: calls that reran the exact kernel on the whole product.
-stats = {"calls": 0, "kernel": 0, "flagged": 0, "gathered": 0, "full_exact": 0}
+#   calls: fast-mode forwards; kernel: those that ran a tensor-core tier (others fell back to exact);
+#   scaled: those the scaled tier answered; tiled: those that ran the tile kernel;
+#   flagged: outputs flagged by the tier that answered; gathered: calls that recomputed flagged outputs one by
+#   one; full_exact: calls that reran the exact kernel on the whole product.
+stats = {"calls": 0, "kernel": 0, "scaled": 0, "tiled": 0, "flagged": 0, "gathered": 0, "full_exact": 0}
 
 
 def reset_stats() -> None:
@@ -71,12 +84,23 @@ def _forward(a: Tensor, b: Tensor, passes: int) -> Tensor:
     backend = backend_for(a.device)
     if a.device.type != "cuda" or a.dtype not in FAST_DTYPES or not _tensor_cores(a.device):
         return backend.bmm_forward(a, b, _LOG, False)[0]
+    if passes == 1 and SCALED_TIER:  # torch and cuBLAS only: no compiled kernel needed
+        scaled = scaled_product(a, b)
+        if scaled is not None:
+            out, flags, count = scaled
+            flagged = int(count.item())  # the one synchronisation of this tier
+            if flagged <= SCALED_GATHER_FRACTION * out.numel():
+                stats["kernel"] += 1
+                stats["scaled"] += 1
+                return repair(a, b, out, flags, flagged) if flagged else out
+            del out, flags
     kernel = getattr(backend.family("fast_log"), "log_bmm_fast", None)
     if kernel is None:
         return backend.bmm_forward(a, b, _LOG, False)[0]
     stats["kernel"] += 1
+    stats["tiled"] += 1
     out, flags, count = kernel(a, b, passes)
-    flagged = int(count.item())  # the one synchronisation of the fast path
+    flagged = int(count.item())  # the one synchronisation of the tile kernel
     if flagged:
         out = repair(a, b, out, flags, flagged)
     return out

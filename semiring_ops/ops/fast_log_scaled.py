@@ -1,0 +1,79 @@
+"""The fast log product's first tier: one scale per row of a and per column of b, and one TF32 product.
+
+    C[p, i, j] = logsumexp_k (A[p, i, k] + B[p, k, j])
+               = (M[p, i] + N[p, j] + log2 sum_k 2^(a[p, i, k] - M[p, i]) 2^(b[p, k, j] - N[p, j])) ln 2
+
+with a = A log2 e, b = B log2 e, M the row maxima of a over all of k and N the column maxima of b. Both
+factors are in [0, 1] and the sum is a plain TF32 batched matmul (cuBLAS): no running maximum, no per-tile
+combine, no exponential per output. cuBLAS rounds its float32 operands to TF32 to nearest (measured on the H100
+with CUDA 13.0: the errors of its products match those of operands rounded to nearest beforehand, mean 1.7e-5
+relative against 6.5e-4 for truncation; tests/test_bmm_fast_scaled.py checks it on every GPU run), so every
+product is within ~2^-10 and so is their positive sum: |error of C| <= ~1e-3 nats, the tile kernel's bound.
+
+The underflow guard is the tile kernel's (fast_log_kernels.cu), with the whole of k as one tile. A term whose
+factor falls below 2^-126 is lost, but it is below 2^-126 in units of 2^(M + N), so an output whose sum is at
+least 2^-64 has lost at most k 2^-62 of itself: TRUSTED. An output is also trusted, as exactly -inf, when its
+row maximum or column maximum is -inf (every term is then -inf). Everything else is FLAGGED, for the host to
+recompute exactly (fast_log.repair): sums under 2^-64 (the row's and the column's maxima sit at different k and
+the terms near both are far below them), and every output of a row or column whose maximum is NaN, +inf or
+beyond 2^125 in magnitude (NaN or infinite inputs, or sums that could overflow). Wide ranges within a row flag
+more outputs here than in the tile kernel, whose maxima are per 32-term tile: fast_log falls back to that
+kernel when more than a small fraction are flagged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+from torch import Tensor
+
+__all__ = ["TRUST", "scaled_product"]
+
+TRUST = 2.0**-64  # sums below this are flagged (module docstring)
+_LN_TRUST = math.log(TRUST)
+_HUGE = 2.0**125  # maxima beyond this flag their row / column (as the tile kernel's host check)
+_LOG2E, _LN2 = 1.0 / math.log(2.0), math.log(2.0)
+
+
+@contextlib.contextmanager
+def _tf32_matmul():
+    """cuBLAS float32 matmuls on TF32 tensor cores inside; the caller's setting is restored."""
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+
+
+def _scaled(x: Tensor, dim: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Along dim of x: (the factors 2^(x log2 e - max); the maxima times log2 e, dim kept, 0
+    where they are -inf or flag; the mask of -inf maxima (every term of their outputs is -inf); the mask of
+    maxima that flag their row / column (NaN, +inf, beyond 2^125)). Three passes over x: its maximum,
+    x log2 e - max, and the exponential in place."""
+    top = x.amax(dim, keepdim=True).float().mul_(_LOG2E)
+    empty = top == -math.inf
+    bad = ~(top.abs() <= _HUGE) & ~empty
+    top.masked_fill_(empty | bad, 0.0)
+    factors = torch.add(top.neg(), x, alpha=_LOG2E)  # float32 whatever x's dtype
+    return torch.exp2_(factors), top, empty, bad
+
+
+def scaled_product(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor] | None:
+    """(out (B, n, m) float32, flags (B, n, m) bool, count (a 0-d int64 tensor)) for a (B, n, k) and b (B, k, m)
+    on a CUDA device, float32 / bfloat16 / float16; out holds no particular value where flagged (the caller
+    recomputes those: fast_log.repair). None for an empty dimension (left to the tile kernel)."""
+    if 0 in a.shape or b.shape[2] == 0:
+        return None
+    fa, m_rows, empty_rows, bad_rows = _scaled(a, 2)  # (B, n, k), (B, n, 1) each
+    fb, n_cols, empty_cols, bad_cols = _scaled(b, 1)  # (B, k, m), (B, 1, m) each
+    with _tf32_matmul():
+        out = torch.bmm(fa, fb)  # the sums
+    del fa, fb
+    out = torch.log_(out)  # ln of the sum: -inf for the sums of rows / columns of -inf maxima (exactly -inf)
+    flags = out < _LN_TRUST  # under 2^-64 (a NaN sum needs a NaN or infinite input: a bad row or column)
+    flags.logical_and_(~(empty_rows | empty_cols)).logical_or_(bad_rows | bad_cols)
+    out.add_(m_rows.mul_(_LN2)).add_(n_cols.mul_(_LN2))
+    return out, flags, torch.count_nonzero(flags)

@@ -20,25 +20,11 @@ import argparse
 import datetime
 
 import torch
+from timing import time_ms
 
 import semiring_ops as so
 from semiring_ops.ops import fast_log
 from semiring_ops.ops.fast_log_scaled import scaled_product
-
-
-def median_ms(fn, reps: int) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
 
 
 def tiled(a, b, passes=1):
@@ -77,7 +63,7 @@ def profile(B: int, n: int, scale: float) -> None:
         with _tf32_matmul():
             return torch.bmm(fa, fb)
 
-    ms = median_ms(gemm, 20)
+    ms = time_ms(gemm, "cuda", 20)
     print(f"TF32 bmm of the factors alone: {ms:.3f} ms, {2 * B * n**3 / ms / 1e9:.0f} TFLOP/s")
 
 
@@ -111,7 +97,7 @@ def main() -> None:
                 "exact": lambda a=a, b=b: so.logbmm(a, b),
             }
             for name, fn in impls.items():
-                ms = median_ms(fn, args.reps)
+                ms = time_ms(fn, "cuda", args.reps)
                 fast_log.reset_stats()
                 out = fn()
                 if name == "scaled tier":

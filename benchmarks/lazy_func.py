@@ -17,25 +17,11 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import time
 
 import torch
+from timing import best_wall_ms
 
 from semiring_ops.lazy import Vi, Vj
-
-
-def timed(f, reps: int, device: str) -> float:
-    f()
-    best = float("inf")
-    for _ in range(reps):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        t = time.perf_counter()
-        f()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - t)
-    return best * 1e3
 
 
 def main() -> None:
@@ -72,7 +58,7 @@ def main() -> None:
     print("| what | ms | pairs/s |")
     print("|---|---|---|")
     for name, f in rows.items():
-        ms = timed(f, args.reps, args.device)
+        ms = best_wall_ms(f, args.device, args.reps)
         pairs = n * n * (batch if name in ("vmap", "loop") else 1)
         print(f"| {name} | {ms:.2f} | {pairs / ms * 1e3:.2e} |")
 

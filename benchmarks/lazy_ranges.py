@@ -17,26 +17,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import time
 
 import torch
+from timing import best_wall_ms
 
 from semiring_ops.lazy import LazyTensor
 from semiring_ops.lazy.cluster import cluster_ranges_centroids, from_matrix, grid_cluster, sort_clusters
-
-
-def timed(f, reps: int, device: str) -> float:
-    f()
-    best = float("inf")
-    for _ in range(reps):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        t = time.perf_counter()
-        f()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - t)
-    return best * 1e3
 
 
 def main() -> None:
@@ -79,9 +65,9 @@ def main() -> None:
                 times += [None, None]
                 continue
             K = (-((lazy(x[:, None, :]) - lazy(y[None, :, :])) ** 2).sum(-1) / 0.01).exp()
-            times.append(timed(lambda K=K, b=b: K @ b, args.reps, args.device))
+            times.append(best_wall_ms(lambda K=K, b=b: K @ b, args.device, args.reps))
             K.ranges = ranges
-            times.append(timed(lambda K=K, b=b: K @ b, args.reps, args.device))
+            times.append(best_wall_ms(lambda K=K, b=b: K @ b, args.device, args.reps))
             if lazy is LazyTensor:
                 ours = K
         dense, sparse, keops_dense, keops_sparse = times

@@ -52,6 +52,22 @@ def timed_runs(fn: Callable[[], object], device: str, reps: int) -> list[float]:
     return times
 
 
+def best_wall_ms(fn: Callable[[], object], device: str, reps: int) -> float:
+    """The fastest of ``reps`` calls of fn() after one warm-up call, in wall-clock milliseconds, the device
+    synchronised before and after each call: host time included, for calls small enough to be host-bound."""
+    fn()
+    best = float("inf")
+    for _ in range(reps):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    return best * 1e3
+
+
 def graphed(fn: Callable[[], object], warmup: int = 3) -> Callable[[], None]:
     """fn captured in a CUDA graph after warm-up calls on a side stream (as torch.cuda.graph asks) -> a
     function that replays it: the same kernels on the same buffers, without Python or launch overhead."""

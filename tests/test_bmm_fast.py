@@ -526,8 +526,10 @@ def test_cuda_float64_and_other_semirings_stay_exact():
     assert fast_log.stats["calls"] == 0
 
 
+@pytest.mark.parametrize("tier", ["tile kernel", "scaled tier"])
 @cuda_test
-def test_cuda_torch_compile_fullgraph():
+def test_cuda_torch_compile_fullgraph(tier, monkeypatch):
+    monkeypatch.setattr(fast_log, "SCALED_TIER", tier == "scaled tier")
     torch._dynamo.reset()
 
     def f(a, b):

@@ -8,21 +8,50 @@ largest |sparse - reference| over the outputs, relative to the largest |referenc
 dropped pairs zeroed (N <= 20,000). With pykeops installed, its LazyTensor runs the same two products on the same data
 in the same run (up to --pykeops-max points; its first call compiles, outside the timing).
 
+--attribute (GPU): where a call's time goes instead: per product, the synchronised wall time of one call, the
+host time of a call when calls run back to back (host-bound when it matches the wall time), and the CUDA kernels
+of one call (torch.profiler).
+
 Usage:
     python benchmarks/lazy_ranges.py                       # CPU, N = 2000 and 20000
     python benchmarks/lazy_ranges.py --device cuda --sizes 20000 200000
+    python benchmarks/lazy_ranges.py --device cuda --sizes 200 2000 --attribute
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import time
 
 import torch
 from timing import best_wall_ms
 
 from semiring_ops.lazy import LazyTensor
 from semiring_ops.lazy.cluster import cluster_ranges_centroids, from_matrix, grid_cluster, sort_clusters
+
+
+def attribute(name: str, f, reps: int) -> None:
+    """--attribute: one product's synchronised wall time, its host time back to back, and its CUDA kernels."""
+    from torch.profiler import ProfilerActivity, profile
+
+    wall = best_wall_ms(f, "cuda", reps)
+    for _ in range(20):
+        f()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(200):
+        f()
+    host = (time.perf_counter() - t0) / 200 * 1e3
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(20):
+            f()
+        torch.cuda.synchronize()
+    kernels = "; ".join(
+        f"{e.key[:30]} {e.device_time_total / 20:.1f} us" for e in prof.key_averages() if e.device_time_total > 0
+    )
+    print(f"| {name} | {wall * 1e3:.1f} us | {host * 1e3:.1f} us | {kernels} |", flush=True)
 
 
 def main() -> None:
@@ -34,6 +63,7 @@ def main() -> None:
     parser.add_argument(
         "--pykeops-max", type=int, default=20000, help="largest N timed with pykeops too (if installed)"
     )
+    parser.add_argument("--attribute", action="store_true", help="where the time of a call goes (GPU; see above)")
     args = parser.parse_args()
     print(
         f"lazy ranges=, {args.device}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
@@ -43,6 +73,9 @@ def main() -> None:
         from pykeops.torch import LazyTensor as KeOpsLazyTensor
     except ImportError:  # pykeops is optional: its columns read "-"
         KeOpsLazyTensor = None
+    if args.attribute:
+        print("| product | wall, synchronised | host per call, back to back | CUDA kernels of one call |")
+        print("|---|---|---|---|")
     columns = ["N", "clusters", "pairs kept", "dense ms", "sparse ms", "dense / sparse", "check"]
     columns += ["pykeops dense ms", "pykeops sparse ms"]
     print("| " + " | ".join(columns) + " |")
@@ -65,8 +98,12 @@ def main() -> None:
                 times += [None, None]
                 continue
             K = (-((lazy(x[:, None, :]) - lazy(y[None, :, :])) ** 2).sum(-1) / 0.01).exp()
+            if args.attribute and lazy is LazyTensor:
+                attribute(f"N = {n}, dense", lambda K=K, b=b: K @ b, args.reps)
             times.append(best_wall_ms(lambda K=K, b=b: K @ b, args.device, args.reps))
             K.ranges = ranges
+            if args.attribute and lazy is LazyTensor:
+                attribute(f"N = {n}, block-sparse", lambda K=K, b=b: K @ b, args.reps)
             times.append(best_wall_ms(lambda K=K, b=b: K @ b, args.device, args.reps))
             if lazy is LazyTensor:
                 ours = K

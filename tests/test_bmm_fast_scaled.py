@@ -110,6 +110,19 @@ def test_scaled_tier_trusts_terms_far_below_the_maxima():
     torch.testing.assert_close(out.double(), brute_bmm(a, b, "log"), rtol=0, atol=1e-3)
 
 
+def test_the_tier_steps_aside_near_the_memory_limit(monkeypatch):
+    """fits: the factor tensors, the result and the flags must take at most half the free device memory (the
+    caching allocator's free blocks counted)."""
+    a, b = torch.empty(2, 100, 300), torch.empty(2, 300, 50)
+    need = 2 * (4 * (100 * 300 + 300 * 50 + 100 * 50) + 100 * 50)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 1000)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 600)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (2 * need - 400, 10**12))
+    assert fast_log_scaled.fits(a, b)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (2 * need - 401, 10**12))
+    assert not fast_log_scaled.fits(a, b)
+
+
 def test_empty_dimensions_are_left_to_the_tile_kernel():
     assert scaled_product(torch.randn(2, 3, 0), torch.randn(2, 0, 4)) is None
     assert scaled_product(torch.randn(2, 0, 5), torch.randn(2, 5, 3)) is None

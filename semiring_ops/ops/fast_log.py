@@ -9,7 +9,8 @@ Two tiers, both on TF32 tensor cores with the same error bound and underflow gua
 
 1. (passes=1) fast_log_scaled.py: one scale per row of a and per column of b over all of k, then one cuBLAS
    TF32 batched matmul: no running maximum at all. When it flags at most SCALED_GATHER_FRACTION of the outputs,
-   those are recomputed one by one and that is the answer.
+   those are recomputed one by one and that is the answer. Its buffers (input-sized factor tensors) must fit
+   in half the free device memory (fast_log_scaled.fits), else the tile kernel runs.
 2. Otherwise (more flags: rows whose values span a wide range; or passes=3), the tile kernel:
 
 The kernel (csrc/cuda/log_bmm_fast_kernels.cu) turns each k-tile of 32 terms into a plain product of
@@ -32,7 +33,7 @@ from torch import Tensor
 from ..build.backends import backend_for
 from ..semirings import LogSemiring
 from . import registry
-from .fast_log_scaled import scaled_product
+from .fast_log_scaled import fits, scaled_product
 
 __all__ = ["DEFAULT_PASSES", "FAST_DTYPES", "MIN_CELLS", "log_bmm_fast", "reset_stats", "stats", "supports"]
 
@@ -84,7 +85,7 @@ def _forward(a: Tensor, b: Tensor, passes: int) -> Tensor:
     backend = backend_for(a.device)
     if a.device.type != "cuda" or a.dtype not in FAST_DTYPES or not _tensor_cores(a.device):
         return backend.bmm_forward(a, b, _LOG, False)[0]
-    if passes == 1 and SCALED_TIER:  # torch and cuBLAS only: no compiled kernel needed
+    if passes == 1 and SCALED_TIER and fits(a, b):  # torch and cuBLAS only: no compiled kernel needed
         scaled = scaled_product(a, b)
         if scaled is not None:
             out, flags, count = scaled

@@ -29,7 +29,7 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["TRUST", "scaled_product"]
+__all__ = ["TRUST", "fits", "scaled_product"]
 
 TRUST = 2.0**-64  # sums below this are flagged (module docstring)
 _LN_TRUST = math.log(TRUST)
@@ -59,6 +59,18 @@ def _scaled(x: Tensor, dim: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     top.masked_fill_(empty | bad, 0.0)
     factors = torch.add(top.neg(), x, alpha=_LOG2E)  # float32 whatever x's dtype
     return torch.exp2_(factors), top, empty, bad
+
+
+def fits(a: Tensor, b: Tensor) -> bool:
+    """Whether the tier's buffers (the two float32 factor tensors and the result, ~4 (nk + km + nm) bytes per batch
+    entry, with the flags) take at most half of the memory the device has free, counting the caching
+    allocator's free blocks: the tile kernel needs far less, so near the limit it answers instead."""
+    batch, n, k = a.shape
+    m = b.shape[2]
+    need = batch * (4 * (n * k + k * m + n * m) + n * m)
+    free, _ = torch.cuda.mem_get_info(a.device)
+    cached = torch.cuda.memory_reserved(a.device) - torch.cuda.memory_allocated(a.device)
+    return 2 * need <= free + cached
 
 
 def scaled_product(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor] | None:

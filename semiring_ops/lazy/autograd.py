@@ -87,13 +87,19 @@ def _remembered_plan(
         plan = make(canon, tvars)
         vector = None
         if plan.n_numbers:
-            values = canonical_numbers(formula, numbered)
             like = numbers if numbers is not None else (tvars[0].tensor if tvars else None)
-            vector = numbers_tensor(values, like) if values or numbers is None else None
-            if numbers is not None:
-                vector = numbers if vector is None else torch.cat([numbers, vector.to(numbers.dtype)])
+            vector = _number_vector(numbers, canonical_numbers(formula, numbered), like)
         entry = formula._plans[key] = (plan, tvars, vector)
     return entry
+
+
+def _number_vector(prefix: torch.Tensor | None, values: Sequence[float], like: torch.Tensor | None) -> torch.Tensor:
+    """The number vector of a plan derived from another: the numbers its Num nodes share with that plan's
+    (``prefix``, or None), then its own ``values`` (numbers_tensor in the compute dtype of ``like``)."""
+    own = numbers_tensor(values, like) if values or prefix is None else None
+    if prefix is None:
+        return own
+    return prefix if own is None else torch.cat([prefix, own.to(prefix.dtype)])
 
 
 def _with_numbers(tensors: list[torch.Tensor], vector: torch.Tensor | None) -> list[torch.Tensor]:
@@ -151,15 +157,16 @@ def run_plan(plan: Plan, extent: Extent, tensors: list[torch.Tensor]) -> tuple[t
     if n_inner > MAX_INNER:
         raise ValueError(f"reductions over more than 2^31 - 1 terms are not supported (got {n_inner})")
     if not plain_eager(*tensors):
-        if _functorch_level(tensors):  # under a torch.func transform: the Function and its rules
-            out = LazyReduction.apply(plan, extent, *tensors)
-            return (out[0], out[1]) if plan.index_dim else (out, None)
-        if not torch.compiler.is_compiling() and any(torch._C._functorch.is_legacy_batchedtensor(t) for t in tensors):
-            raise NotImplementedError(
-                "lazy reductions do not run under the legacy vmap of torch.autograd.functional's vectorize=True "
-                "and gradcheck's check_batched_grad: use torch.func (jacrev, jacfwd, hessian, vmap), or "
-                "vectorize=False"
-            )
+        if not torch.compiler.is_compiling():
+            if _functorch_level(tensors):  # under a torch.func transform: the Function and its rules
+                out = LazyReduction.apply(plan, extent, *tensors)
+                return (out[0], out[1]) if plan.index_dim else (out, None)
+            if any(torch._C._functorch.is_legacy_batchedtensor(t) for t in tensors):
+                raise NotImplementedError(
+                    "lazy reductions do not run under the legacy vmap of torch.autograd.functional's "
+                    "vectorize=True and gradcheck's check_batched_grad: use torch.func (jacrev, jacfwd, hessian, "
+                    "vmap), or vectorize=False"
+                )
         vals, idx = lazy_reduce(plan.key, [extent.n_i, extent.n_j, *extent.batch], list(tensors))
         return vals, (idx if plan.index_dim else None)
     if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)) and _FORWARD_AD._current_level < 0:
@@ -173,7 +180,7 @@ def run_plan(plan: Plan, extent: Extent, tensors: list[torch.Tensor]) -> tuple[t
 def _functorch_level(tensors: Sequence[torch.Tensor]) -> bool:
     """Whether a tensor is a torch.func wrapper (vmap's batched tensors, grad's and jvp's tracking tensors)."""
     wrapped = torch._C._functorch.is_functorch_wrapped_tensor
-    return not torch.compiler.is_compiling() and any(wrapped(t) for t in tensors)
+    return any(wrapped(t) for t in tensors)
 
 
 def _run(plan: Plan, extent: Extent, tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -365,7 +372,8 @@ def _selected_pairs_backward(plan, extent, tensors, vals, idx, grad_vals, needs)
     one_hot = torch.arange(fdim, device=idx.device) == (torch.arange(pairs, device=idx.device) % fdim)[:, None]
     cot = Var(plan.outer, fdim, tensor=g[..., None] * one_hot.to(like.dtype))  # (*batch, n_outer, pairs, D)
     wrt = [Var(plan.arg_cats[k], plan.arg_dims[k], slot=k) for k in wanted]
-    at_pairs = _pair_reader(plan, extent, idx)
+    flat = _flat_pairs(extent, plan, idx)
+    at_pairs = _pair_reader(plan, extent, flat, pairs)
     numbers = tensors[len(plan.arg_cats)].to(like.dtype) if plan.n_numbers else None
     read = lambda v: cot.tensor if v is cot else at_pairs(tensors[v.slot], v.cat)  # noqa: E731
     nbatch, n_inner = math.prod(extent.batch), extent.rows(plan.inner)
@@ -381,7 +389,6 @@ def _selected_pairs_backward(plan, extent, tensors, vals, idx, grad_vals, needs)
         elif role == "param":
             d = d.sum((-3, -2))
         else:
-            flat = _flat_pairs(extent, plan, idx)
             rows = d.new_zeros(nbatch * n_inner, t.shape[-1]).index_add(0, flat, d.reshape(-1, t.shape[-1]))
             d = rows.reshape(*extent.batch, n_inner, t.shape[-1])
         grads[k] = d.sum_to_size(t.shape).to(t.dtype)
@@ -400,12 +407,12 @@ def _flat_pairs(extent: Extent, plan: Plan, idx: torch.Tensor) -> torch.Tensor:
     return (first_row + idx.reshape(nbatch, n_outer, pairs)).reshape(-1)
 
 
-def _pair_reader(plan: Plan, extent: Extent, idx: torch.Tensor):
-    """read(t, cat): a variable's tensor t of category ``cat`` at the selected pairs (i, idx[i, p]), shaped to
-    broadcast as (*batch, n_outer, pairs, D) (parameters (..., 1, 1, D), outer variables (..., n_outer, 1, D))."""
+def _pair_reader(plan: Plan, extent: Extent, flat: torch.Tensor, pairs: int):
+    """read(t, cat): a variable's tensor t of category ``cat`` at the selected pairs (``flat``: _flat_pairs, ``pairs``
+    per row), shaped to broadcast as (*batch, n_outer, pairs, D) (parameters (..., 1, 1, D), outer variables
+    (..., n_outer, 1, D))."""
     batch, n_outer, n_inner = extent.batch, extent.rows(plan.outer), extent.rows(plan.inner)
-    nbatch, pairs = math.prod(batch), idx.shape[-1]
-    flat = _flat_pairs(extent, plan, idx)
+    nbatch = math.prod(batch)
 
     def read(t: torch.Tensor, cat: str) -> torch.Tensor:
         t = _compute(t)
@@ -495,7 +502,7 @@ def _forward_derivative(plan: Plan, extent: Extent, saved, tangents) -> torch.Te
     numbers = tensors[slots] if plan.n_numbers else None
     sources = [*tensors[:slots], *(tangents[k] for k in moved), vals]
     if plan.reduction.selects:
-        at_pairs = _pair_reader(plan, extent, idx)
+        at_pairs = _pair_reader(plan, extent, _flat_pairs(extent, plan, idx), idx.shape[-1])
         like = _compute(vals)
         by_sentinel = {id(_sentinel(k)): t for k, t in enumerate(sources)}
         picked = _picked(
@@ -506,12 +513,9 @@ def _forward_derivative(plan: Plan, extent: Extent, saved, tangents) -> torch.Te
     if rule.plan is None:
         return torch.zeros_like(vals)
     args = [sources[k] for k in rule.sources]
-    if rule.plan.n_numbers:
-        extra = numbers_tensor(rule.numbers, vals) if rule.numbers else None
-        vector = (
-            numbers if extra is None else (extra if numbers is None else torch.cat([numbers, extra.to(numbers.dtype)]))
-        )
-        args.append(vector)
+    if rule.plan.n_numbers:  # the rule numbers its own after the plan's n_numbers: the forward's vector may be longer
+        prefix = None if numbers is None else numbers[: plan.n_numbers]
+        args.append(_number_vector(prefix, rule.numbers, vals))
     if plan.ranged:
         args += tensors[-RANGE_TENSORS:]
     return run_plan(rule.plan, extent, args)[0]

@@ -285,9 +285,10 @@ class ComplexLazyTensor:
             res = part.sum(dim, axis, **kwargs)
             real = self.im is None
             return _Complexified(res, d, real) if callable(res) else _join(res, d, real)
-        res = self.re.concat(self.im).sum(dim, axis, **kwargs) if self.re.formula.dim == self.im.formula.dim else None
-        if res is None:  # parts of different dimensions (one broadcast): widen it first
-            res = (self.re + self.im * 0.0).concat(self.im + self.re * 0.0).sum(dim, axis, **kwargs)
+        re, im = self.re, self.im
+        if re.formula.dim != im.formula.dim:  # one part broadcast over the other's components: widen both
+            re, im = re + im * 0.0, im + re * 0.0
+        res = re.concat(im).sum(dim, axis, **kwargs)
         return _Complexified(res, d, None) if callable(res) else _split(res, d)
 
     sum_reduction = sum

@@ -328,6 +328,17 @@ CUDA_SIZES = st.one_of(st.integers(1, 9), st.sampled_from([15, 31, 32, 33, 63, 6
 CUDA_BATCHES = st.sampled_from([((), ()), ((3,), (3,)), ((2,), ()), ((), (2,)), ((2, 1), (1, 3)), ((1,), (4,))])
 
 
+def cuda_case(dtype, n, k, m, batch, layout):
+    """Random CUDA operands of the drawn batch shapes (batch = (a's, b's)) in the drawn layout, their float64 log
+    product, and their 3-D broadcast forms (B, n, k) / (B, k, m), which fast_log takes; the stats reset."""
+    a = layout_view(torch.randn(*batch[0], n, k).to(dtype).cuda(), layout)
+    b = layout_view(torch.randn(*batch[1], k, m).to(dtype).cuda(), layout)
+    shape = torch.broadcast_shapes(batch[0], batch[1])
+    a3, b3 = a.expand(*shape, n, k).reshape(-1, n, k), b.expand(*shape, k, m).reshape(-1, k, m)
+    fast_log.reset_stats()
+    return a, b, brute_bmm(a, b, "log"), a3, b3
+
+
 @pytest.mark.parametrize("passes", [1, 3])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @cuda_test
@@ -339,12 +350,7 @@ CUDA_BATCHES = st.sampled_from([((), ()), ((3,), (3,)), ((2,), ()), ((), (2,)), 
     layout=st.sampled_from(["contiguous", "transposed", "strided", "offset"]),
 )
 def test_cuda_fast_matches_float64_brute_force(passes, dtype, n, k, m, batch, layout):
-    a = layout_view(torch.randn(*batch[0], n, k).to(dtype).cuda(), layout)
-    b = layout_view(torch.randn(*batch[1], k, m).to(dtype).cuda(), layout)
-    ref = brute_bmm(a, b, "log")
-    shape = torch.broadcast_shapes(batch[0], batch[1])
-    a3, b3 = a.expand(*shape, n, k).reshape(-1, n, k), b.expand(*shape, k, m).reshape(-1, k, m)
-    fast_log.reset_stats()
+    a, b, ref, a3, b3 = cuda_case(dtype, n, k, m, batch, layout)
     out = fast_log.log_bmm_fast(a3, b3, passes)
     assert fast_log.stats["kernel"] == 1 and out.dtype == torch.float32
     _assert_matches(out.reshape(ref.shape), ref, _tolerance(passes, a3.float(), b3.float(), ref))

@@ -15,11 +15,10 @@ import math
 import pytest
 import torch
 from brute import bmm as brute_bmm
-from brute import layout_view
 from conftest import HAS_CUDA
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_bmm_fast import _assert_matches, _misaligned, _tolerance
+from test_bmm_fast import _assert_matches, _misaligned, _tolerance, cuda_case
 
 import semiring_ops as so
 from semiring_ops.ops import fast_log, fast_log_scaled
@@ -143,12 +142,7 @@ def test_empty_dimensions_are_left_to_the_tile_kernel():
     layout=st.sampled_from(["contiguous", "transposed", "strided", "offset"]),
 )
 def test_cuda_scaled_tier_matches_float64_brute_force(dtype, n, k, m, batch, layout):
-    a = layout_view(torch.randn(*batch[0], n, k).to(dtype).cuda(), layout)
-    b = layout_view(torch.randn(*batch[1], k, m).to(dtype).cuda(), layout)
-    ref = brute_bmm(a, b, "log")
-    shape = torch.broadcast_shapes(batch[0], batch[1])
-    a3, b3 = a.expand(*shape, n, k).reshape(-1, n, k), b.expand(*shape, k, m).reshape(-1, k, m)
-    fast_log.reset_stats()
+    a, b, ref, a3, b3 = cuda_case(dtype, n, k, m, batch, layout)
     out = fast_log.log_bmm_fast(a3, b3)
     assert fast_log.stats["scaled"] == 1 and fast_log.stats["tiled"] == 0 and out.dtype == torch.float32
     _assert_matches(out.reshape(ref.shape), ref, _tolerance(1, a3.float(), b3.float(), ref))

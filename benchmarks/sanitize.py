@@ -130,6 +130,13 @@ def fast(light: bool) -> None:
         out = fast_log.log_bmm_fast(a, b, passes=passes)
         _close(out, ref, f"fast log, {passes} passes", tol=5e-3)
         out.sum().backward()
+    # the scaled tier's fused passes with k across two row blocks and several column parts, and 4-wide output rows
+    a = torch.randn(1, 33, 600, generator=g, device="cpu").cuda()
+    b = torch.randn(1, 600, 64, generator=g, device="cpu").cuda()
+    ref = (a.double()[..., :, :, None] + b.double()[..., None, :, :]).logsumexp(-2)
+    fast_log.reset_stats()
+    _close(fast_log.log_bmm_fast(a, b), ref, "fast log, scaled tier, m = 64", tol=5e-3)
+    assert fast_log.stats["scaled"] == 1, fast_log.stats
 
 
 def chain(light: bool) -> None:
@@ -200,6 +207,16 @@ def lazy(light: bool) -> None:
     _close(sparse, ((-dense).exp() * mask.cuda()) @ v.double(), "lazy block-sparse K @ v")
     sparse.sum().backward()
     D.argmin(dim=0, ranges=ranges)
+    # short segments (15 blocks of 20 rows): blocks of one warp (cuda_kernels.ranged_config)
+    short_i = torch.stack([torch.arange(0, 300, 20), torch.arange(20, 301, 20)], 1)
+    short_keep = torch.rand(15, 3, generator=g) < 0.5
+    short_keep[:, 0] = True
+    short = from_matrix(short_i, rows_j, short_keep)
+    short_mask = torch.zeros(301, 157, dtype=torch.float64)
+    for k, (a, b) in enumerate(short_i.tolist()):
+        for m, (c, d) in enumerate(rows_j.tolist()):
+            short_mask[a:b, c:d] = float(short_keep[k, m])
+    _close(((-D).exp() * Vj(v)).sum(1, ranges=short), ((-dense).exp() * short_mask.cuda()) @ v.double(), "lazy short")
     # long rows: 1,500 terms a row, cut over several blocks on the GPU and merged (the 2-D scheme)
     y2 = torch.randn(1500, 3, generator=g).cuda()
     wide = from_matrix(torch.tensor([[0, 300]]), torch.tensor([[0, 700], [700, 1500]]), torch.tensor([[True, True]]))

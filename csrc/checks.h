@@ -16,8 +16,8 @@ inline std::string describe(const at::Tensor& t) {
 }
 
 // Testing aid (semiring_ops.build.backends.set_poison_outputs): when on, outputs are allocated filled
-// with NaN (integer outputs with -1) instead of left uninitialised, so an element a kernel fails to
-// write cannot pass for a right answer.
+// with NaN (signed integer outputs with -1, unsigned and bool ones with their largest value) instead of left
+// uninitialised, so an element a kernel fails to write cannot pass for a right answer.
 inline bool& poison_outputs_flag() {
   static bool flag = false;
   return flag;
@@ -26,8 +26,12 @@ inline bool& poison_outputs_flag() {
 // An output of `sizes` and `options` (device: like's), uninitialised or poisoned (above).
 inline at::Tensor new_output(const at::Tensor& like, at::IntArrayRef sizes, const at::TensorOptions& options) {
   if (!poison_outputs_flag()) return like.new_empty(sizes, options);
-  const bool floating = at::isFloatingType(c10::typeMetaToScalarType(options.dtype()));
-  return like.new_full(sizes, floating ? std::numeric_limits<double>::quiet_NaN() : -1.0, options);
+  const at::ScalarType type = c10::typeMetaToScalarType(options.dtype());
+  const double poison = at::isFloatingType(type) ? std::numeric_limits<double>::quiet_NaN()
+                        : type == at::kByte      ? 255.0
+                        : type == at::kBool      ? 1.0
+                                                 : -1.0;
+  return like.new_full(sizes, poison, options);
 }
 
 inline void check_bmm_args(const at::Tensor& a, const at::Tensor& b) {

@@ -124,6 +124,19 @@ at::Tensor sequence_lengths(const std::optional<at::Tensor>& mask, const std::op
 // k = 0 gives -inf everywhere and no flags.
 std::vector<at::Tensor> log_bmm_fast(const at::Tensor& a, const at::Tensor& b, int64_t passes);
 
+// The fast log's scaled tier, fused around its cuBLAS product (CUDA only; semiring_ops/ops/fast_log_scaled.py has
+// the math; csrc/cuda/fast_log_scaled_kernels.cu the kernels). Two calls, the product between them:
+//   log_bmm_fast_scales(a (B, n, k), b (B, k, m)), one dtype (float32, float16, bfloat16), any strides ->
+//     {fa (B, n, k), fb (B, k, m): the factors 2^(x log2 e - top) in float32; row_top (B, n), row_state (B, n)
+//     uint8, col_top (B, m), col_state (B, m)}: each row's of a and column's of b maximum times log2 e, and its
+//     state (1: the maximum is -inf; 2: NaN, +inf or beyond 2^125; the scale is 0 for both).
+//   log_bmm_fast_finish(sums (B, n, m) float32 contiguous: fa fb in TF32, and the four scale tensors) -> {flags
+//     (B, n, m) bool, count (a 0-d int64)}; sums becomes log(sum) + (row_top + col_top) ln 2, flagged where it
+//     must be recomputed exactly (sum below 2^-64 unless a state is 1, or a state is 2).
+std::vector<at::Tensor> log_bmm_fast_scales(const at::Tensor& a, const at::Tensor& b);
+std::vector<at::Tensor> log_bmm_fast_finish(at::Tensor& sums, const at::Tensor& row_top, const at::Tensor& row_state,
+                                            const at::Tensor& col_top, const at::Tensor& col_state);
+
 // The packed 16-bit max-plus / min-plus kernel (CUDA only, compute capability 8.0+; its own family,
 // csrc/cuda/packed_select_kernels.cu), which semiring_ops/ops/packed.py takes instead of bmm_forward for float16 /
 // bfloat16 max / min without an index when it fills the GPU; callable directly at any size (tests):

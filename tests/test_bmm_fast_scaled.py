@@ -4,8 +4,9 @@ of k, one TF32 product) and the choice between it and the tile kernel (semiring_
 CPU: the tier's arithmetic (torch ops; on the CPU the product is a float32 matmul of the same TF32-rounded
 factors, so the same values up to summation order) against float64 brute force, its guard (what it trusts,
 flags and writes for -inf, +inf, NaN, huge and misaligned inputs), with the real host-side repair.
-CUDA: the tier on cuBLAS against float64 brute force and the exact kernel, in every dtype and layout; few flags
-are gathered, many send the product to the tile kernel; gradients; the caller's TF32 setting and cuBLAS's
+CUDA: the tier on cuBLAS against float64 brute force and the exact kernel, in every dtype and layout; its fused
+passes (csrc/cuda/fast_log_scaled_kernels.cu) against its ATen passes, special values included, poisoned; few
+flags are gathered, many send the product to the tile kernel; gradients; the caller's TF32 setting and cuBLAS's
 rounding. (torch.compile: tests/test_bmm_fast.py, both tiers.)"""
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ import math
 import pytest
 import torch
 from brute import bmm as brute_bmm
+from brute import layout_view
 from conftest import HAS_CUDA
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_bmm_fast import _assert_matches, _misaligned, _tolerance, cuda_case
 
 import semiring_ops as so
+from semiring_ops.build.backends import backend_for
 from semiring_ops.ops import fast_log, fast_log_scaled
 from semiring_ops.ops.fast_log_scaled import scaled_product
 
@@ -65,7 +68,18 @@ def test_scaled_tier_meets_the_error_bound(n, k, m, batch, scale, seed):
     _assert_matches(out, ref, _tolerance(1, a, b, ref))
 
 
-def test_scaled_tier_special_values():
+def _fused() -> object:
+    """The fast_log family's module (its fused passes), built on first use."""
+    kernels = backend_for(torch.device("cuda")).family("fast_log")
+    assert hasattr(kernels, "log_bmm_fast_scales"), "the fast_log CUDA kernels did not build"
+    return kernels
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_scaled_tier_special_values(device):
+    if device == "cuda" and not HAS_CUDA:
+        pytest.skip("no CUDA GPU")
+    kernels = _fused() if device == "cuda" else None
     a = torch.randn(2, 30, 45)  # sizes at which the 70 flagged outputs are gathered (under 1/16 of 2,400)
     b = torch.randn(2, 45, 40)
     a[0, 1] = -math.inf  # an all -inf row: -inf outputs, trusted
@@ -75,13 +89,14 @@ def test_scaled_tier_special_values():
     a[1, 4, :33] = -math.inf  # -inf terms, not a whole row
     b[0, 5, 6] = -math.inf  # a single -inf term
     b[0, :, 5] = -math.inf  # an all -inf column against the +inf row: NaN, flagged
-    out, flags, count = scaled_product(a, b)
+    a, b = a.to(device), b.to(device)
+    out, flags, count = scaled_product(a, b, kernels)
     assert torch.all(out[0, 1] == -math.inf) and not flags[0, 1].any()
     assert torch.all(out[1, :, 2] == -math.inf) and not flags[1, :, 2].any()
     assert flags[0, 2].all() and flags[1, :, 4].all()
     assert int(count) == int(flags.sum()) == 40 + 30
     fixed = fast_log.repair(a, b, out, flags, int(count))
-    _assert_matches(fixed, brute_bmm(a, b, "log"), 1e-3 + 1e-5)
+    _assert_matches(fixed, brute_bmm(a, b, "log").to(device), 1e-3 + 1e-5)
 
 
 def test_scaled_tier_flags_misaligned_maxima_and_huge_values(monkeypatch):
@@ -130,6 +145,89 @@ def test_empty_dimensions_are_left_to_the_tile_kernel():
 
 
 # ---------------------------------------------------------------- the tier on CUDA
+
+_SPECIALS = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b"]),
+        st.sampled_from([-math.inf, math.inf, math.nan, 1e38, -1e38, "-inf line"]),
+        st.integers(0, 10**6),
+        st.integers(0, 10**6),
+        st.integers(0, 10**6),
+    ),
+    max_size=4,
+)
+
+
+def _inject(a: torch.Tensor, b: torch.Tensor, specials) -> None:
+    """Special values at drawn places of a (B, n, k) and b (B, k, m): single terms, or a whole row of a / column
+    of b of -inf ("-inf line")."""
+    for which, value, p, r, c in specials:
+        t = a if which == "a" else b
+        p, r, c = p % t.shape[0], r % t.shape[1], c % t.shape[2]
+        if value == "-inf line":
+            if which == "a":
+                t[p, r] = -math.inf
+            else:
+                t[p, :, c] = -math.inf
+        else:
+            t[p, r, c] = value
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@cuda_test
+@settings(max_examples=25, deadline=None)
+@given(
+    n=st.sampled_from([1, 3, 64, 130]),
+    k=st.sampled_from([1, 7, 33, 300, 1100]),
+    m=st.sampled_from([1, 6, 8, 37, 260]),
+    batch=st.sampled_from([(1, False), (3, False), (3, True)]),
+    layout=st.sampled_from(["contiguous", "transposed", "strided", "offset"]),
+    scale=st.sampled_from([1.0, 20.0]),
+    specials=_SPECIALS,
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_cuda_fused_passes_match_the_aten_passes(dtype, n, k, m, batch, layout, scale, specials, seed):
+    """The fused passes' scales, flags and values are the ATen passes' (both feed cuBLAS the same factors up to an
+    ulp), at sizes straddling their blocks (k across the row blocks and the column parts; m on and off the
+    epilogue's 4-wide rows), stride-0 batches, every layout, special values; outputs poisoned (conftest)."""
+    g = torch.Generator().manual_seed(seed)
+    size, broadcast = batch
+    a = scale * torch.randn(size, n, k, generator=g)
+    b = scale * torch.randn(1 if broadcast else size, k, m, generator=g)
+    _inject(a, b, specials)
+    a = layout_view(a.to(dtype).cuda(), layout)
+    b = layout_view(b.to(dtype).cuda(), layout).expand(size, k, m)
+    out, flags, count = scaled_product(a, b, _fused())
+    want, want_flags, want_count = scaled_product(a, b)  # the ATen passes
+    assert out.dtype == torch.float32 and flags.dtype == torch.bool and out.shape == flags.shape == (size, n, m)
+    assert torch.equal(flags, want_flags) and int(count) == int(want_count) == int(flags.sum())
+    trusted = ~flags
+    torch.testing.assert_close(out[trusted], want[trusted], rtol=1e-5, atol=1e-5)
+    fixed = fast_log.repair(a.float(), b.float(), out, flags, int(count)) if int(count) else out
+    ref = brute_bmm(a, b, "log")
+    _assert_matches(fixed, ref, _tolerance(1, a.float(), b.float(), ref))
+
+
+@cuda_test
+def test_cuda_fused_passes_refuse_bad_arguments():
+    kernels = _fused()
+    a, b = torch.randn(2, 5, 7, device="cuda"), torch.randn(2, 7, 3, device="cuda")
+    with pytest.raises(RuntimeError, match="CUDA tensors only"):
+        kernels.log_bmm_fast_scales(a.cpu(), b.cpu())
+    with pytest.raises(RuntimeError, match="float32, float16 or bfloat16"):
+        kernels.log_bmm_fast_scales(a.double(), b.double())
+    with pytest.raises(RuntimeError, match="disagree"):
+        kernels.log_bmm_fast_scales(a, b[:, :6])
+    _, _, row_top, row_state, col_top, col_state = kernels.log_bmm_fast_scales(a, b)
+    sums = torch.rand(2, 5, 3, device="cuda")
+    with pytest.raises(RuntimeError, match=r"col_top must be a contiguous \(2, 3\) Float"):
+        kernels.log_bmm_fast_finish(sums, row_top, row_state, row_top, col_state)
+    with pytest.raises(RuntimeError, match="sums must be a contiguous"):
+        kernels.log_bmm_fast_finish(
+            sums.transpose(1, 2).contiguous().transpose(1, 2), row_top, row_state, col_top, col_state
+        )
+    flags, count = kernels.log_bmm_fast_finish(sums, row_top, row_state, col_top, col_state)
+    assert flags.shape == (2, 5, 3) and int(count) == int(flags.sum())
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)

@@ -126,7 +126,12 @@ FAMILIES: tuple[Family, ...] = (
         "span_kernels_min.cu",
     ),
     _cuda(
-        "fast_log", "log matmul, precision='fast' (tensor cores)", "log_bmm_fast_cuda.cpp", "log_bmm_fast_kernels.cu"
+        "fast_log",
+        "log matmul, precision='fast' (tensor cores)",
+        "log_bmm_fast_cuda.cpp",
+        "log_bmm_fast_kernels.cu",
+        "fast_log_scaled_cuda.cpp",
+        "fast_log_scaled_kernels.cu",
     ),
     _cuda("packed", "float16 / bfloat16 max / min matmul", "packed_select_cuda.cpp", "packed_select_kernels.cu"),
 )

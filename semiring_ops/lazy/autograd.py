@@ -156,7 +156,9 @@ def run_plan(plan: Plan, extent: Extent, tensors: list[torch.Tensor]) -> tuple[t
     n_inner = extent.rows(plan.inner)
     if n_inner > MAX_INNER:
         raise ValueError(f"reductions over more than 2^31 - 1 terms are not supported (got {n_inner})")
-    if not plain_eager(*tensors):
+    # the range tensors are the RangeMaps' own (block_sparse.py), plain CPU tensors never wrapped or needing grad
+    variables = tensors[: len(tensors) - RANGE_TENSORS] if plan.ranged else tensors
+    if not plain_eager(*variables):
         if not torch.compiler.is_compiling():
             if _functorch_level(tensors):  # under a torch.func transform: the Function and its rules
                 out = LazyReduction.apply(plan, extent, *tensors)
@@ -169,7 +171,7 @@ def run_plan(plan: Plan, extent: Extent, tensors: list[torch.Tensor]) -> tuple[t
                 )
         vals, idx = lazy_reduce(plan.key, [extent.n_i, extent.n_j, *extent.batch], list(tensors))
         return vals, (idx if plan.index_dim else None)
-    if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)) and _FORWARD_AD._current_level < 0:
+    if not (torch.is_grad_enabled() and any(t.requires_grad for t in variables)) and _FORWARD_AD._current_level < 0:
         return _run(plan, extent, tensors)  # no graph to record, no dual tensors: skip the Function's overhead
     out = LazyReduction.apply(plan, extent, *tensors)
     if plan.index_dim:

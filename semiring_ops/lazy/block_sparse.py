@@ -25,6 +25,7 @@ reducing with ``K.ranges`` set checks and lays out the pattern once.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import warnings
 from collections import OrderedDict
@@ -124,12 +125,12 @@ class _ByTensors:
         self._lock = threading.Lock()
 
     def get(self, tensors: tuple, extra: tuple, make: Callable[[], object]) -> object:
-        key = (tuple((id(t), t._version) for t in tensors), extra)
-        with self._lock:
-            hit = self._entries.get(key)
-            if hit is not None:
+        key = (*map(id, tensors), *[t._version for t in tensors], extra)
+        hit = self._entries.get(key)  # a hit takes no lock (a reduction's every call looks up; dict reads are atomic)
+        if hit is not None:
+            with contextlib.suppress(KeyError):  # evicted meanwhile by another thread: still a right answer
                 self._entries.move_to_end(key)
-                return hit[1]
+            return hit[1]
         value = make()
         with self._lock:
             self._entries[key] = (tuple(tensors), value)

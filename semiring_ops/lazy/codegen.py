@@ -590,6 +590,7 @@ extern "C" __global__ void __launch_bounds__({cfg.block}) lazy_reduce(
   __shared__ __align__(16) T tile[{tile * stride}];
 {_indent(block_rows, 2)}
   const long long i_base = row_lo + threadIdx.x;
+  const bool live = row_lo + (long long)(threadIdx.x & ~31u) < row_hi;  // warp-uniform
 {_indent(head, 2)}
   Reducer red[{cfg.rows}], total[Reducer::kBlockSum ? {cfg.rows} : 1];  // total: the finished blocks (reducers.h)
 #pragma unroll
@@ -604,7 +605,10 @@ extern "C" __global__ void __launch_bounds__({cfg.block}) lazy_reduce(
 {_indent(staging, 4)}
     __syncthreads();
     int jj = 0;
-{_indent(loops, 4)}
+    if (live)  // a warp none of whose rows exist stages with the block but computes nothing
+    {{
+{_indent(loops, 6)}
+    }}
     if (Reducer::kBlockSum)  // a block of a block sum per tile
 #pragma unroll
       for (int r = 0; r < {cfg.rows}; ++r) {{

@@ -215,7 +215,9 @@ RANGE_COPIES = 64  # ranged launches kept (pattern, plan, dtype, device, sizes),
 
 # a ranged launch takes the most rows per thread whose blocks' row slots are this full: on an H100, 64 clusters of
 # 3,125 rows ran in 6.9 ms at 0.95 (1 row per thread), 7.1 ms at 0.85 (2), 11.2 ms at 0.75 (8: a quarter idle);
-# blocks of 128 or 64 threads were no faster (a sweep recorded in docs/perf_notes.md "Block-sparse lazy reductions")
+# blocks of 128 or 64 threads were no faster (a sweep recorded in docs/perf_notes.md "Block-sparse lazy reductions");
+# nor were they for segments of 31 rows, where 256 x 1 leaves 88% of the slots idle: 18 us at 256 or 128 threads,
+# 23 at 64, 29 at 32 (H200, 2,000 points): the rows there are few and long, so a block's time is its rows' terms
 RANGED_FILL = 0.95
 
 

@@ -85,8 +85,8 @@ def _forward(a: Tensor, b: Tensor, passes: int) -> Tensor:
     backend = backend_for(a.device)
     if a.device.type != "cuda" or a.dtype not in FAST_DTYPES or not _tensor_cores(a.device):
         return backend.bmm_forward(a, b, _LOG, False)[0]
-    if passes == 1 and SCALED_TIER and fits(a, b):  # torch and cuBLAS only: no compiled kernel needed
-        scaled = scaled_product(a, b)
+    if passes == 1 and SCALED_TIER and fits(a, b):  # fused passes when compiled, else ATen's; cuBLAS's product
+        scaled = scaled_product(a, b, backend.family("fast_log"))
         if scaled is not None:
             out, flags, count = scaled
             flagged = int(count.item())  # the one synchronisation of this tier

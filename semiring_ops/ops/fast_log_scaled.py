@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -64,21 +65,41 @@ def _scaled(x: Tensor, dim: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
 def fits(a: Tensor, b: Tensor) -> bool:
     """Whether the tier's buffers (the two float32 factor tensors and the result, ~4 (nk + km + nm) bytes per batch
     entry, with the flags) take at most half of the memory the device has free, counting the caching
-    allocator's free blocks: the tile kernel needs far less, so near the limit it answers instead."""
+    allocator's free blocks: the tile kernel needs far less, so near the limit it answers instead. The allocator's
+    statistics are read only when the device's free memory alone is short (each read builds torch's whole
+    statistics dict: ~0.1 ms of host time a call on the lent GPU machines, where the tier's kernels take 0.55)."""
     batch, n, k = a.shape
     m = b.shape[2]
     need = batch * (4 * (n * k + k * m + n * m) + n * m)
     free, _ = torch.cuda.mem_get_info(a.device)
+    if 2 * need <= free:
+        return True
     cached = torch.cuda.memory_reserved(a.device) - torch.cuda.memory_allocated(a.device)
     return 2 * need <= free + cached
 
 
-def scaled_product(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor] | None:
+def scaled_product(a: Tensor, b: Tensor, kernels: Any = None) -> tuple[Tensor, Tensor, Tensor] | None:
     """(out (B, n, m) float32, flags (B, n, m) bool, count (a 0-d int64 tensor)) for a (B, n, k) and b (B, k, m)
     on a CUDA device, float32 / bfloat16 / float16; out holds no particular value where flagged (the caller
-    recomputes those: fast_log.repair). None for an empty dimension (left to the tile kernel)."""
+    recomputes those: fast_log.repair). None for an empty dimension (left to the tile kernel). ``kernels``: the
+    fast_log family's module, whose fused passes (log_bmm_fast_scales / _finish) then run around the product;
+    without it (no compiled kernels, or a CPU tensor in tests), the same arithmetic in ATen passes."""
     if 0 in a.shape or b.shape[2] == 0:
         return None
+    scales = getattr(kernels, "log_bmm_fast_scales", None) if a.is_cuda else None
+    if scales is not None:
+        fa, fb, row_top, row_state, col_top, col_state = scales(a, b)
+        with _tf32_matmul():
+            out = torch.bmm(fa, fb)  # the sums
+        del fa, fb
+        flags, count = kernels.log_bmm_fast_finish(out, row_top, row_state, col_top, col_state)
+        return out, flags, count
+    return _aten_product(a, b)
+
+
+def _aten_product(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """scaled_product in ATen passes (eleven over the operands and the output, where the fused kernels make
+    five: docs/perf_notes.md, "Fast log: the scaled tier")."""
     fa, m_rows, empty_rows, bad_rows = _scaled(a, 2)  # (B, n, k), (B, n, 1) each
     fb, n_cols, empty_cols, bad_cols = _scaled(b, 1)  # (B, k, m), (B, 1, m) each
     with _tf32_matmul():

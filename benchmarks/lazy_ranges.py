@@ -3,10 +3,12 @@
 x, y: N points uniform in the unit cube (fp32), b (N, 1) randn; clusters of a grid of side --eps (grid_cluster),
 points sorted by cluster; the cluster pairs kept are the third closest by centroid distance (from_matrix), so the
 block pairs cover ~1/3 of the matrix. Kernel: K_ij = exp(-|x_i - y_j|^2 / 0.01); timed: K @ b, dense and with
-K.ranges set. Wall clock (CPU) or CUDA-synchronised (GPU), min of --reps after a warm-up call. The check column is the
-largest |sparse - reference| over the outputs, relative to the largest |reference|: the float64 dense matvec with the
-dropped pairs zeroed (N <= 20,000). With pykeops installed, its LazyTensor runs the same two products on the same data
-in the same run (up to --pykeops-max points; its first call compiles, outside the timing).
+K.ranges set. Wall clock (CPU) or CUDA-synchronised (GPU), min of --reps after a warm-up call; on the GPU also the
+median of 20 --reps rounds of one dense and one sparse call in turn ("paired": a noisy host's bursts fall on both),
+and the two products replayed from CUDA graphs (CUDA events, median: the device's time without the host's). The
+check column is the largest |sparse - reference| over the outputs, relative to the largest |reference|: the float64
+dense matvec with the dropped pairs zeroed (N <= 20,000). With pykeops installed, its LazyTensor runs the same two
+products on the same data in the same run (up to --pykeops-max points; its first call compiles, outside the timing).
 
 --attribute (GPU): where a call's time goes instead: per product, the synchronised wall time of one call, the
 host time of a call when calls run back to back (host-bound when it matches the wall time), and the CUDA kernels
@@ -25,7 +27,7 @@ import datetime
 import time
 
 import torch
-from timing import best_wall_ms
+from timing import best_wall_ms, graphed, paired_wall_ms, time_ms
 
 from semiring_ops.lazy import LazyTensor
 from semiring_ops.lazy.cluster import cluster_ranges_centroids, from_matrix, grid_cluster, sort_clusters
@@ -78,8 +80,10 @@ def main() -> None:
         print("|---|---|---|---|")
     columns = ["N", "clusters", "pairs kept", "dense ms", "sparse ms", "dense / sparse", "check"]
     columns += ["pykeops dense ms", "pykeops sparse ms"]
+    if args.device == "cuda":
+        columns += ["paired dense / sparse", "graphs: dense us", "graphs: sparse us"]
     print("| " + " | ".join(columns) + " |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|" + "---|" * len(columns))
     for n in args.sizes:
         g = torch.Generator().manual_seed(0)
         x, y, b = torch.rand(n, 3, generator=g), torch.rand(n, 3, generator=g), torch.randn(n, 1, generator=g)
@@ -107,7 +111,14 @@ def main() -> None:
             times.append(best_wall_ms(lambda K=K, b=b: K @ b, args.device, args.reps))
             if lazy is LazyTensor:
                 ours = K
+                dense_K = (-((lazy(x[:, None, :]) - lazy(y[None, :, :])) ** 2).sum(-1) / 0.01).exp()
+                pair = [lambda K=dense_K, b=b: K @ b, lambda K=K, b=b: K @ b]
         dense, sparse, keops_dense, keops_sparse = times
+        extra = ""
+        if args.device == "cuda":
+            paired = paired_wall_ms(pair, "cuda", 20 * args.reps)
+            replays = [f"{time_ms(graphed(f), 'cuda', 20 * args.reps) * 1e3:.1f}" for f in pair]
+            extra = f" {paired[0] / paired[1]:.2f} | {replays[0]} | {replays[1]} |"
         mask = keep[x_lab][:, y_lab].to(x.dtype).to(args.device) if n <= 20000 else None
         check = "-"
         if mask is not None:
@@ -117,7 +128,7 @@ def main() -> None:
         theirs = " | ".join("-" if t is None else f"{t:.1f}" for t in (keops_dense, keops_sparse))
         print(
             f"| {n} | {len(x_ranges)} x {len(y_ranges)} | {int(keep.sum())} ({float(keep.float().mean()):.2f}) | "
-            f"{dense:.1f} | {sparse:.1f} | {dense / sparse:.2f} | {check} | {theirs} |"
+            f"{dense:.1f} | {sparse:.1f} | {dense / sparse:.2f} | {check} | {theirs} |{extra}"
         )
 
 

@@ -68,6 +68,25 @@ def best_wall_ms(fn: Callable[[], object], device: str, reps: int) -> float:
     return best * 1e3
 
 
+def paired_wall_ms(fns: list[Callable[[], object]], device: str, rounds: int) -> list[float]:
+    """Median wall-clock milliseconds of each function over ``rounds`` rounds of one call of each in turn (after
+    a warm-up call of each), the device synchronised before and after every call: for host-bound calls on a
+    noisy host, whose bursts then fall on every function alike."""
+    for fn in fns:
+        fn()
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(rounds):
+        for fn, t in zip(fns, times, strict=True):
+            if device == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fn()
+            if device == "cuda":
+                torch.cuda.synchronize()
+            t.append((time.perf_counter() - t0) * 1e3)
+    return [statistics.median(t) for t in times]
+
+
 def graphed(fn: Callable[[], object], warmup: int = 3) -> Callable[[], None]:
     """fn captured in a CUDA graph after warm-up calls on a side stream (as torch.cuda.graph asks) -> a
     function that replays it: the same kernels on the same buffers, without Python or launch overhead."""

@@ -6,8 +6,15 @@ import pytest
 import torch
 
 from semiring_ops.lazy import Vi, Vj
-from semiring_ops.lazy.codegen import ROW_REGISTER_BUDGET, cuda_config, row_registers
-from semiring_ops.lazy.cuda_kernels import MIN_BALANCE, rows_per_thread, split_count
+from semiring_ops.lazy.codegen import ROW_REGISTER_BUDGET, CudaConfig, cuda_config, row_registers
+from semiring_ops.lazy.cuda_kernels import (
+    MIN_BALANCE,
+    RANGED_MAX_BLOCKS_PER_SM,
+    ranged_split_target,
+    ranged_tile,
+    rows_per_thread,
+    split_count,
+)
 from semiring_ops.lazy.formula import canonicalize
 from semiring_ops.lazy.plan import Plan
 from semiring_ops.lazy.reductions import kbest, semiring_reduction
@@ -54,3 +61,23 @@ def test_rows_per_thread_shrink_only_for_small_problems():
     assert rows_per_thread(8, 1_000_000, 1, 1_000_000, 256, 132, 256) == 8
     assert rows_per_thread(8, 10_000, 1, 10_000, 256, 132, 256) < 8
     assert rows_per_thread(8, 10, 1, 10, 256, 132, 256) == 1
+
+
+@pytest.mark.parametrize(
+    ("rows", "chunks", "block", "rows_per_thread", "mean_terms", "per_sm", "tile"),
+    [
+        (2000, 64, 256, 1, 667, RANGED_MAX_BLOCKS_PER_SM, 64),  # 31-row segments: 1 live warp of 8, 64-term tiles
+        (20000, 64, 256, 2, 6670, 3, 256),  # 312 rows: 5 live warps of 8; many terms, tiles kept
+        (200000, 832, 256, 1, 66700, 2, 256),  # 3,125-row segments cut in full blocks: as a dense launch
+        (100, 4, 256, 1, 40, RANGED_MAX_BLOCKS_PER_SM, 32),  # too few terms to fill anything: the smallest tile
+    ],
+)
+def test_ranged_launches_split_short_segments_finer(rows, chunks, block, rows_per_thread, mean_terms, per_sm, tile):
+    cfg = CudaConfig(block=block, rows=rows_per_thread)
+    assert ranged_split_target(cfg, chunks, rows) == per_sm
+    tiled = ranged_tile(cfg, chunks, mean_terms, per_sm, 132)
+    assert tiled.tile == tile and (tiled.block, tiled.rows) == (block, rows_per_thread)
+    nsplit, per = split_count(chunks, mean_terms, tiled.tile, 132, 64, per_sm)
+    assert per % tile == 0 and (nsplit - 1) * per < mean_terms <= nsplit * per
+    if tile < cfg.tile:  # shrunk: the split reaches the target, or cuts the terms into single tiles
+        assert chunks * nsplit >= per_sm * 132 * MIN_BALANCE or per == tile

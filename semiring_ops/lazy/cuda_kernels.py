@@ -83,15 +83,17 @@ def rows_per_thread(policy_rows: int, n_outer: int, nbatch: int, n_inner: int, t
     return rows
 
 
-def split_count(blocks: int, n_inner: int, tile: int, sms: int, max_split: int = 64) -> tuple[int, int]:
-    """(nsplit, j per range): the fewest ranges of whole tiles that give at least two blocks per
+def split_count(
+    blocks: int, n_inner: int, tile: int, sms: int, max_split: int = 64, per_sm: int = 2
+) -> tuple[int, int]:
+    """(nsplit, j per range): the fewest ranges of whole tiles that give at least ``per_sm`` blocks per
     multiprocessor (or as many as there are tiles) and spread them evenly (MIN_BALANCE); 1 range when
     the rows alone do."""
     if n_inner <= 0:
         return 1, tile
     tiles = -(-n_inner // tile)
     limit = max(1, min(max_split, tiles))
-    want = min(2 * sms, blocks * limit)
+    want = min(per_sm * sms, blocks * limit)
     best: tuple[float, int, int] | None = None
     for s in range(1, limit + 1):
         per = -(-tiles // s) * tile  # j per range, whole tiles
@@ -241,6 +243,32 @@ def ranged_config(policy: CudaConfig, lengths: torch.Tensor) -> CudaConfig:
     return best[1]
 
 
+# short segments leave most warps of a ranged block without rows (31 rows in 256 threads: 1 live warp of 8), so the
+# GPU needs more blocks for as many live warps as a dense launch's two full blocks per multiprocessor: up to this
+# many per multiprocessor, by smaller staging tiles and more j ranges. H100, 2,000 points in 64 clusters (the
+# reduction kernel): 13.9 us at 2 (256-term tiles, 3 ranges), 7.6 at 4 (64, 11), 9.3 at 8 (32, 21: the tiles'
+# staging and synchronisation then weigh more than the terms); 20,000 points: 158.6, 147.9, 147.9 us
+RANGED_MAX_BLOCKS_PER_SM = 4
+RANGED_MIN_TILE = 32
+
+
+def ranged_split_target(cfg: CudaConfig, chunks: int, rows: int) -> int:
+    """Blocks per multiprocessor a ranged launch of ``chunks`` blocks covering ``rows`` rows aims for: two, times
+    the block's warps over its live ones (warps holding rows), at most RANGED_MAX_BLOCKS_PER_SM."""
+    live_warps = max(1, -(-rows // max(1, chunks * cfg.rows * 32)))
+    return max(2, min(RANGED_MAX_BLOCKS_PER_SM, 2 * (cfg.block // 32) // live_warps))
+
+
+def ranged_tile(cfg: CudaConfig, chunks: int, mean_terms: int, per_sm: int, sms: int) -> CudaConfig:
+    """cfg with the largest staging tile (halving from cfg.tile down to RANGED_MIN_TILE) whose tiles of a mean
+    segment's terms, over all chunks, give ``per_sm`` blocks per multiprocessor: the j ranges split_count then
+    cuts are whole tiles, so few terms in large tiles cannot be cut finely enough."""
+    tile = cfg.tile
+    while tile > RANGED_MIN_TILE and chunks * -(-mean_terms // tile) < per_sm * sms:
+        tile //= 2
+    return cfg if tile == cfg.tile else dataclasses.replace(cfg, tile=tile)
+
+
 @dataclass(frozen=True)
 class RangedLaunch:
     """A ranged call's kernels, grid and device copies of its pattern (see _ranged_launch)."""
@@ -268,14 +296,18 @@ def _ranged_launch(plan: Plan, call: CallArgs, device: torch.device, cfg: CudaCo
     tuned = cfg is not None
     if cfg is None:
         cfg = ranged_config(cuda_config(plan, str(call.dtype).removeprefix("torch.")), starts.diff())
-    kernels = kernels_for(plan, call.dtype, torch.device("cuda", index), cfg)
     chunks = segment_rows(starts, cfg.block * cfg.rows)
     firsts = torch.cat([inner.new_zeros(1), torch.cumsum(inner[:, 1] - inner[:, 0], 0)])
+    mean_terms = int(firsts[-1]) // max(1, len(starts) - 1)
+    sms = device_sm_count(device)
+    per_sm = ranged_split_target(cfg, max(1, len(chunks)), call.n_outer)
+    if not tuned:
+        cfg = ranged_tile(cfg, max(1, len(chunks)), mean_terms, per_sm, sms)
+    kernels = kernels_for(plan, call.dtype, torch.device("cuda", index), cfg)
     target = torch.device("cuda", index)
     copies = tuple(t.to(target) for t in (chunks, offsets, inner, firsts))
-    mean_terms = int(firsts[-1]) // max(1, len(starts) - 1)
     max_split = max(1, WORKSPACE_BYTES // max(1, call.n_outer * kernels.reducer_bytes))
-    nsplit, _ = split_count(max(1, len(chunks)), mean_terms, kernels.tile, device_sm_count(device), min(64, max_split))
+    nsplit, _ = split_count(max(1, len(chunks)), mean_terms, kernels.tile, sms, min(64, max_split), per_sm)
     launch = RangedLaunch(kernels, (max(1, len(chunks)), nsplit, 1), copies, (starts, offsets, inner))
     if not tuned:
         with _lock:

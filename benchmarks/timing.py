@@ -52,20 +52,22 @@ def timed_runs(fn: Callable[[], object], device: str, reps: int) -> list[float]:
     return times
 
 
+def synced_wall_ms(fn: Callable[[], object], device: str) -> float:
+    """Wall-clock milliseconds of one call of fn(), the device synchronised before and after it."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1e3
+
+
 def best_wall_ms(fn: Callable[[], object], device: str, reps: int) -> float:
     """The fastest of ``reps`` calls of fn() after one warm-up call, in wall-clock milliseconds, the device
     synchronised before and after each call: host time included, for calls small enough to be host-bound."""
     fn()
-    best = float("inf")
-    for _ in range(reps):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - t0)
-    return best * 1e3
+    return min(synced_wall_ms(fn, device) for _ in range(reps))
 
 
 def paired_wall_ms(fns: list[Callable[[], object]], device: str, rounds: int) -> list[float]:
@@ -77,13 +79,7 @@ def paired_wall_ms(fns: list[Callable[[], object]], device: str, rounds: int) ->
     times: list[list[float]] = [[] for _ in fns]
     for _ in range(rounds):
         for fn, t in zip(fns, times, strict=True):
-            if device == "cuda":
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            fn()
-            if device == "cuda":
-                torch.cuda.synchronize()
-            t.append((time.perf_counter() - t0) * 1e3)
+            t.append(synced_wall_ms(fn, device))
     return [statistics.median(t) for t in times]
 
 

@@ -45,6 +45,16 @@ inline void check_bmm_args(const at::Tensor& a, const at::Tensor& b) {
               describe(a));
 }
 
+// a (B, n, k) and b (B, k, m) for the log fast mode's kernels (`who` names the op): check_bmm_args, CUDA tensors,
+// float32, float16 or bfloat16.
+inline void check_fast_log_args(const at::Tensor& a, const at::Tensor& b, const char* who) {
+  check_bmm_args(a, b);
+  TORCH_CHECK(a.is_cuda(), who, ": CUDA tensors only, got a ", describe(a));
+  const auto dtype = a.scalar_type();
+  TORCH_CHECK(dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16, who,
+              ": float32, float16 or bfloat16 only, got a ", describe(a));
+}
+
 inline void check_contract_args(const at::Tensor& l0, const std::optional<at::Tensor>& l1, const at::Tensor& r0,
                                 const std::optional<at::Tensor>& r1, const at::Tensor& o0) {
   TORCH_CHECK(l0.dim() == 3 && r0.dim() == 3 && o0.dim() == 3, "log_contract: L0, R0, O0 must be 3-D");

@@ -40,11 +40,8 @@ int64_t column_split(int64_t batch, int64_t k, int64_t m, int device) {
 
 std::vector<at::Tensor> log_bmm_fast_scales(const at::Tensor& a, const at::Tensor& b) {
   using namespace cuda::fast_log_scaled;
-  check_bmm_args(a, b);
-  TORCH_CHECK(a.is_cuda(), "log_bmm_fast_scales: CUDA tensors only, got a ", describe(a));
+  check_fast_log_args(a, b, "log_bmm_fast_scales");
   const auto dtype = a.scalar_type();
-  TORCH_CHECK(dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16,
-              "log_bmm_fast_scales: float32, float16 or bfloat16 only, got a ", describe(a));
   const c10::cuda::OptionalCUDAGuard guard(at::device_of(a));
   const int64_t B = a.size(0), n = a.size(1), k = a.size(2), m = b.size(2);
   const at::Tensor ua = unit_stride(a, 2), ub = unit_stride(b, 2);

@@ -111,11 +111,8 @@ void launch(const Ready& a, const Ready& b, const at::Tensor& rmax, const at::Te
 
 std::vector<at::Tensor> log_bmm_fast(const at::Tensor& a, const at::Tensor& b, int64_t passes) {
   using namespace cuda::fast_log;
-  check_bmm_args(a, b);
-  TORCH_CHECK(a.is_cuda(), "log_bmm_fast: CUDA tensors only, got a ", describe(a));
+  check_fast_log_args(a, b, "log_bmm_fast");
   const auto dtype = a.scalar_type();
-  TORCH_CHECK(dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16,
-              "log_bmm_fast: float32, float16 or bfloat16 only, got a ", describe(a));
   TORCH_CHECK(passes == 1 || passes == 3, "log_bmm_fast: passes must be 1 or 3, got ", passes);
   const c10::cuda::OptionalCUDAGuard guard(at::device_of(a));
   int major = 0, minor = 0;

@@ -8,7 +8,7 @@ import threading
 
 import torch
 
-from .block_sparse import segment_rows
+from .block_sparse import mean_terms, segment_rows
 from .codegen import cpu_source
 from .host_compiler import HostFunction, compile_host_library
 from .plan import CallArgs, Plan, new_outputs
@@ -82,7 +82,7 @@ def run_cpu(plan: Plan, call: CallArgs) -> tuple[torch.Tensor, torch.Tensor | No
         starts, offsets, inner = call.ranges[0:3]
         chunks = segment_rows(starts, RANGED_CHUNK_ROWS)
         range_map = [chunks.data_ptr(), len(chunks), offsets.data_ptr(), inner.data_ptr()]
-        n_inner = int((inner[:, 1] - inner[:, 0]).sum()) // max(1, len(starts) - 1)  # mean terms per segment
+        n_inner = mean_terms(starts, inner)
     threads = cpu_threads(rows, n_inner)
     fn.call(
         vals.data_ptr(),

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .block_sparse import segment_rows
+from .block_sparse import mean_terms, segment_rows
 from .codegen import CudaConfig, cuda_config, cuda_source, cuda_tile
 from .nvrtc import CudaFunction, compile_cuda_module, device_sm_count
 from .plan import CallArgs, Plan, new_outputs
@@ -259,12 +259,12 @@ def ranged_split_target(cfg: CudaConfig, chunks: int, rows: int) -> int:
     return max(2, min(RANGED_MAX_BLOCKS_PER_SM, 2 * (cfg.block // 32) // live_warps))
 
 
-def ranged_tile(cfg: CudaConfig, chunks: int, mean_terms: int, per_sm: int, sms: int) -> CudaConfig:
+def ranged_tile(cfg: CudaConfig, chunks: int, terms: int, per_sm: int, sms: int) -> CudaConfig:
     """cfg with the largest staging tile (halving from cfg.tile down to RANGED_MIN_TILE) whose tiles of a mean
     segment's terms, over all chunks, give ``per_sm`` blocks per multiprocessor: the j ranges split_count then
     cuts are whole tiles, so few terms in large tiles cannot be cut finely enough."""
     tile = cfg.tile
-    while tile > RANGED_MIN_TILE and chunks * -(-mean_terms // tile) < per_sm * sms:
+    while tile > RANGED_MIN_TILE and chunks * -(-terms // tile) < per_sm * sms:
         tile //= 2
     return cfg if tile == cfg.tile else dataclasses.replace(cfg, tile=tile)
 
@@ -298,16 +298,16 @@ def _ranged_launch(plan: Plan, call: CallArgs, device: torch.device, cfg: CudaCo
         cfg = ranged_config(cuda_config(plan, str(call.dtype).removeprefix("torch.")), starts.diff())
     chunks = segment_rows(starts, cfg.block * cfg.rows)
     firsts = torch.cat([inner.new_zeros(1), torch.cumsum(inner[:, 1] - inner[:, 0], 0)])
-    mean_terms = int(firsts[-1]) // max(1, len(starts) - 1)
+    terms = mean_terms(starts, inner)
     sms = device_sm_count(device)
     per_sm = ranged_split_target(cfg, max(1, len(chunks)), call.n_outer)
     if not tuned:
-        cfg = ranged_tile(cfg, max(1, len(chunks)), mean_terms, per_sm, sms)
+        cfg = ranged_tile(cfg, max(1, len(chunks)), terms, per_sm, sms)
     kernels = kernels_for(plan, call.dtype, torch.device("cuda", index), cfg)
     target = torch.device("cuda", index)
     copies = tuple(t.to(target) for t in (chunks, offsets, inner, firsts))
     max_split = max(1, WORKSPACE_BYTES // max(1, call.n_outer * kernels.reducer_bytes))
-    nsplit, _ = split_count(max(1, len(chunks)), mean_terms, kernels.tile, sms, min(64, max_split), per_sm)
+    nsplit, _ = split_count(max(1, len(chunks)), terms, kernels.tile, sms, min(64, max_split), per_sm)
     launch = RangedLaunch(kernels, (max(1, len(chunks)), nsplit, 1), copies, (starts, offsets, inner))
     if not tuned:
         with _lock:

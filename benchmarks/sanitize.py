@@ -176,6 +176,15 @@ def chain(light: bool) -> None:
             crf.decode(em.detach(), mask)
 
 
+def _block_mask(rows_i: torch.Tensor, rows_j: torch.Tensor, keep: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
+    """The float64 (M, N) mask of a block-sparse pattern: 1 on the kept (row block, column block) pairs."""
+    mask = torch.zeros(shape, dtype=torch.float64)
+    for k, (a, b) in enumerate(rows_i.tolist()):
+        for m, (c, d) in enumerate(rows_j.tolist()):
+            mask[a:b, c:d] = float(keep[k, m])
+    return mask
+
+
 def lazy(light: bool) -> None:
     """Generated lazy reductions (NVRTC): Gaussian kernel sum and its gradient, logsumexp, argmin, k-best, and a
     block-sparse (ranges=) sum with its gradient and argmin."""
@@ -199,23 +208,18 @@ def lazy(light: bool) -> None:
     rows_j = torch.tensor([[0, 60], [60, 120], [120, 157]])
     keep = (torch.arange(3)[:, None] + torch.arange(3)[None, :]) % 2 == 0
     ranges = from_matrix(rows_i, rows_j, keep)
-    mask = torch.zeros(301, 157, dtype=torch.float64)
-    for k, (a, b) in enumerate(rows_i.tolist()):
-        for m, (c, d) in enumerate(rows_j.tolist()):
-            mask[a:b, c:d] = float(keep[k, m])
+    mask = _block_mask(rows_i, rows_j, keep, (301, 157))
     sparse = ((-D).exp() * Vj(v)).sum(1, ranges=ranges)
     _close(sparse, ((-dense).exp() * mask.cuda()) @ v.double(), "lazy block-sparse K @ v")
     sparse.sum().backward()
     D.argmin(dim=0, ranges=ranges)
-    # short segments (15 blocks of 20 rows): blocks of one warp (cuda_kernels.ranged_config)
+    # short segments (15 blocks of 20 rows): one live warp per block, small staging tiles cut into many j ranges
+    # (cuda_kernels.ranged_tile)
     short_i = torch.stack([torch.arange(0, 300, 20), torch.arange(20, 301, 20)], 1)
     short_keep = torch.rand(15, 3, generator=g) < 0.5
     short_keep[:, 0] = True
     short = from_matrix(short_i, rows_j, short_keep)
-    short_mask = torch.zeros(301, 157, dtype=torch.float64)
-    for k, (a, b) in enumerate(short_i.tolist()):
-        for m, (c, d) in enumerate(rows_j.tolist()):
-            short_mask[a:b, c:d] = float(short_keep[k, m])
+    short_mask = _block_mask(short_i, rows_j, short_keep, (301, 157))
     _close(((-D).exp() * Vj(v)).sum(1, ranges=short), ((-dense).exp() * short_mask.cuda()) @ v.double(), "lazy short")
     # long rows: 1,500 terms a row, cut over several blocks on the GPU and merged (the 2-D scheme)
     y2 = torch.randn(1500, 3, generator=g).cuda()

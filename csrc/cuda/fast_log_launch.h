@@ -12,6 +12,9 @@ namespace semiring_ops {
 namespace cuda {
 namespace fast_log {
 
+// Beyond this magnitude (or NaN, +inf) a row's or column's maximum sends its outputs to the exact path: both tiers'
+// guard (sums of terms near 2^125 could overflow float32).
+constexpr double kBadMagnitude = 4.253529586511730793e+37;  // 2^125
 constexpr int kKT = 32;                                  // k-tile: one alpha / beta per kKT terms
 constexpr int kWarpsM = 2, kWarpsN = 2;                  // warps per block, along rows and columns
 constexpr int kWarpM = 32, kWarpN = 32;                  // one warp's output tile

@@ -17,17 +17,19 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "cuda/fast_log_launch.h"
 #include "cuda/fast_log_scaled_launch.h"
+#include "semiring.h"
 
 namespace semiring_ops {
 namespace cuda {
 namespace fast_log_scaled {
 namespace {
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-constexpr float kLnTrust = -44.361419555836500f;  // ln 2^-64: sums below it are flagged
-constexpr float kHuge = 4.253529586511730793e+37f;  // 2^125
+constexpr float kLog2eF = static_cast<float>(kLog2e);
+constexpr float kLn2F = static_cast<float>(kLn2);
+constexpr float kLnTrust = static_cast<float>(-64.0 * kLn2);  // ln 2^-64: sums below it are flagged (the tile kernel's)
+constexpr float kHuge = static_cast<float>(fast_log::kBadMagnitude);
 constexpr int kThreads = 256;
 
 __device__ __forceinline__ float nan_max(float m, float x) { return (x > m || x != x) ? x : m; }
@@ -50,7 +52,7 @@ __device__ float block_nan_max(float v) {
 
 // The scale of a maximum (natural units) and its state: (m log2 e, 0), or (0, kEmpty / kBad).
 __device__ __forceinline__ float scale_of(float maximum, uint8_t* state) {
-  const float t = maximum * kLog2e;
+  const float t = maximum * kLog2eF;
   const bool empty = t == -INFINITY;
   const bool bad = !(fabsf(t) <= kHuge) && !empty;
   *state = empty ? kEmpty : (bad ? kBad : 0);
@@ -74,7 +76,7 @@ __global__ void __launch_bounds__(kThreads) row_factors(const RowArgs<T> args) {
     float* __restrict__ dst = args.factors + row * args.k;
 #pragma unroll 4
     for (int64_t kk = threadIdx.x; kk < args.k; kk += blockDim.x)
-      dst[kk] = exp2f(fmaf(static_cast<float>(src[kk * args.sk]), kLog2e, -t));
+      dst[kk] = exp2f(fmaf(static_cast<float>(src[kk * args.sk]), kLog2eF, -t));
   }
 }
 
@@ -126,7 +128,7 @@ __global__ void __launch_bounds__(kColumns* kColumnRows) column_factors(const Co
       float* __restrict__ dst = args.factors + p * args.k * args.m + j;
 #pragma unroll 4
       for (int64_t kk = k0 + threadIdx.y; kk < k1; kk += kColumnRows)
-        dst[kk * args.m] = exp2f(fmaf(static_cast<float>(src[kk * args.sk]), kLog2e, -t));
+        dst[kk * args.m] = exp2f(fmaf(static_cast<float>(src[kk * args.sk]), kLog2eF, -t));
     }
     __syncthreads();
   }
@@ -137,7 +139,7 @@ __device__ __forceinline__ bool finish(float& value, float row_shift, uint8_t ro
                                        uint8_t col_state) {
   const float l = logf(value);
   const uint8_t s = row_state | col_state;
-  value = (l + row_shift) + col_top * kLn2;
+  value = (l + row_shift) + col_top * kLn2F;
   return (l < kLnTrust && !(s & kEmpty)) || (s & kBad);
 }
 
@@ -146,7 +148,7 @@ __global__ void __launch_bounds__(kThreads) epilogue(const EpilogueArgs args) {
   unsigned long long flagged = 0;
   for (int64_t row = blockIdx.x; row < args.rows; row += gridDim.x) {
     const int64_t p = row / args.n;
-    const float row_shift = args.row_top[row] * kLn2;
+    const float row_shift = args.row_top[row] * kLn2F;
     const uint8_t row_state = args.row_state[row];
     float* __restrict__ out = args.out + row * args.m;
     uint8_t* __restrict__ flags = args.flags + row * args.m;

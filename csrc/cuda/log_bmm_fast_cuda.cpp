@@ -45,8 +45,6 @@ inline Ready vector_ready(const at::Tensor& t) {
   return {view, sp == 0 ? 0 : R * C4, C4};
 }
 
-constexpr double kBadMagnitude = 4.253529586511730793e+37;  // 2^125: beyond this (or NaN, +inf) the exact path
-
 // The maxima of every k-tile of a (B', n, k) along k (rows) -> (B', num_kt, n_pad) float, padded with -inf,
 // and NaN in every tile of a row holding NaN, +inf or |x| > 2^125 (its outputs are then all flagged).
 inline at::Tensor tile_row_maxima(const at::Tensor& a, int64_t num_kt, int64_t n_pad) {

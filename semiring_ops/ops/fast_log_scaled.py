@@ -66,8 +66,9 @@ def fits(a: Tensor, b: Tensor) -> bool:
     """Whether the tier's buffers (the two float32 factor tensors and the result, ~4 (nk + km + nm) bytes per batch
     entry, with the flags) take at most half of the memory the device has free, counting the caching
     allocator's free blocks: the tile kernel needs far less, so near the limit it answers instead. The allocator's
-    statistics are read only when the device's free memory alone is short (each read builds torch's whole
-    statistics dict: ~0.1 ms of host time a call on the lent GPU machines, where the tier's kernels take 0.55)."""
+    statistics are read only when the device's free memory alone is short (each of the two reads builds torch's
+    whole statistics dict: 78-85 µs of host time on the lent GPU machines' hosts, where the tier's kernels take
+    0.55 ms)."""
     batch, n, k = a.shape
     m = b.shape[2]
     need = batch * (4 * (n * k + k * m + n * m) + n * m)
@@ -98,8 +99,8 @@ def scaled_product(a: Tensor, b: Tensor, kernels: Any = None) -> tuple[Tensor, T
 
 
 def _aten_product(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """scaled_product in ATen passes (eleven over the operands and the output, where the fused kernels make
-    five: docs/perf_notes.md, "Fast log: the scaled tier")."""
+    """scaled_product in ATen passes (24 kernels a call around the product, where the fused path launches four:
+    docs/perf_notes.md, "Fast log: the scaled tier's fused passes")."""
     fa, m_rows, empty_rows, bad_rows = _scaled(a, 2)  # (B, n, k), (B, n, 1) each
     fb, n_cols, empty_cols, bad_cols = _scaled(b, 1)  # (B, k, m), (B, 1, m) each
     with _tf32_matmul():

@@ -1,6 +1,8 @@
 // The bmm family's module (CPU or CUDA, by the sources it is linked with): the semiring batched matmul and the
-// log-weighted contraction its gradients are made of, and the two gradients at once (contracts in ops.h).
+// log-weighted contraction its gradients are made of, the two gradients at once (contracts in ops.h), and the
+// forward recorded with its backward as one C++ autograd node (autograd/autograd.h).
 #include "bindings/module.h"
+#include "autograd/autograd.h"
 #include "ops.h"
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -15,4 +17,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("log_bmm_grads", &semiring_ops::log_bmm_grads,
         "Both gradients of c = logbmm(a, b) given g = dL/dc -> [grad_a (B, n, k) or empty, grad_b (B, k, m) or empty]",
         py::arg("a"), py::arg("b"), py::arg("c"), py::arg("g"), py::arg("need_a"), py::arg("need_b"));
+  m.def("bmm_autograd", &semiring_ops::bmm_autograd,
+        "bmm_forward recorded for autograd as one C++ node (csrc/autograd/autograd.h) -> [out, arg]",
+        py::arg("a"), py::arg("b"), py::arg("semiring_id"), py::arg("with_arg"));
 }

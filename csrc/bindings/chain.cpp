@@ -1,6 +1,8 @@
 // The chain family's module (CPU or CUDA): the fused linear chains of CRFs and HMMs and the sequence lengths they
-// take (contracts in ops.h).
+// take (contracts in ops.h), and a CRF's log-likelihood recorded with its gradient as one C++ autograd node
+// (autograd/autograd.h).
 #include "bindings/module.h"
+#include "autograd/autograd.h"
 #include "ops.h"
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -22,6 +24,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("alpha"), py::arg("log_z"), py::arg("grad"), py::arg("tags") = py::none());
   m.def("crf_log_likelihood", &semiring_ops::crf_log_likelihood,
         "A linear-chain CRF's log-likelihood of tag paths (B, T) in one forward scan -> [llh (B,), alpha, log_z]",
+        py::arg("emissions"), py::arg("transitions"), py::arg("start"), py::arg("end"), py::arg("lengths"),
+        py::arg("tags"));
+  m.def("crf_log_likelihood_autograd", &semiring_ops::crf_log_likelihood_autograd,
+        "crf_log_likelihood recorded for autograd as one C++ node (csrc/autograd/autograd.h) -> [llh, alpha, log_z]",
         py::arg("emissions"), py::arg("transitions"), py::arg("start"), py::arg("end"), py::arg("lengths"),
         py::arg("tags"));
   m.def("sequence_lengths", &semiring_ops::sequence_lengths,

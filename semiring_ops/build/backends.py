@@ -101,6 +101,12 @@ class Backend:
     def detail(self) -> str:
         return self.forced or "; ".join(f"{n}: {s.kind} {s.detail}" for n, s in self.families.items())
 
+    def autograd_node(self, family: str, name: str) -> Any:
+        """The family's C++ autograd entry point `name` (csrc/autograd/autograd.h: a kernel recorded with its
+        backward as one node), or None where the family has none (the PyTorch reference): the caller then records
+        the registered operator, whose Python autograd formula is the node's reference."""
+        return getattr(self.family(family), name, None)
+
     # ---------------------------------------------------------------- the entry points (csrc/ops.h)
 
     def bmm_forward(self, a, b, semiring_id: int, with_arg: bool):

@@ -74,12 +74,19 @@ class Family:
         )
 
 
+# Device-independent sources a family of either device type compiles in: its eager C++ autograd nodes (csrc/autograd),
+# which call the family's own kernels.
+_SHARED = {"bmm": ("autograd/bmm_autograd.cpp",), "chain": ("autograd/chain_autograd.cpp",)}
+
+
 def _cpu(name: str, serves: str, *sources: str) -> Family:
-    return Family(name, "cpu", (f"bindings/{name}.cpp", *(f"cpu/{s}" for s in sources)), serves)
+    return Family(name, "cpu", (f"bindings/{name}.cpp", *(f"cpu/{s}" for s in sources), *_SHARED.get(name, ())), serves)
 
 
 def _cuda(name: str, serves: str, *sources: str) -> Family:
-    return Family(name, "cuda", (f"bindings/{name}.cpp", *(f"cuda/{s}" for s in sources)), serves)
+    return Family(
+        name, "cuda", (f"bindings/{name}.cpp", *(f"cuda/{s}" for s in sources), *_SHARED.get(name, ())), serves
+    )
 
 
 FAMILIES: tuple[Family, ...] = (

@@ -17,6 +17,12 @@
         trip (raise_errors), or with none, each bad sequence's length -1 (its chain results NaN)
     semiring_ops::chain_viterbi(em, trans, start, end, lengths, semiring_id) -> (score (B,), tags (B, T))
         the best path under max (or min), backtracked on the device; not differentiable.
+    semiring_ops::pair_marginal_sum(em, trans, lengths, alpha, log_z, weight, beta) -> (C, C)
+        the weighted pair marginals' sum that chain_log_backward leaves to its caller when they do not fit on chip
+        (large C on a GPU); an operator so that the C++ autograd node (csrc/autograd) calls it too.
+
+Eager calls on plain tensors skip the custom ops' Python dispatch; a CRF's log-likelihood that needs a gradient is
+recorded by the chain family's C++ autograd node (crf_log_likelihood_eager).
 
 Shapes: em (B, T, C), trans (C, C) [from, to], start and end (C,), lengths (B,) int64; float32 or float64.
 """
@@ -151,28 +157,22 @@ def _crf_backward(ctx, grad_llh, _grad_alpha=None, _grad_log_z=None):
 crf_log_likelihood.register_autograd(_crf_backward, setup_context=_crf_setup_context)
 
 
-class _CrfLogLikelihood(torch.autograd.Function):
-    """crf_log_likelihood for eager calls that record a graph, without the custom op's Python dispatch."""
-
-    @staticmethod
-    def forward(ctx, em, trans, start, end, lengths, tags):
-        out = tuple(backend_for(em.device).crf_log_likelihood(em, trans, start, end, lengths, tags))
-        _crf_setup_context(ctx, (em, trans, start, end, lengths, tags), out)
-        return out
-
-    backward = staticmethod(_crf_backward)
-
-
 def crf_log_likelihood_eager(
     em: Tensor, trans: Tensor, start: Tensor, end: Tensor, lengths: Tensor, tags: Tensor
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """crf_log_likelihood, through the registered op under torch.compile and dispatch modes, else directly."""
+    """crf_log_likelihood, through the registered op under torch.compile and dispatch modes (and on the PyTorch
+    reference when it records a graph), else recorded by the chain family's C++ autograd node (csrc/autograd) or
+    run directly."""
     args = (em, trans, start, end, lengths, tags)
     if not plain_eager(*args):
         return crf_log_likelihood(*args)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (em, trans, start, end)):
-        return _CrfLogLikelihood.apply(*args)
-    return tuple(backend_for(em.device).crf_log_likelihood(*args))
+    backend = backend_for(em.device)
+    if torch.is_grad_enabled() and (
+        em.requires_grad or trans.requires_grad or start.requires_grad or end.requires_grad
+    ):
+        node = backend.autograd_node("chain", "crf_log_likelihood_autograd")
+        return crf_log_likelihood(*args) if node is None else tuple(node(*args))
+    return tuple(backend.crf_log_likelihood(*args))
 
 
 def chain_log_backward_eager(em, trans, start, end, lengths, alpha, log_z, grad, tags=None):
@@ -195,7 +195,10 @@ def _chain_log_backward(em, trans, start, end, lengths, alpha, log_z, grad, tags
     return g_em, g_trans, g_start, g_end
 
 
-def pair_marginal_sum(em, trans, lengths, alpha, log_z, weight, beta) -> Tensor:
+@torch.library.custom_op("semiring_ops::pair_marginal_sum", mutates_args=())
+def pair_marginal_sum(
+    em: Tensor, trans: Tensor, lengths: Tensor, alpha: Tensor, log_z: Tensor, weight: Tensor, beta: Tensor
+) -> Tensor:
     """sum_n weight_n exp(left[n, i] + right[n, j] + trans[i, j]) over n = (b, t), with left = alpha[b, t] - log_z_b
     and right = em[b, t + 1] + beta[b, t + 1] (-inf past the length): the weighted pair marginals' sum, (C, C).
     One log_contract (the bmm family) over chunks of n run as a batch, so that even a single (C, C) output fills
@@ -220,6 +223,11 @@ def pair_marginal_sum(em, trans, lengths, alpha, log_z, weight, beta) -> Tensor:
         left.transpose(1, 2), None, right, w, trans.unsqueeze(0).expand(chunks, C, C)
     )
     return parts.sum(0)
+
+
+@pair_marginal_sum.register_fake
+def _(em, trans, lengths, alpha, log_z, weight, beta):
+    return trans.new_empty(trans.shape)
 
 
 def chain_viterbi_eager(

@@ -158,8 +158,8 @@ log_bmm_fast_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 class _LogBmmFastEager(torch.autograd.Function):
-    """log_bmm_fast_op with its gradient for eager calls, without the custom op's Python dispatch (as
-    registry._BmmForwardEager)."""
+    """log_bmm_fast_op with its gradient for eager calls, without the custom op's Python dispatch (~8 us a call;
+    the products that take this path run for milliseconds, so its backward stays in Python)."""
 
     @staticmethod
     def forward(ctx, a, b, passes):

@@ -73,7 +73,7 @@ def semiring_matmul(
         if a.dim() == 3 and b.dim() == 3 and a.shape[0] == b.shape[0]:
             return torch.bmm(a, b)  # the common batched case, without torch.matmul's shape dispatch
         return torch.matmul(a, b)
-    if _autocast(a) or _autocast(b):
+    if _any_autocast(a, b):
         a, b = a.float(), b.float()
     check_same_device_and_dtype(fn, ("a", "b"), a, b)
     batch, n, k, m = matmul_shapes(fn, a, b)
@@ -126,6 +126,14 @@ _AUTOCAST_DEVICE_TYPES = ("cpu", "cuda", "xpu", "hpu", "mps")  # a static set: d
 def _autocast(t: Tensor) -> bool:
     device_type = t.device.type
     return device_type in _AUTOCAST_DEVICE_TYPES and torch.is_autocast_enabled(device_type)
+
+
+def _any_autocast(a: Tensor, b: Tensor) -> bool:
+    """Whether autocast is on for a's or b's device type: eager calls first ask whether it is on anywhere (one
+    query, ~0.1 us; the two per-device queries cost ~1.4 us of a 4 x 4 product's host time)."""
+    if not torch.compiler.is_compiling() and not torch._C._is_any_autocast_enabled():
+        return False
+    return _autocast(a) or _autocast(b)
 
 
 def logbmm(a: Tensor, b: Tensor, *, precision: str = "exact") -> Tensor:

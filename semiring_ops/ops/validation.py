@@ -43,6 +43,9 @@ def matmul_shapes(fn: str, a: Tensor, b: Tensor) -> tuple[torch.Size, int, int, 
 
     Returns (batch shape, n, k, m).
     """
+    sa, sb = a.shape, b.shape
+    if len(sa) == 3 and len(sb) == 3 and sa[0] == sb[0] and sa[2] == sb[1]:  # one batch dimension, equal: the hot case
+        return sa[:1], sa[1], sa[2], sb[2]
     if a.dim() < 2 or b.dim() < 2:
         raise ValueError(
             f"{fn}: a and b must be at least 2-D (..., n, k) and (..., k, m); got a of shape "

@@ -155,7 +155,9 @@ class LinearChainCRF(nn.Module):
         tags in 0..C-1 below each length): in one device round trip, or without raise_errors in none, a bad
         sequence's length -1 (for the fused kernels only: see ``validate``)."""
         if isinstance(emissions, Tensor):  # lists are accepted for the others, as before
-            mask, lengths, tags = (None if x is None else torch.as_tensor(x) for x in (mask, lengths, tags))
+            mask, lengths, tags = (
+                x if x is None or type(x) is Tensor else torch.as_tensor(x) for x in (mask, lengths, tags)
+            )
         self._check_inputs(emissions, tags, mask, lengths)
         em, tags = self._batch_major(emissions), self._batch_major(tags)
         B, T, C = em.shape

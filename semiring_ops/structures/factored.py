@@ -71,11 +71,16 @@ def _kernel_inputs(
     B, T, C = emissions.shape
     dtype = torch.promote_types(accumulation_dtype(emissions.dtype), accumulation_dtype(transitions.dtype))
     device = emissions.device
-    start = emissions.new_full((C,), one, dtype=dtype) if start is None else start.to(dtype)
-    end = emissions.new_full((C,), one, dtype=dtype) if end is None else end.to(dtype)
+    start = emissions.new_full((C,), one, dtype=dtype) if start is None else _as_dtype(start, dtype)
+    end = emissions.new_full((C,), one, dtype=dtype) if end is None else _as_dtype(end, dtype)
     check_range = check_lengths and not torch.compiler.is_compiling()
     lengths = resolve_lengths(B, T, None, lengths, device, check_range)
-    return emissions.to(dtype), transitions.to(dtype), start, end, lengths
+    return _as_dtype(emissions, dtype), _as_dtype(transitions, dtype), start, end, lengths
+
+
+def _as_dtype(x: Tensor, dtype: torch.dtype) -> Tensor:
+    """x in dtype, without the call when it is already (x.to costs ~1.2 us of host time even as a no-op)."""
+    return x if x.dtype == dtype else x.to(dtype)
 
 
 def chain_sum_factored(

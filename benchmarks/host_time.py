@@ -5,8 +5,9 @@ every row alike):
     torch.bmm (1,4,4) fwd+bwd           the yardstick
     logbmm / maxbmm (1,4,4) fwd+bwd     ours: target <= 1.5x the yardstick
     CRF (1,2,3) train step              LinearChainCRF forward + backward: target <= 1.7x the yardstick
-    autograd floor, 4 leaves            (e.sum() + t.sum() + s.sum() + f.sum()).backward() on the CRF's four
-                                        parameter shapes: the engine's own cost for a graph of four leaves, no kernel
+    CRF node alone (1,2,3)              the chain family's C++ node called directly on prepared inputs, then
+                                        .sum().backward(): the step's kernels and autograd engine (four leaves)
+                                        without the module's Python, i.e. what moving that Python out would leave
 GPU (--device cuda): the CRF train step (B, T, C) eager (validate=False: no round trip, as a graph needs) beside the
 same step replayed from a CUDA graph (target: eager <= 1.5x graph), and max / log (B, n, n) fwd+bwd beside the naive
 torch expression (broadcast sum, then max / logsumexp over k), wall time of back-to-back steps, synchronised at the
@@ -26,6 +27,7 @@ import torch
 from timing import graphed
 
 import semiring_ops as so
+from semiring_ops.build.backends import backend_for
 from semiring_ops.structures import LinearChainCRF
 
 
@@ -61,14 +63,18 @@ def cpu_rows(calls: int, rounds: int) -> list[tuple[str, float, float]]:
     a = torch.randn(1, 4, 4, requires_grad=True)
     b = torch.randn(1, 4, 4, requires_grad=True)
     step, crf = crf_step(1, 2, 3, "cpu")
-    leaves = (torch.randn(1, 2, 3, requires_grad=True), *crf.parameters())
+    node = backend_for(torch.device("cpu")).autograd_node("chain", "crf_log_likelihood_autograd")
+    em = torch.randn(1, 2, 3, requires_grad=True)
+    lengths, tags = torch.tensor([2]), torch.tensor([[0, 2]])
+    node_args = (em, crf.transitions, crf.start_transitions, crf.end_transitions, lengths, tags)
     fns = {
         "torch.bmm (1,4,4) fwd+bwd": lambda: torch.bmm(a, b).sum().backward(),
         "logbmm (1,4,4) fwd+bwd": lambda: so.logbmm(a, b).sum().backward(),
         "maxbmm (1,4,4) fwd+bwd": lambda: so.maxbmm(a, b).sum().backward(),
         "CRF (1,2,3) train step": step,
-        "autograd floor, 4 leaves": lambda: sum(x.sum() for x in leaves).backward(),
     }
+    if node is not None:  # the compiled chain family (not the PyTorch reference)
+        fns["CRF node alone (1,2,3)"] = lambda: node(*node_args)[0].sum().backward()
     us = per_call_us(fns, "cpu", calls, rounds)
     base = us["torch.bmm (1,4,4) fwd+bwd"]
     return [(name, t, t / base) for name, t in us.items()]

@@ -3,7 +3,7 @@ log_contract calls (one per gradient) it replaces, beside the forward, in one ru
 
 Rows, on torch.randn float32 a (B, n, k), b (B, k, m) and a random output gradient g:
     log_contract x 2   grad_a and grad_b as two contractions, each forming every cell's exponential
-    log_bmm_grads      both from one exponential per cell (the CPU; CUDA runs the two contractions inside)
+    log_bmm_grads      both from one exponential per cell (the CPU's one pass; CUDA's fused float32 kernel)
     grad_a only, grad_b only, forward (logbmm)
 Times are medians of --reps runs after warm-up, timed in alternation (benchmarks/timing.py); cells = B*n*k*m.
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import datetime
 
+import ceilings
 import torch
 from timing import paired_ms
 
@@ -55,16 +56,24 @@ def main() -> None:
     diff = max(((x - y).abs().max() / y.abs().max()).item() for x, y in ((ga, ra), (gb, rb)))
 
     cells = B * n**3
+    # the MUFU ex2 ceiling measured now (benchmarks/ceilings.py): one exponential per cell and gradient is the
+    # contractions' cost, one per cell the fused kernel's
+    ex2 = ceilings.measure()["exp_per_s"] if args.device == "cuda" else None
     print(f"log backward, {args.device}, B={B}, n=k=m={n}, float32, median of {args.reps}, {datetime.date.today()}")
     print(f"max relative difference, log_bmm_grads vs two log_contracts: {diff:.2e}")
-    print("| threads | " + " | ".join(f"{name} ms" for name in cases) + " | speed-up | cells/s (both) |")
-    print("|---" * (len(cases) + 3) + "|")
+    if ex2:
+        print(f"ex2 ceiling measured now: {ex2:.3e}/s; '% of ex2': cells (both gradients) / time / ceiling")
+    print("| threads | " + " | ".join(f"{name} ms" for name in cases) + " | speed-up | cells/s (both) | % of ex2 |")
+    print("|---" * (len(cases) + 4) + "|")
     for threads in args.threads:
         torch.set_num_threads(threads)
         times = paired_ms(list(cases.values()), args.device, args.reps)
         two, fused = times[0], times[1]
-        row = " | ".join(f"{t:.1f}" for t in times)
-        print(f"| {threads} | {row} | {two / fused:.2f}x | {cells / fused * 1e3:.2e} |")
+        row = " | ".join(f"{t:.2f}" for t in times)
+        share = "-"
+        if ex2:
+            share = f"{100 * cells / fused * 1e3 / ex2:.0f}% (two contractions: {200 * cells / two * 1e3 / ex2:.0f}%)"
+        print(f"| {threads} | {row} | {two / fused:.2f}x | {cells / fused * 1e3:.2e} | {share} |")
 
 
 if __name__ == "__main__":

@@ -81,8 +81,9 @@ def _close(got: torch.Tensor, want: torch.Tensor, what: str, tol: float = 1e-4) 
 
 
 def bmm(light: bool) -> None:
-    """The tiled engine: log / max / min forward in every dtype, with argmax, the log backward and double
-    backward (log_contract), max / min backward; odd sizes straddling the tiles, a broadcast batch, strides."""
+    """The tiled engine: log / max / min forward in every dtype, with argmax, the log backward (fused in float32,
+    log_contract in float64) and double backward (log_contract), max / min backward; odd sizes straddling the
+    tiles, a broadcast batch, strides."""
     import semiring_ops as so
 
     g = torch.Generator().manual_seed(0)
@@ -98,6 +99,19 @@ def bmm(light: bool) -> None:
             out.float().sum().backward()
             if name != "log":
                 so.semiring_matmul(a.detach(), b.detach(), name, return_argmax=True)
+    # the fused float32 log gradient (log_grads_kernels.cu; forced: this size takes the contractions unasked) past
+    # its 64-row and 128-column tiles and a partial chunk
+    a = torch.randn(2, 70, 130, generator=g).cuda().requires_grad_()
+    b = torch.randn(2, 130, 11, generator=g).cuda().requires_grad_()
+    grad = torch.randn(2, 70, 11, generator=g).cuda()
+    os.environ["SEMIRING_OPS_LOG_GRADS"] = "fused"
+    try:
+        got = torch.autograd.grad(so.logbmm(a, b), (a, b), grad)
+    finally:
+        del os.environ["SEMIRING_OPS_LOG_GRADS"]
+    want = torch.autograd.grad(so.logbmm(a.double(), b.double()), (a, b), grad.double())
+    for x, y, what in zip(got, want, ("grad_a", "grad_b"), strict=True):
+        _close(x, y, f"fused log {what}")
     a = torch.randn(2, 19, 23, generator=g, dtype=torch.float64).cuda().requires_grad_()
     b = torch.randn(2, 23, 17, generator=g, dtype=torch.float64).cuda().requires_grad_()
     (ga,) = torch.autograd.grad(so.logbmm(a, b).pow(2).sum(), a, create_graph=True)

@@ -50,9 +50,13 @@ def test_node_gradients_equal_the_registered_operators(compiled_backend, device,
     ref, _ = registry.bmm_forward(a, b, S.kernel_id, with_arg)  # the custom op: Python autograd
     torch.testing.assert_close(out, ref, equal_nan=True)
     g = torch.randn_like(out)
+    # max / min scatter with atomics on CUDA (and the fused log gradient adds grad_b so): the sums' order may
+    # differ between the two runs, so the gradients agree to a few units of the dtype's last place, not bitwise
+    tol = 4 * torch.finfo(dtype).eps
     for got, want in zip(_grads(out, (a, b), g), _grads(ref, (a, b), g), strict=True):
         assert got.dtype == want.dtype == dtype
-        torch.testing.assert_close(got, want, equal_nan=True, atol=1e-6, rtol=1e-5)
+        scale = max(1.0, want.abs().amax().item()) if want.numel() else 1.0
+        torch.testing.assert_close(got.double(), want.double(), equal_nan=True, atol=tol * scale, rtol=tol)
 
 
 @pytest.mark.parametrize("semiring", ["max", "min"])

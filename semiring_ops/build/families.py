@@ -113,6 +113,7 @@ FAMILIES: tuple[Family, ...] = (
         "bmm_cuda.cpp",
         "bmm_kernels.cu",
         "log_contract_kernels.cu",
+        "log_grads_kernels.cu",
     ),
     _cuda(
         "chain",

@@ -11,6 +11,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <optional>
 #include <vector>
 
 namespace semiring_ops {
@@ -28,5 +29,14 @@ std::vector<at::Tensor> bmm_autograd(const at::Tensor& a, const at::Tensor& b, i
 std::vector<at::Tensor> crf_log_likelihood_autograd(const at::Tensor& emissions, const at::Tensor& transitions,
                                                     const at::Tensor& start, const at::Tensor& end,
                                                     const at::Tensor& lengths, const at::Tensor& tags);
+
+// LinearChainCRF.forward (structures/crf.py) in one call: emissions (T, B, C), or (B, T, C) with batch_first; tags
+// and mask (bool / uint8) in the same layout; lengths (B,) instead of a mask; the CRF's transitions (C, C), start
+// and end (C,); reduction 0 none, 1 sum, 2 mean, 3 token_mean; validate as LinearChainCRF.validate. Returns the
+// reduced log-likelihood, or nullopt where the Python path must run instead (crf_forward.cpp says when).
+std::optional<at::Tensor> crf_forward(const at::Tensor& emissions, const at::Tensor& tags,
+                                      const std::optional<at::Tensor>& mask, const std::optional<at::Tensor>& lengths,
+                                      const at::Tensor& transitions, const at::Tensor& start, const at::Tensor& end,
+                                      bool batch_first, int64_t reduction, bool validate);
 
 }  // namespace semiring_ops

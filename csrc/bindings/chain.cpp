@@ -1,6 +1,8 @@
 // The chain family's module (CPU or CUDA): the fused linear chains of CRFs and HMMs and the sequence lengths they
 // take (contracts in ops.h), and a CRF's log-likelihood recorded with its gradient as one C++ autograd node
 // (autograd/autograd.h).
+#include <torch/csrc/autograd/python_variable.h>
+
 #include "bindings/module.h"
 #include "autograd/autograd.h"
 #include "ops.h"
@@ -30,6 +32,29 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "crf_log_likelihood recorded for autograd as one C++ node (csrc/autograd/autograd.h) -> [llh, alpha, log_z]",
         py::arg("emissions"), py::arg("transitions"), py::arg("start"), py::arg("end"), py::arg("lengths"),
         py::arg("tags"));
+  m.def(
+      "crf_forward",
+      [](const py::object& emissions, const py::object& tags, const py::object& mask, const py::object& lengths,
+         const at::Tensor& transitions, const at::Tensor& start, const at::Tensor& end, bool batch_first,
+         int64_t reduction, bool validate) -> py::object {
+        // a torch.Tensor or nn.Parameter exactly (a subclass, a list or any other object: None, the Python path)
+        const auto plain = [](const py::object& x) { return THPVariable_CheckExact(x.ptr()); };
+        const auto optional = [&](const py::object& x) -> std::optional<at::Tensor> {
+          if (x.is_none()) return std::nullopt;
+          return THPVariable_Unpack(x.ptr());
+        };
+        if (!plain(emissions) || !plain(tags) || !(mask.is_none() || plain(mask)) || !(lengths.is_none() || plain(lengths)))
+          return py::none();
+        const std::optional<at::Tensor> out =
+            semiring_ops::crf_forward(THPVariable_Unpack(emissions.ptr()), THPVariable_Unpack(tags.ptr()), optional(mask),
+                                      optional(lengths), transitions, start, end, batch_first, reduction, validate);
+        if (!out) return py::none();
+        return py::cast(*out);
+      },
+      "LinearChainCRF.forward in one call (csrc/autograd/autograd.h) -> the reduced log-likelihood, or None where the "
+      "Python path must run",
+      py::arg("emissions"), py::arg("tags"), py::arg("mask"), py::arg("lengths"), py::arg("transitions"),
+      py::arg("start"), py::arg("end"), py::arg("batch_first"), py::arg("reduction"), py::arg("validate"));
   m.def("sequence_lengths", &semiring_ops::sequence_lengths,
         "Lengths (B,) int64 of right-padded sequences from a prefix mask or lengths, validated with the tags",
         py::arg("mask"), py::arg("lengths"), py::arg("tags"), py::arg("batch"), py::arg("steps"), py::arg("num_tags"),

@@ -76,7 +76,7 @@ class Family:
 
 # Device-independent sources a family of either device type compiles in: its eager C++ autograd nodes (csrc/autograd),
 # which call the family's own kernels.
-_SHARED = {"bmm": ("autograd/bmm_autograd.cpp",), "chain": ("autograd/chain_autograd.cpp",)}
+_SHARED = {"bmm": ("autograd/bmm_autograd.cpp",), "chain": ("autograd/chain_autograd.cpp", "autograd/crf_forward.cpp")}
 
 
 def _cpu(name: str, serves: str, *sources: str) -> Family:

@@ -16,6 +16,7 @@ import numbers
 import torch
 from torch import Tensor, nn
 
+from ..build.backends import backend_for
 from ..ops.reference import gold_path_score
 from ..semirings import LogSemiring
 from .chain import chain_entropy, chain_sample, chain_topk, resolve_lengths
@@ -25,6 +26,7 @@ from .factored import chain_log_likelihood_factored, chain_sum_factored, chain_v
 __all__ = ["LinearChainCRF"]
 
 REDUCTIONS = ("none", "sum", "mean", "token_mean")
+_REDUCTION_CODES = {name: code for code, name in enumerate(REDUCTIONS)}  # crf_forward's (csrc/autograd/autograd.h)
 
 
 def _is_integer(x: Tensor) -> bool:
@@ -215,6 +217,23 @@ class LinearChainCRF(nn.Module):
         """
         if reduction not in REDUCTIONS:  # pytorch-crf's wording first
             raise ValueError(f"invalid reduction: {reduction} (must be one of {', '.join(REDUCTIONS)})")
+        if type(emissions) is Tensor and not (self.constrained or torch.compiler.is_compiling()):
+            # the whole call in C++ (csrc/autograd/crf_forward.cpp), which declines (None) what it does not take
+            one_call = backend_for(emissions.device).autograd_node("chain", "crf_forward")
+            if one_call is not None:
+                params = (self.transitions, self.start_transitions, self.end_transitions)
+                out = one_call(
+                    emissions,
+                    tags,
+                    mask,
+                    lengths,
+                    *params,
+                    self.batch_first,
+                    _REDUCTION_CODES[reduction],
+                    self.validate,
+                )
+                if out is not None:
+                    return out
         em, tags, L = self._inputs(emissions, mask, lengths, tags, raise_errors=self.validate)
         start, trans, end = self._transition_scores()
         llh = chain_log_likelihood_factored(em, trans, start, end, L, tags)

@@ -1,7 +1,7 @@
 // bmm_autograd (autograd.h): the semiring batched matmul with its gradient recorded as one C++ autograd node. The
 // Python reference of the backward is registry.py's _bmm_backward (the custom operator's autograd formula).
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <ATen/core/LegacyTypeDispatch.h>  // AutoDispatchBelowADInplaceOrView
 
 #include "autograd/autograd.h"
 #include "autograd/node.h"

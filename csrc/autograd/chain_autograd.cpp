@@ -1,7 +1,7 @@
 // crf_log_likelihood_autograd (autograd.h): a CRF's log-likelihood (one forward scan) with its gradient (one reverse
 // scan) recorded as one C++ autograd node. The Python reference is chain_ops.py's _crf_backward.
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <ATen/core/LegacyTypeDispatch.h>  // AutoDispatchBelowADInplaceOrView
 
 #include "autograd/autograd.h"
 #include "autograd/node.h"

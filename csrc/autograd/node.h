@@ -12,7 +12,6 @@
 
 #include <initializer_list>
 #include <memory>
-#include <type_traits>
 
 namespace semiring_ops {
 

@@ -119,17 +119,24 @@ def bmm(light: bool) -> None:
 
 
 def packed(light: bool) -> None:
-    """The packed 16-bit max / min kernel (HADD2 + HMNMX2), called directly at odd sizes."""
+    """The packed family's select kernel (max / min without an index: FADD + FMNMX, HADD2 + HMNMX2), called directly:
+    odd sizes (scalar reads), then aligned row-major and transposed operands (vector reads, both staging layouts;
+    a partial last k-tile and a column tile past the edge take the scalar reads)."""
     from semiring_ops.build.backends import backend_for
 
     module = backend_for(torch.device("cuda")).family("packed")
     g = torch.Generator().manual_seed(1)
-    for dtype in (torch.float16, torch.bfloat16):
-        a = torch.randn(2, 131, 67, generator=g).to("cuda", dtype)
-        b = torch.randn(2, 67, 129, generator=g).to("cuda", dtype)
-        terms = a.double()[..., :, :, None] + b.double()[..., None, :, :]
-        for is_max, ref in ((True, terms.amax(-2)), (False, terms.amin(-2))):
-            _close(module.bmm_packed_select(a, b, is_max), ref.to(dtype), f"packed {dtype} max={is_max}", tol=1e-2)
+    cases = [((131, 67, 129), False), ((132, 68, 132), False), ((132, 68, 132), True)]
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        for (n, k, m), transposed in cases[1:] if light else cases:
+            a = torch.randn(2, n, k, generator=g).to("cuda", dtype)
+            b = torch.randn(2, k, m, generator=g).to("cuda", dtype)
+            if transposed:
+                a, b = a.mT.contiguous().mT, b.mT.contiguous().mT
+            terms = a.double()[..., :, :, None] + b.double()[..., None, :, :]
+            for is_max, ref in ((True, terms.amax(-2)), (False, terms.amin(-2))):
+                what = f"packed {dtype} {n}x{k}x{m} transposed={transposed} max={is_max}"
+                _close(module.bmm_packed_select(a, b, is_max), ref.to(dtype), what, tol=1e-2)
 
 
 def fast(light: bool) -> None:

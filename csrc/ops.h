@@ -137,11 +137,11 @@ std::vector<at::Tensor> log_bmm_fast_scales(const at::Tensor& a, const at::Tenso
 std::vector<at::Tensor> log_bmm_fast_finish(at::Tensor& sums, const at::Tensor& row_top, const at::Tensor& row_state,
                                             const at::Tensor& col_top, const at::Tensor& col_state);
 
-// The packed 16-bit max-plus / min-plus kernel (CUDA only, compute capability 8.0+; its own family,
-// csrc/cuda/packed_select_kernels.cu), which semiring_ops/ops/packed.py takes instead of bmm_forward for float16 /
-// bfloat16 max / min without an index when it fills the GPU; callable directly at any size (tests):
-// a (B, n, k), b (B, k, m) of one 16-bit dtype -> out (B, n, m) float32 holding the correctly rounded 16-bit values
-// of max_k (min_k) a[p,i,k] + b[p,k,j].
+// The select kernel: max-plus / min-plus without an index, float32 and packed 16-bit (CUDA only, compute capability
+// 8.0+; the packed family, csrc/cuda/packed_select_kernels.cu), which semiring_ops/build/backends.py takes instead
+// of bmm_forward for float32 / float16 / bfloat16 max / min without an index when it fills the GPU; callable
+// directly at any size (tests): a (B, n, k), b (B, k, m) of one of those dtypes -> out (B, n, m) float32 holding
+// the correctly rounded values, in a's dtype, of max_k (min_k) a[p,i,k] + b[p,k,j].
 at::Tensor bmm_packed_select(const at::Tensor& a, const at::Tensor& b, bool is_max);
 
 // The HMM E-step in scaled probability space (CPU only; its own family, csrc/cpu/hmm_scaled_cpu.cpp), the compiled

@@ -1,9 +1,10 @@
-"""The packed 16-bit max-plus / min-plus kernel (csrc/cuda/packed_select_kernels.cu): float16 / bfloat16 max and
-min products without an index asked for, on sm_80+, taken by bmm_forward when its tiles fill the GPU and
-called directly here (bmm_packed_select) at every size. Its answer must be the float64 answer of the same
+"""The select kernel of the packed family (csrc/cuda/packed_select_kernels.cu): float32 and packed float16 /
+bfloat16 max and min products without an index asked for, on sm_80+, taken by bmm_forward when its tiles fill the
+GPU and called directly here (bmm_packed_select) at every size. Its answer must be the float64 answer of the same
 inputs rounded once to the input dtype, bit for bit (rounding is monotone, so max_k round(x_k) =
-round(max_k x_k)): sizes on both sides of its 128 x 128 output tiles and 8-deep k-tiles, broadcast (stride 0)
-batches, strided and transposed views, planted +-inf and NaN."""
+round(max_k x_k)): sizes on both sides of its 128 x 128 output tiles and 8- / 16-deep k-tiles, broadcast (stride 0)
+batches and rows, strided, transposed and misaligned views (the vector reads and their scalar fallback), planted
++-inf and NaN."""
 
 from __future__ import annotations
 
@@ -23,10 +24,11 @@ from semiring_ops.semirings import resolve_semiring
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")]
 
-DTYPES = [torch.float16, torch.bfloat16]
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+HALF_DTYPES = [torch.float16, torch.bfloat16]
 SIZES = st.one_of(st.integers(1, 9), st.sampled_from([7, 8, 9, 15, 16, 17, 127, 128, 129, 130, 255, 257]))
 BATCHES = st.sampled_from([((), ()), ((3,), (3,)), ((2,), ()), ((), (2,)), ((2, 1), (1, 3))])
-LAYOUTS = st.sampled_from(["contiguous", "transposed", "strided"])
+LAYOUTS = st.sampled_from(["contiguous", "transposed", "strided", "offset"])
 
 
 def _random(shape, dtype, scale=4.0, specials=0.0):
@@ -69,7 +71,7 @@ def test_packed_equals_rounded_float64(semiring, dtype, n, k, m, batch, layout, 
 
 
 @pytest.mark.parametrize("semiring", ["max", "min"])
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=str)
 def test_bmm_forward_takes_the_packed_path_when_it_fills_the_gpu(semiring, dtype):
     """Without an index, on enough tiles (here 600 blocks), bmm_forward's fp32 output holds 16-bit values (the
     packed path ran); with an index it holds fp32 sums, most of which no 16-bit number equals."""
@@ -88,9 +90,53 @@ def test_bmm_forward_takes_the_packed_path_when_it_fills_the_gpu(semiring, dtype
         _assert_bitwise(so.semiring_matmul(a, b, semiring), brute_bmm(a, b, semiring), dtype)
 
 
-def test_packed_entry_refuses_fp32():
-    a = torch.randn(2, 3, 4, device="cuda")
-    with pytest.raises(RuntimeError, match="float16 / bfloat16"):
+def _kernel_names(fn) -> list[str]:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+@pytest.mark.parametrize("semiring", ["max", "min"])
+def test_bmm_forward_takes_the_select_kernel_for_fp32(semiring):
+    """float32 without an index: the select kernel on enough tiles (600 blocks), the tile engine with an index or on
+    few tiles; the values agree bit for bit (both add in fp32, then select)."""
+    a = _random((600, 9, 40), torch.float32, specials=0.05)
+    b = _random((600, 40, 11), torch.float32, specials=0.05)
+    kid = resolve_semiring(semiring).kernel_id
+    backend = backend_for(a.device)
+    assert any("select_kernel" in n for n in _kernel_names(lambda: backend.bmm_forward(a, b, kid, False)))
+    assert not any("select_kernel" in n for n in _kernel_names(lambda: backend.bmm_forward(a, b, kid, True)))
+    assert not any("select_kernel" in n for n in _kernel_names(lambda: backend.bmm_forward(a[:2], b[:2], kid, False)))
+    fast, _ = backend.bmm_forward(a, b, kid, False)
+    tracked, _ = backend.bmm_forward(a, b, kid, True)
+    _assert_bitwise(fast, brute_bmm(a, b, semiring), torch.float32)
+    assert torch.equal(fast.isnan(), tracked.isnan()) and bool(((fast == tracked) | fast.isnan()).all())
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("which", ["a rows", "b columns", "a depth", "b depth"])
+def test_broadcast_inside_an_operand(dtype, which):
+    """A stride-0 row, column or depth dimension (an expanded operand; no vector reads, every element its own):
+    n, k, m past one tile each."""
+    n, k, m = 131, 37, 133
+    a = _random((2, n, k), dtype)
+    b = _random((2, k, m), dtype)
+    if which == "a rows":
+        a = a[:, :1].expand(2, n, k)
+    elif which == "b columns":
+        b = b[:, :, :1].expand(2, k, m)
+    elif which == "a depth":
+        a = a[:, :, :1].expand(2, n, k)
+    else:
+        b = b[:, :1].expand(2, k, m)
+    for semiring in ("max", "min"):
+        _assert_bitwise(_packed(a, b, semiring), brute_bmm(a, b, semiring), dtype)
+
+
+def test_packed_entry_refuses_float64():
+    a = torch.randn(2, 3, 4, device="cuda", dtype=torch.float64)
+    with pytest.raises(RuntimeError, match="float32 / float16 / bfloat16"):
         backend_for(a.device).family("packed").bmm_packed_select(a, a.transpose(1, 2).contiguous(), True)
 
 

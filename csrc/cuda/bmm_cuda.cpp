@@ -14,6 +14,7 @@
 #include "checks.h"
 #include "cuda/bmm_launch.h"
 #include "cuda/contraction_host.h"
+#include "cuda/device_attributes.h"
 #include "cuda/launch_check.h"
 #include "cuda/log_grads_launch.h"
 #include "ops.h"
@@ -126,10 +127,9 @@ cuda::GradsOperand grads_operand(const at::Tensor& x) {
 }
 
 int multiprocessors(int device) {
-  static int known[64] = {};
-  if (device < 0 || device >= 64) return 0;
-  if (known[device] == 0) C10_CUDA_CHECK(cudaDeviceGetAttribute(&known[device], cudaDevAttrMultiProcessorCount, device));
-  return known[device];
+  int sms = 0;
+  C10_CUDA_CHECK(cuda::device_attribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
 }
 
 // SEMIRING_OPS_LOG_GRADS: "fused" takes the fused kernel wherever it can run (tests, the sanitizer's workload),

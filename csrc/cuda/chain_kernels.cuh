@@ -32,6 +32,7 @@
 #include <type_traits>
 
 #include "cuda/chain_launch.h"
+#include "cuda/device_attributes.h"
 #include "semiring.h"
 #include "warp_merge.cuh"
 
@@ -584,9 +585,9 @@ template <class S, class T, bool kArg, bool kGrad> ChainKernel<S, T, kArg, kGrad
   return q.xi ? chain_kernel<S, T, kArg, true, kGrad, kGrad, false> : chain_kernel<S, T, kArg, true, kGrad, false, false>;
 }
 
-// The kernel's dynamic shared memory, and the non-portable cluster size it may need.
+// The kernel's dynamic shared memory (set once per kernel and device), and the non-portable cluster size it may need.
 template <class Kernel> cudaError_t prepare(Kernel k, const ChainPlan& q) {
-  cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(q.smem));
+  cudaError_t e = allow_dynamic_smem(reinterpret_cast<const void*>(k), int(q.smem));
   if (e == cudaSuccess && q.K > kPortableCluster) e = cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
   return e;
 }
@@ -596,9 +597,9 @@ template <class Kernel> cudaError_t prepare(Kernel k, const ChainPlan& q) {
 template <class S, class T, bool kArg, bool kGrad>
 LaunchStatus chain_plan(ChainPlan& plan, int64_t B, int Tn, int C, int device, int forced_cluster) {
   int optin = 0, major = 0, sms = 0;
-  SEMIRING_OPS_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  SEMIRING_OPS_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  SEMIRING_OPS_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  SEMIRING_OPS_CUDA_TRY(device_attribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  SEMIRING_OPS_CUDA_TRY(device_attribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  SEMIRING_OPS_CUDA_TRY(device_attribute(&sms, cudaDevAttrMultiProcessorCount, device));
   plan = choose_plan<T>(B, Tn, C, kArg, kGrad, optin, major, sms, forced_cluster);
   auto kernel = kernel_for<S, T, kArg, kGrad>(plan);
   SEMIRING_OPS_CUDA_TRY(prepare(kernel, plan));

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "checks.h"
+#include "cuda/device_attributes.h"
 #include "cuda/fast_log_scaled_launch.h"
 #include "cuda/launch_check.h"
 #include "ops.h"
@@ -28,7 +29,7 @@ at::Tensor unit_stride(const at::Tensor& t, int64_t dim) {
 // kMaxColumnSplit parts and one per kColumnRows rows of k.
 int64_t column_split(int64_t batch, int64_t k, int64_t m, int device) {
   int sms = 1;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  C10_CUDA_CHECK(device_attribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const int64_t blocks = std::max<int64_t>(1, (m + kColumns - 1) / kColumns * std::min<int64_t>(batch, 65535));
   const int64_t want = (8 * sms + blocks - 1) / blocks;
   return std::clamp<int64_t>(want, 1, std::clamp<int64_t>((k + kColumnRows - 1) / kColumnRows, 1, kMaxColumnSplit));

@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "checks.h"
+#include "cuda/device_attributes.h"
 #include "cuda/fast_log_launch.h"
 #include "cuda/launch_check.h"
 #include "ops.h"
@@ -114,8 +115,8 @@ std::vector<at::Tensor> log_bmm_fast(const at::Tensor& a, const at::Tensor& b, i
   TORCH_CHECK(passes == 1 || passes == 3, "log_bmm_fast: passes must be 1 or 3, got ", passes);
   const c10::cuda::OptionalCUDAGuard guard(at::device_of(a));
   int major = 0, minor = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, a.get_device()));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, a.get_device()));
+  C10_CUDA_CHECK(cuda::device_attribute(&major, cudaDevAttrComputeCapabilityMajor, a.get_device()));
+  C10_CUDA_CHECK(cuda::device_attribute(&minor, cudaDevAttrComputeCapabilityMinor, a.get_device()));
   TORCH_CHECK(major >= 8, "log_bmm_fast: needs a GPU of compute capability 8.0 or newer (tensor-core TF32), got ",
               major, ".", minor);
   const int64_t B = a.size(0), n = a.size(1), k = a.size(2), m = b.size(2);

@@ -17,6 +17,7 @@
 
 #include "alignment_dp.h"
 #include "chain_dp.h"
+#include "cuda/device_attributes.h"
 #include "cuda/span_launch.h"
 #include "span_dp.h"
 #include "warp_merge.cuh"
@@ -172,8 +173,7 @@ template <class Kernel, class T>
 LaunchStatus launch_with_smem(Kernel kernel, dim3 grid, int threads, int64_t scratch, int stages, cudaStream_t stream,
                               const SpanArgs<T>& a) {
   const size_t smem = (2 * a.C + scratch) * sizeof(T);
-  if (smem > 48 * 1024)
-    SEMIRING_OPS_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  if (smem > 48 * 1024) SEMIRING_OPS_CUDA_TRY(allow_dynamic_smem(reinterpret_cast<const void*>(kernel), int(smem)));
   kernel<<<grid, threads, smem, stream>>>(a, scratch, stages);
   return last_launch();
 }
@@ -191,7 +191,7 @@ template <class S, class T> LaunchStatus launch_chain(bool adjoint, const SpanAr
   const int64_t tile = C * (C + 1);  // one staged step, padded
   int device = 0, optin = 0;
   SEMIRING_OPS_CUDA_TRY(cudaGetDevice(&device));
-  SEMIRING_OPS_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  SEMIRING_OPS_CUDA_TRY(device_attribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   const size_t budget = std::min(kMaxStagedBytes, size_t(optin));
   const int stages = int(std::min<int64_t>(4, int64_t(budget / sizeof(T) - 2 * C) / tile));
   if (stages >= 2 && C <= 64) {  // 8 lanes a label: C x 8 threads

@@ -110,8 +110,9 @@ class Backend:
     # ---------------------------------------------------------------- the entry points (csrc/ops.h)
 
     def bmm_forward(self, a, b, semiring_id: int, with_arg: bool):
-        """The bmm family's bmm_forward, or for float16 / bfloat16 max / min without an index on a GPU, the packed
-        family's kernel when it fills the GPU (_packed_pays; its output holds the correctly rounded 16-bit values)."""
+        """The bmm family's bmm_forward, or for float32 / float16 / bfloat16 max / min without an index on a GPU, the
+        packed family's select kernel when it fills the GPU (_packed_pays; its output holds the correctly rounded
+        values of the input dtype)."""
         if self.device_type == "cuda" and not with_arg and a.dtype in _PACKED_DTYPES and semiring_id in _PACKED_MAX:
             packed = self.family("packed")
             if packed is not None and _packed_pays(packed, a, b):
@@ -142,31 +143,24 @@ class Backend:
         return self.family("chain").sequence_lengths(mask, lengths, tags, batch, steps, num_tags, raise_errors)
 
 
-# ---------------------------------------------------------------- the packed 16-bit max / min kernel's choice
+# ---------------------------------------------------------------- the select kernel's choice (packed family)
 
-_PACKED_DTYPES = (torch.float16, torch.bfloat16)
+_PACKED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _PACKED_MAX = {MaxSemiring.kernel_id: True, MinSemiring.kernel_id: False}
-_INT32_MAX = 2**31 - 1
 _device_props: dict[int, tuple[int, int]] = {}  # device index -> (multiprocessors, major capability)
 
 
-def _offsets_fit_int32(t) -> bool:
-    """The packed kernel addresses a batch entry with int32 offsets (as passed, or copied contiguous)."""
-    as_is = (t.shape[1] - 1) * t.stride(1) + (t.shape[2] - 1) * t.stride(2)
-    return max(as_is, t.shape[1] * t.shape[2]) < _INT32_MAX
-
-
 def _packed_pays(packed, a, b) -> bool:
-    """Whether the packed kernel beats the fp32 engine on (B, n, k) x (B, k, m): sm_80+, offsets within int32, and
-    its tiles fill the GPU (at least 2 blocks per SM; below that the engine's 64 x 64 tiles spread wider: H100,
-    B = 8, n = 256: 0.093 ms packed, 0.053 ms fp32)."""
+    """Whether the packed family's select kernel (max / min-plus without an index, 128 x 128 tiles) beats the tile
+    engine on (B, n, k) x (B, k, m): sm_80+ and its tiles fill the GPU (at least 2 blocks per SM; below that the
+    engine's 64 x 64 tiles spread wider: H100, B = 8, n = 256, 16-bit: 0.093 ms packed, 0.053 ms fp32)."""
     index = a.device.index if a.device.index is not None else torch.cuda.current_device()
     known = _device_props.get(index)
     if known is None:
         props = torch.cuda.get_device_properties(index)
         known = _device_props[index] = (props.multi_processor_count, props.major)
     sms, major = known
-    if major < 8 or a.shape[2] == 0 or not (_offsets_fit_int32(a) and _offsets_fit_int32(b)):
+    if major < 8 or a.shape[2] == 0:
         return False
     rows, cols = packed.tile_shape()
     blocks = a.shape[0] * -(-a.shape[1] // rows) * -(-b.shape[2] // cols)

@@ -141,7 +141,12 @@ FAMILIES: tuple[Family, ...] = (
         "fast_log_scaled_cuda.cpp",
         "fast_log_scaled_kernels.cu",
     ),
-    _cuda("packed", "float16 / bfloat16 max / min matmul", "packed_select_cuda.cpp", "packed_select_kernels.cu"),
+    _cuda(
+        "packed",
+        "max / min matmul without an index (float32, packed 16-bit)",
+        "packed_select_cuda.cpp",
+        "packed_select_kernels.cu",
+    ),
 )
 
 

@@ -1,10 +1,13 @@
 """LinearChainCRF.forward in one C++ call (csrc/autograd/crf_forward.cpp): on the arguments it takes, the same numbers,
-gradients and errors as the Python path it replaces (which runs for everything it declines), and it is taken."""
+gradients and errors as the Python path it replaces (which runs for everything it declines), and it is taken; on the
+CPU and on a GPU. Its reductions happen inside the log-likelihood's node (csrc/autograd/chain_autograd.cpp), whose
+derivatives are checked here by finite differences."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from conftest import CUDA
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -15,11 +18,15 @@ from semiring_ops.structures.constraints import allowed_transitions
 REDUCTIONS = ("none", "sum", "mean", "token_mean")
 
 
+def _skip_without_one_call(device: str) -> None:
+    """Skips where the chain family has no crf_forward (the PyTorch reference)."""
+    if backends.backend_for(torch.device(device)).autograd_node("chain", "crf_forward") is None:
+        pytest.skip(f"no compiled {device} chain family")
+
+
 @pytest.fixture
 def one_call():
-    """Skips where the chain family has no crf_forward (the PyTorch reference)."""
-    if backends.backend_for(torch.device("cpu")).autograd_node("chain", "crf_forward") is None:
-        pytest.skip("no compiled CPU chain family")
+    _skip_without_one_call("cpu")
 
 
 def _python_path(monkeypatch) -> None:
@@ -48,6 +55,7 @@ def _loss_and_grads(crf, em, tags, kwargs, reduction):
     return out, grads
 
 
+@pytest.mark.parametrize("device", ["cpu", CUDA])
 @given(
     B=st.integers(0, 4),
     T=st.integers(0, 6),
@@ -58,16 +66,18 @@ def _loss_and_grads(crf, em, tags, kwargs, reduction):
     validate=st.booleans(),
     dtype=st.sampled_from([torch.float64, torch.float32, torch.float16]),
 )
-def test_one_call_equals_the_python_path(one_call, B, T, C, batch_first, how, reduction, validate, dtype):
+def test_one_call_equals_the_python_path(device, B, T, C, batch_first, how, reduction, validate, dtype):
+    _skip_without_one_call(device)
     gen = torch.Generator().manual_seed(B * 1000 + T * 100 + C)
     crf = LinearChainCRF(C, batch_first=batch_first, validate=validate).double()
     with torch.no_grad():
         for p in crf.parameters():
             p.normal_(generator=gen)
-    em = torch.randn(B, T, C, generator=gen).to(dtype).requires_grad_()
-    tags = torch.randint(0, C, (B, T), generator=gen)
-    lengths = torch.randint(0, T + 1, (B,), generator=gen)
-    mask = torch.arange(T)[None, :] < lengths[:, None]
+    crf = crf.to(device)
+    em = torch.randn(B, T, C, generator=gen).to(device, dtype).requires_grad_()
+    tags = torch.randint(0, C, (B, T), generator=gen).to(device)
+    lengths = torch.randint(0, T + 1, (B,), generator=gen).to(device)
+    mask = torch.arange(T, device=device)[None, :] < lengths[:, None]
     kwargs = {
         "none": {},
         "mask": {"mask": mask},
@@ -150,3 +160,33 @@ def test_parametrized_and_functional_parameters(one_call, monkeypatch):
     want_doubled.backward()
     torch.testing.assert_close(got_doubled, want_doubled)
     torch.testing.assert_close(grad, crf.parametrizations.transitions.original.grad)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_reduced_node_gradcheck(one_call, reduction):
+    """The reductions inside the node: derivatives by finite differences (float64), ragged lengths (token_mean divides
+    by their sum), emissions and all three transition tensors. (Second derivatives: the CRF has none on either path;
+    semiring_ops::chain_log_backward registers no autograd formula.)"""
+    gen = torch.Generator().manual_seed(7)
+    crf = LinearChainCRF(3, batch_first=True).double()
+    tags = torch.randint(0, 3, (3, 4), generator=gen)
+    lengths = torch.tensor([4, 2, 1])
+
+    def loss(em, trans, start, end):
+        params = {"transitions": trans, "start_transitions": start, "end_transitions": end}
+        return torch.func.functional_call(crf, params, (em, tags), {"lengths": lengths, "reduction": reduction})
+
+    inputs = tuple(
+        torch.randn(shape, generator=gen, dtype=torch.float64).requires_grad_()
+        for shape in ((3, 4, 3), (3, 3), (3,), (3,))
+    )
+    with pytest.MonkeyPatch.context() as mp:
+        _no_python_path(mp)
+        assert torch.autograd.gradcheck(loss, inputs)
+
+
+def test_one_call_declines_mixed_devices(one_call):
+    """Tensors on two devices (here a meta tensor beside CPU ones) go to the Python path, which raises."""
+    crf = LinearChainCRF(3, batch_first=True)
+    with pytest.raises((RuntimeError, ValueError, NotImplementedError)):
+        crf(torch.randn(2, 4, 3, device="meta"), torch.zeros(2, 4, dtype=torch.long))

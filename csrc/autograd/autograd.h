@@ -25,10 +25,13 @@ std::vector<at::Tensor> bmm_autograd(const at::Tensor& a, const at::Tensor& b, i
 
 // crf_log_likelihood (ops.h) recorded for autograd: {llh (B,), alpha, log_z}, gradients through llh only, by
 // chain_log_backward with the tags (one reverse scan). When that kernel leaves the pair marginals off chip, their
-// sum comes from the registered operator semiring_ops::pair_marginal_sum (chain_ops.py).
+// sum comes from the registered operator semiring_ops::pair_marginal_sum (chain_ops.py). reduction 1 / 2 / 3
+// returns llh's sum / mean / sum over max(sum of lengths, 1) instead of llh, reduced inside the node (one node
+// where llh.sum() would add a second, a separate op and its backward: ~10 us of a CPU step).
 std::vector<at::Tensor> crf_log_likelihood_autograd(const at::Tensor& emissions, const at::Tensor& transitions,
                                                     const at::Tensor& start, const at::Tensor& end,
-                                                    const at::Tensor& lengths, const at::Tensor& tags);
+                                                    const at::Tensor& lengths, const at::Tensor& tags,
+                                                    int64_t reduction = 0);
 
 // LinearChainCRF.forward (structures/crf.py) in one call: emissions (T, B, C), or (B, T, C) with batch_first; tags
 // and mask (bool / uint8) in the same layout; lengths (B,) instead of a mask; the CRF's transitions (C, C), start

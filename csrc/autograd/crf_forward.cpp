@@ -1,9 +1,10 @@
 // crf_forward (autograd.h): LinearChainCRF.forward's common case in one call from Python: the checks, the batch-major
 // views, the lengths' validation (sequence_lengths), the log-likelihood's node and the reduction, with no Python
 // between them. Whatever is not that case -- an argument of another shape, dtype or device than the CRF accepts,
-// a tensor subclass or functorch wrapper, a dispatch or torch-function mode, a GPU tensor (not yet measured there)
-// -- is declined (nullopt), and the Python path (structures/crf.py) runs and raises what is wrong: both paths make
-// the same calls on the same kernels, so they give the same numbers and errors.
+// a tensor subclass or functorch wrapper, a dispatch or torch-function mode, tensors on different devices or on
+// a device other than the CPU and CUDA -- is declined (nullopt), and the Python path (structures/crf.py) runs and
+// raises what is wrong: both paths make the same calls on the same kernels, so they give the same numbers and
+// errors.
 #include <ATen/PythonTorchFunctionTLS.h>
 #include <c10/core/DispatchKeySet.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
@@ -29,7 +30,10 @@ at::ScalarType accumulation(at::ScalarType s) { return (s == at::kHalf || s == a
 
 at::Tensor as_type(const at::Tensor& x, at::ScalarType type) { return x.scalar_type() == type ? x : x.to(type); }
 
-// The arguments the Python path accepts without raising, on the CPU (see the file's comment).
+// t on `device` (a CPU or CUDA device), a plain tensor.
+bool on(const at::Tensor& t, const c10::Device& device) { return t.device() == device && plain(t); }
+
+// The arguments the Python path accepts without raising, all on one CPU or CUDA device (see the file's comment).
 bool accepted(const at::Tensor& emissions, const at::Tensor& tags, const std::optional<at::Tensor>& mask,
               const std::optional<at::Tensor>& lengths, const at::Tensor& transitions, const at::Tensor& start,
               const at::Tensor& end, bool batch_first) {
@@ -37,15 +41,17 @@ bool accepted(const at::Tensor& emissions, const at::Tensor& tags, const std::op
   if (emissions.dim() != 3 || transitions.dim() != 2 || start.dim() != 1 || end.dim() != 1) return false;
   const int64_t C = transitions.size(0);
   if (emissions.size(2) != C || transitions.size(1) != C || start.size(0) != C || end.size(0) != C) return false;
+  const c10::Device device = emissions.device();
+  if (!device.is_cpu() && !device.is_cuda()) return false;
   for (const at::Tensor* x : {&emissions, &transitions, &start, &end})
-    if (!x->is_cpu() || !plain(*x) || !at::isFloatingType(x->scalar_type())) return false;
+    if (!on(*x, device) || !at::isFloatingType(x->scalar_type())) return false;
   const auto steps = emissions.sizes().slice(0, 2);
-  if (!tags.is_cpu() || !plain(tags) || tags.sizes() != steps || !integral(tags)) return false;
+  if (!on(tags, device) || tags.sizes() != steps || !integral(tags)) return false;
   if (mask && lengths) return false;
-  if (mask && (!mask->is_cpu() || !plain(*mask) || mask->sizes() != steps ||
+  if (mask && (!on(*mask, device) || mask->sizes() != steps ||
                (mask->scalar_type() != at::kBool && mask->scalar_type() != at::kByte)))
     return false;
-  if (lengths && (!lengths->is_cpu() || !plain(*lengths) || lengths->dim() != 1 ||
+  if (lengths && (!on(*lengths, device) || lengths->dim() != 1 ||
                   lengths->size(0) != emissions.size(batch_first ? 0 : 1) || !integral(*lengths)))
     return false;
   return true;
@@ -66,18 +72,8 @@ std::optional<at::Tensor> crf_forward(const at::Tensor& emissions, const at::Ten
   const int64_t B = em.size(0), T = em.size(1), C = em.size(2);
   const at::Tensor L = sequence_lengths(mk, lengths, tg, B, T, C, /*raise_errors=*/validate);
   const at::ScalarType type = at::promoteTypes(accumulation(em.scalar_type()), accumulation(transitions.scalar_type()));
-  const at::Tensor llh = crf_log_likelihood_autograd(as_type(em, type), as_type(transitions, type), as_type(start, type),
-                                                     as_type(end, type), L, as_type(tg, at::kLong))[0];
-  switch (reduction) {
-    case 0:
-      return llh;
-    case 1:
-      return llh.sum();
-    case 2:
-      return llh.mean();
-    default:
-      return llh.sum().div(L.sum().clamp_min(1));
-  }
+  return crf_log_likelihood_autograd(as_type(em, type), as_type(transitions, type), as_type(start, type),
+                                     as_type(end, type), L, as_type(tg, at::kLong), reduction)[0];
 }
 
 }  // namespace semiring_ops

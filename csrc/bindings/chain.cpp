@@ -29,9 +29,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("emissions"), py::arg("transitions"), py::arg("start"), py::arg("end"), py::arg("lengths"),
         py::arg("tags"));
   m.def("crf_log_likelihood_autograd", &semiring_ops::crf_log_likelihood_autograd,
-        "crf_log_likelihood recorded for autograd as one C++ node (csrc/autograd/autograd.h) -> [llh, alpha, log_z]",
+        "crf_log_likelihood recorded for autograd as one C++ node (csrc/autograd/autograd.h) -> [llh, alpha, log_z]; "
+        "reduction 1 / 2 / 3: llh's sum / mean / token mean instead of llh",
         py::arg("emissions"), py::arg("transitions"), py::arg("start"), py::arg("end"), py::arg("lengths"),
-        py::arg("tags"));
+        py::arg("tags"), py::arg("reduction") = 0);
   m.def(
       "crf_forward",
       [](const py::object& emissions, const py::object& tags, const py::object& mask, const py::object& lengths,

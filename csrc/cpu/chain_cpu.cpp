@@ -36,11 +36,12 @@ template <class T> struct ChainView {
 // to tag j through trans[i, j] (k = i, o = j); reverse steps from j back to i (k = j, o = i).
 template <class S, class T> std::vector<T> step_matrix(const at::Tensor& trans, bool reverse, int64_t cols) {
   const int64_t C = trans.size(0);
-  const at::Tensor m = (reverse ? trans.t() : trans).contiguous();
-  const T* src = m.data_ptr<T>();
+  // read through the strides (reverse: transposed), no transposed copy
+  const int64_t sk = reverse ? trans.stride(1) : trans.stride(0), so = reverse ? trans.stride(0) : trans.stride(1);
+  const T* src = trans.data_ptr<T>();
   std::vector<T> out(static_cast<size_t>(C * cols), S::to_kernel(S::template zero<T>()));
   for (int64_t k = 0; k < C; ++k)
-    for (int64_t o = 0; o < C; ++o) out[k * cols + o] = S::to_kernel(src[k * C + o]);
+    for (int64_t o = 0; o < C; ++o) out[k * cols + o] = S::to_kernel(src[k * sk + o * so]);
   return out;
 }
 
@@ -233,7 +234,7 @@ void log_backward_chains(const at::Tensor& em, const at::Tensor& trans, const at
           gold ? gold_path_score(*gold, b, ch, tr, start_c.data_ptr<T>(), end_c.data_ptr<T>(), L, C) : T(0);
       // no gradient for an impossible chain; NaN for unvalidated (out-of-range) tags
       // with gold paths the loss is sum_b g_b (gold_b - log_z_b): the marginals weigh -g, the gold path +g
-      const T gb = grad.data_ptr<T>()[b];
+      const T gb = grad.data_ptr<T>()[b * grad.stride(0)];  // any stride (a reduction's gradient is expanded)
       const T g = gold_score != gold_score                                 ? gold_score
                   : (z == -pos_inf<T>() || gold_score == -pos_inf<T>()) ? T(0)
                                                                          : (gold ? -gb : gb);
@@ -287,7 +288,7 @@ std::vector<at::Tensor> chain_log_backward(const at::Tensor& emissions, const at
   at::Tensor g_trans = emissions.new_zeros({C, C}), g_start = emissions.new_zeros({C}), g_end = emissions.new_zeros({C});
   AT_DISPATCH_FLOATING_TYPES(emissions.scalar_type(), "semiring_chain_log_backward_cpu", [&] {
     log_backward_chains<scalar_t>(emissions, transitions, start, end, lengths, alpha.contiguous(), log_z.contiguous(),
-                                  grad.contiguous(), gold ? &*gold : nullptr, g_em, g_trans, g_start, g_end);
+                                  grad, gold ? &*gold : nullptr, g_em, g_trans, g_start, g_end);
   });
   return {g_em, g_trans, g_start, g_end, emissions.new_empty({0}), emissions.new_empty({0})};  // pair marginals summed
 }

@@ -285,22 +285,15 @@ __global__ void __launch_bounds__(kThreads, 2) select_kernel(const __grid_consta
       }
 #pragma unroll
       for (int t = 0; t < kBK; ++t) {
-        uint32_t aw[kRowWords];
-        reg bv[kRegsN];
+        uint32_t aw[kRowWords], bw[kRegsN];  // B: a register's bits per word, in groups of 4 adjacent (column)
         copy_words<kRowWords>(aw, &smem_a[buf][t][ty * kTM]);
 #pragma unroll
-        for (int v = 0; v < kRegsN / 4; ++v) {
-          const uint4 b4 = *reinterpret_cast<const uint4*>(&smem_b[buf][t][column(4 * v)]);
-          bv[4 * v + 0] = E::from_bits(b4.x);
-          bv[4 * v + 1] = E::from_bits(b4.y);
-          bv[4 * v + 2] = E::from_bits(b4.z);
-          bv[4 * v + 3] = E::from_bits(b4.w);
-        }
+        for (int v = 0; v < kRegsN / 4; ++v) copy_words<4>(bw + 4 * v, &smem_b[buf][t][column(4 * v)]);
 #pragma unroll
         for (int i = 0; i < kTM; ++i) {
 #pragma unroll
           for (int j = 0; j < kRegsN; ++j) {
-            acc[i][j] = E::template select<kIsMax>(acc[i][j], E::add(E::row(aw, i), bv[j]));
+            acc[i][j] = E::template select<kIsMax>(acc[i][j], E::add(E::row(aw, i), E::from_bits(bw[j])));
           }
         }
       }

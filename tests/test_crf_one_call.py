@@ -190,3 +190,14 @@ def test_one_call_declines_mixed_devices(one_call):
     crf = LinearChainCRF(3, batch_first=True)
     with pytest.raises((RuntimeError, ValueError, NotImplementedError)):
         crf(torch.randn(2, 4, 3, device="meta"), torch.zeros(2, 4, dtype=torch.long))
+
+
+def test_node_refuses_an_unknown_reduction(one_call):
+    """The node's reduction code (0 none, 1 sum, 2 mean, 3 token_mean): anything else raises, naming it."""
+    node = backends.backend_for(torch.device("cpu")).autograd_node("chain", "crf_log_likelihood_autograd")
+    em, trans, start, end = torch.randn(1, 2, 3), torch.randn(3, 3), torch.randn(3), torch.randn(3)
+    lengths, tags = torch.tensor([2]), torch.tensor([[0, 2]])
+    for reduction in (-1, 4):
+        with pytest.raises(RuntimeError, match=f"reduction must be 0-3, got {reduction}"):
+            node(em, trans, start, end, lengths, tags, reduction)
+    assert node(em, trans, start, end, lengths, tags, 1)[0].dim() == 0

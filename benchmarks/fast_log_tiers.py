@@ -27,7 +27,7 @@ from timing import time_ms
 import semiring_ops as so
 from semiring_ops.build.backends import backend_for
 from semiring_ops.ops import fast_log
-from semiring_ops.ops.fast_log_scaled import _tf32_matmul, scaled_product
+from semiring_ops.ops.fast_log_scaled import scaled_product, tf32_matmul
 
 
 def tiled(a, b, passes=1):
@@ -43,7 +43,7 @@ def floor(a, b, kernels):
     fa, fb = kernels.log_bmm_fast_scales(a, b)[:2]
 
     def gemm():
-        with _tf32_matmul():
+        with tf32_matmul():
             return torch.bmm(fa, fb)
 
     return gemm

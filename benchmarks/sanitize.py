@@ -248,12 +248,31 @@ def lazy(light: bool) -> None:
     D2 = ((Vi(x) - Vj(y2)) ** 2).sum(-1)
     dense2 = ((x.double()[:, None] - y2.double()[None]) ** 2).sum(-1)[:300]
     _close((-D2).logsumexp(dim=1, ranges=wide)[:300], (-dense2).logsumexp(1, keepdim=True), "lazy block-sparse lse")
-    # a wide formula: its 80-component sum is a loop over the components (lazy/wide.py)
+    # a wide formula: its 80-component sum is a loop over the components (lazy/wide.py), the route off
+    os.environ["SEMIRING_OPS_LAZY_GEMM"] = "off"
     x80, y80 = torch.randn(301, 80, generator=g).cuda(), torch.randn(157, 80, generator=g).cuda()
     D80 = ((Vi(x80) - Vj(y80)) ** 2).sum(-1)
     dense80 = ((x80.double()[:, None] - y80.double()[None]) ** 2).sum(-1)
     _close(D80.min(dim=1), dense80.amin(1, keepdim=True), "lazy wide min")
     D80.argKmin(4, dim=1)
+    # the matrix-unit route (lazy/gemm_route.py) at D = 128, 784, 2048: GEMMs in blocks of 256 rows (the last
+    # short), the kernels reading their matrix; near-duplicate rows take the exact re-summation
+    os.environ["SEMIRING_OPS_LAZY_GEMM"] = "on"
+    for d in (128, 784, 2048):
+        yd = torch.randn(157, d, generator=g).cuda()
+        xd = torch.cat(
+            [yd[:40] + 1e-3 * torch.randn(40, d, generator=g).cuda(), torch.randn(261, d, generator=g).cuda()]
+        )
+        xd.requires_grad_()
+        Dd = ((Vi(xd) - Vj(yd)) ** 2).sum(-1)
+        dense_d = ((xd.detach().double()[:, None] - yd.double()[None]) ** 2).sum(-1)
+        _close(Dd.min(dim=1), dense_d.amin(1, keepdim=True), f"lazy route min D={d}")
+        gauss = (-Dd / d).exp() @ v
+        _close(gauss, (-dense_d / d).exp() @ v.double(), f"lazy route K @ v D={d}")
+        gauss.sum().backward()
+        Dd.argKmin(5, dim=1)
+        (Vi(xd) | Vj(yd)).max(dim=0)
+    del os.environ["SEMIRING_OPS_LAZY_GEMM"]
 
 
 def sequence(light: bool) -> None:

@@ -305,7 +305,7 @@ def test_cuda_cublas_rounds_tf32_operands_to_nearest():
     g = torch.Generator(device="cuda").manual_seed(0)
     fa = torch.rand(1, 512, 512, device="cuda", generator=g)
     fb = torch.rand(1, 512, 512, device="cuda", generator=g)
-    with fast_log_scaled._tf32_matmul():
+    with fast_log_scaled.tf32_matmul():
         got = torch.bmm(fa, fb)
     ref = torch.bmm(fa.double(), fb.double())
     rel = ((got.double() - ref) / ref).abs()

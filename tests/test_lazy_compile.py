@@ -59,6 +59,8 @@ def _canonical_formulas() -> list:
         out.extend(canonicalize(d)[0] for d in vjp(f, wrt, g) if d is not None)
     out.append(F.Exp2(F.Recip(Var("i", 1, slot=0))))  # made by the kernels' rewriting only (formula.py)
     out.append(F.Mul(Var("i", 1, slot=0), F.Const(1.4426950408889634)))  # canonical formulas hold Num, not Const
+    # made by the matrix-unit route only (lazy/inner_products.py)
+    out.append(F.InnerProduct(F.Square(F.Sub(Var("i", 3, slot=0), Var("j", 3, slot=1))), "sqdist", 0))
     return out
 
 

@@ -33,9 +33,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .formula import Emitter, Var, node_count, strength_reduce
+from .formula import Emitter, Formula, InnerProduct, Var, _postorder, node_count, replace_nodes, strength_reduce
 from .plan import Plan
-from .wide import WIDE_SLOT, WideSums, wide_sums
+from .wide import WIDE_SLOT, WideSums, component_term, wide_sums
 
 __all__ = ["CPU_LANES", "CudaConfig", "cpu_source", "cuda_config", "cuda_source"]
 
@@ -62,29 +62,140 @@ def _prelude(plan: Plan, dtype_name: str, target: str) -> str:
     return f"// semiring_ops.lazy kernel for: {plan.key}\n" + _PRELUDE.format(ctype=ctype, reducer=reducer)
 
 
+@dataclass(frozen=True)
+class GramReads:
+    """Where a skeleton finds a routed plan's matrices (plan.CallArgs.grams) for InnerProduct n, as C expressions
+    at the current (row, j): ``gram(n)`` the matrix entry, ``outer_norm(n)`` the row's squared norm (read once
+    per row), ``inner_norm(n)`` the inner term's."""
+
+    gram: Callable[[int], str]
+    outer_norm: Callable[[int], str]
+    inner_norm: Callable[[int], str]
+
+
+GRAM_SLOT = 1 << 21  # placeholder variables of slot GRAM_SLOT + n stand for InnerProduct n in the cell
+# a squared distance read as |x|^2 + |y|^2 - 2 x.y below this fraction of |x|^2 + |y|^2 is summed again per cell
+# from the variables (the cancellation bound: an absolute error of a few ulp of |x|^2 + |y|^2 is then at most
+# 1/GRAM_CANCEL of the distance's own size; docs/lazy.md, "The matrix-unit route")
+GRAM_CANCEL = 64
+
+
+def _gram_cells(
+    formula: Formula,
+    reads: GramReads,
+    read_at: Callable[[Var, str], str],
+    number: Callable[[int], str],
+    prefix: str,
+) -> tuple[Formula, list[str], WideSums]:
+    """The formula with its InnerProduct nodes as placeholders (slot GRAM_SLOT + n, read as ``q{n}_v``), the
+    statements once per row (the rows' norms) and those that compute the placeholders, in the places of
+    wide.WideSums: before a group of lanes (one vectorised pass over the matrix row, then the rare cells that
+    cancel one by one), in a lane, in a scalar cell. A squared distance that cancels (below 1 / GRAM_CANCEL
+    of the norms' sum) is summed from the variables as the plain kernel sums it, in increasing d."""
+    nodes = [node for node in _postorder(formula) if isinstance(node, InnerProduct)]
+    out = WideSums(formula)
+    hoisted: list[str] = []
+    replaced: dict[int, Formula] = {}
+    for node in nodes:
+        n, x = node.index, node.children[0]
+        value = reads.gram(n)
+        exact: list[str] = []
+        if node.kind == "sqdist":
+            nx, ny = f"{prefix}q{n}_nx", reads.inner_norm(n)
+            hoisted.append(f"const T {nx} = {reads.outer_norm(n)};")
+            value = f"{nx} + {ny} - T(2) * {value}"
+            lines, term = component_term(x, read_at, number, f"{prefix}q{n}_")
+            exact = [
+                f"if (!({{v}} >= T({1.0 / GRAM_CANCEL!r}) * ({nx} + {ny}))) {{",
+                "  T s = T(0);",
+                f"  for (int64_t d = 0; d < {x.dim}; ++d) {{",
+                *("    " + line for line in lines),
+                f"    s += {term};",
+                "  }",
+                "  {v} = s;",
+                "}",
+            ]
+        fill = lambda v, lines=exact: [line.replace("{v}", v) for line in lines]  # noqa: E731
+        out.group += [f"T q{n}[kLanes];"]
+        if exact:  # one vectorised pass that also ORs the cancellation flags, the re-summation only if one is set
+            test = exact[0].removeprefix("if (").removesuffix(") {").replace("{v}", f"q{n}[l]")
+            out.group += [
+                f"int q{n}_bad = 0;",
+                "for (int l = 0; l < kLanes; ++l) {",
+                "  const int64_t j = j0 + l;",
+                f"  q{n}[l] = {value};",
+                f"  q{n}_bad |= {test};",
+                "}",
+                f"if (q{n}_bad)",
+                "  for (int l = 0; l < kLanes; ++l) {",
+                "    const int64_t j = j0 + l;",
+                *("    " + line for line in fill(f"q{n}[l]")),
+                "  }",
+            ]
+        else:
+            out.group += [
+                "for (int l = 0; l < kLanes; ++l) {",
+                "  const int64_t j = j0 + l;",
+                f"  q{n}[l] = {value};",
+                "}",
+            ]
+        out.lane.append(f"const T q{n}_v = q{n}[l];")
+        out.scalar += [f"T q{n}_v = {value};", *fill(f"q{n}_v")]
+        replaced[id(node)] = Var("j", 1, slot=GRAM_SLOT + n)
+    out.formula = replace_nodes(formula, replaced) if replaced else formula
+    return out.formula, hoisted, out
+
+
 def _cell(
     plan: Plan,
     read: Callable[[Var, int], str],
     read_at: Callable[[Var, str], str],
     prefix: str,
     number: Callable[[int, bool], str],
+    grams: GramReads | None = None,
 ) -> tuple[list[str], list[str], WideSums]:
     """(statements computed once per row, statements computing ``{prefix}f[kIn]``, the formula's value at
-    (row, j), and its wide sums, wide.py), with variables read by read(var, d), or read_at(var, d) with d a C
-    expression in the wide sums' loops, and numbers by number(k, hoisted) (formula.Emitter)."""
+    (row, j), and its wide sums, wide.py, with a routed plan's inner products first among them), with variables
+    read by read(var, d), or read_at(var, d) with d a C expression in the wide sums' loops, numbers by
+    number(k, hoisted) (formula.Emitter) and a routed plan's matrices through ``grams``."""
 
     def invariant(var: Var) -> bool:
         return var.slot < WIDE_SLOT and plan.role(var.slot) != "inner"
 
-    def read_cell(var: Var, c: int) -> str:  # a wide sum's placeholder reads its loop's result
-        placeholder = WideSums.placeholder(var)
-        return placeholder if placeholder is not None else read(var, c)
+    def placeholder(var: Var) -> str | None:
+        if var.slot >= GRAM_SLOT:
+            return f"q{var.slot - GRAM_SLOT}_v"
+        return WideSums.placeholder(var)
 
-    is_inner = lambda var: plan.role(var.slot) == "inner"  # noqa: E731
-    wide = wide_sums(strength_reduce(plan.formula, invariant), is_inner, read_at, lambda k: number(k, False))
+    def read_cell(var: Var, c: int) -> str:  # a placeholder reads its loop's result
+        name = placeholder(var)
+        return name if name is not None else read(var, c)
+
+    def read_loop(var: Var, d: str) -> str:
+        name = placeholder(var)
+        return name if name is not None else read_at(var, d)
+
+    is_inner = lambda var: var.slot >= GRAM_SLOT or plan.role(var.slot) == "inner"  # noqa: E731
+    formula = strength_reduce(plan.formula, invariant)
+    gram_hoisted: list[str] = []
+    gram = WideSums(formula)
+    if plan.grams:
+        assert grams is not None, "a routed plan needs its skeleton's GramReads"
+        formula, gram_hoisted, gram = _gram_cells(formula, grams, read_at, lambda k: number(k, False), prefix)
+    wide = wide_sums(formula, is_inner, read_loop, lambda k: number(k, False))
     em = Emitter(read_cell, prefix=prefix, invariant=invariant, number=number)
     comps = em.emit(wide.formula)
-    return em.hoisted, [*em.lines, f"const T {prefix}f[{len(comps)}] = {{{', '.join(comps)}}};"], wide
+    wide = WideSums(wide.formula, gram.group + wide.group, gram.lane + wide.lane, gram.scalar + wide.scalar)
+    cell = [*em.lines, f"const T {prefix}f[{len(comps)}] = {{{', '.join(comps)}}};"]
+    return gram_hoisted + em.hoisted, cell, wide
+
+
+def staged_inner_slots(plan: Plan) -> list[int]:
+    """The inner variables a cell reads, in slot order: those of a routed plan's inner products alone are read
+    only where a squared distance cancels, from global memory (not staged, not transposed)."""
+    skip = {id(node) for node in _postorder(plan.formula) if isinstance(node, InnerProduct)}
+    seen = {v.slot for v in _postorder(plan.formula, skip) if isinstance(v, Var)}
+    return [k for k in range(len(plan.arg_cats)) if plan.role(k) == "inner" and k in seen]
 
 
 def _indent(lines: list[str], n: int) -> str:
@@ -103,7 +214,8 @@ def cpu_source(plan: Plan, dtype_name: str) -> str:
     """extern "C" void lazy_reduce(T* vals, int64_t* idx, const T* const* args, const int64_t* bstride,
     int64_t nbatch, int64_t n_outer, int64_t n_inner, int nthreads, const int64_t* chunks, int64_t n_chunks,
     const int64_t* offsets, const int64_t* ranges): args[k] is slot k (batch stride bstride[k]), and
-    args[slots] the number vector when the plan has numbers. The last four serve a ranged plan only (null
+    args[slots] the number vector when the plan has numbers, then a routed plan's matrices (plan.CallArgs.grams,
+    the matrix row-major (n_outer, n_inner)). The last four serve a ranged plan only (null
     and 0 otherwise; _cpu_ranged_rows).
 
     Two loops over j, of the same results (lane l reduces the j = l mod kLanes of the full groups of kLanes,
@@ -120,8 +232,12 @@ def cpu_source(plan: Plan, dtype_name: str) -> str:
         used.add((var.slot, c))
         return f"v{var.slot}_{c}"
 
+    staged = set(staged_inner_slots(plan))
+
     def read_at(var: Var, d: str) -> str:  # component d, a C expression, of a variable (the wide sums' loops)
         role = plan.role(var.slot)
+        if role == "inner" and var.slot not in staged:  # a routed plan's, read where a distance cancels
+            return f"g{var.slot}[j * {var.dim} + ({d})]"
         if role == "inner":
             return f"g{var.slot}[({d}) * g_stride + j]"
         return f"a{var.slot}[i * {var.dim} + ({d})]" if role == "outer" else f"a{var.slot}[{d}]"
@@ -131,7 +247,9 @@ def cpu_source(plan: Plan, dtype_name: str) -> str:
     def number(k: int, hoisted: bool) -> str:
         return f"nums[{k}]" if scalar and not hoisted else f"numbers[{k}]"
 
-    hoisted, cell, wide = _cell(plan, read, read_at, "c", number)
+    gram_at = 1 + n_slots if plan.n_numbers else n_slots  # args[gram_at + 3 n + 0, 1, 2]: InnerProduct n's
+    grams = GramReads(lambda n: f"gram{n}[i * n_inner + j]", lambda n: f"xnorm{n}[i]", lambda n: f"ynorm{n}[j]")
+    hoisted, cell, wide = _cell(plan, read, read_at, "c", number, grams)
     loads = [f"const T* a{k} = args[{k}] + b * bstride[{k}];" for k in range(n_slots) if plan.role(k) != "inner"]
     for k, c in sorted(used):
         at = f"i * {plan.arg_dims[k]} + {c}" if plan.role(k) == "outer" else str(c)
@@ -148,6 +266,9 @@ def cpu_source(plan: Plan, dtype_name: str) -> str:
     else:
         loop = _cpu_lanes_loop(cells, barrier, scalar, index, plan.ranged)
     numbers = [f"const T* numbers = args[{n_slots}];"] if plan.n_numbers else []
+    for n in range(plan.grams):
+        names = (f"gram{n}", f"xnorm{n}", f"ynorm{n}")
+        numbers += [f"const T* {name} = args[{gram_at + 3 * n + k}];" for k, name in enumerate(names)]
     idx_expr = f"idx + row * {plan.index_dim}" if plan.index_dim else "nullptr"
     row_body = [*loads, *loop, f"red.store(vals + row * {plan.value_dim}, {idx_expr});"]
     rows = _cpu_ranged_rows(plan, row_body) if plan.ranged else _cpu_dense_rows(plan, row_body)
@@ -424,10 +545,9 @@ def inner_layout(plan: Plan, dtype_name: str) -> tuple[dict[int, int], int]:
     """Offsets of the inner variables in a shared-memory row, and the row stride (padded to 16 bytes)."""
     offsets: dict[int, int] = {}
     total = 0
-    for k in range(len(plan.arg_cats)):
-        if plan.role(k) == "inner":
-            offsets[k] = total
-            total += plan.arg_dims[k]
+    for k in staged_inner_slots(plan):
+        offsets[k] = total
+        total += plan.arg_dims[k]
     per16 = 4 if dtype_name == "float32" else 2
     stride = max(per16, -(-total // per16) * per16) if total else per16
     return offsets, stride
@@ -439,6 +559,26 @@ def cuda_tile(plan: Plan, dtype_name: str, cfg: CudaConfig) -> int:
     _, stride = inner_layout(plan, dtype_name)
     size = 4 if dtype_name == "float32" else 8
     return max(1, min(cfg.tile, (48 * 1024) // (stride * size + (4 if plan.ranged else 0))))
+
+
+GRAM_PREFETCH = 16  # matrix entries a thread of a routed plan's CUDA loop loads before computing their cells
+
+
+def gram_prefetch(plan: Plan, rows: int, count: int, guard: bool) -> list[str]:
+    """A routed plan's CUDA statements loading the matrix entries of ``count`` consecutive j from j0 + jj for
+    each of the thread's rows, before the cells that read them (``gq{n}_r{r}[uq]``): one load per cell and
+    nothing else to wait on, so a warp keeps ``count`` loads in flight instead of one (the entries stream from
+    memory once: the loop is bound by their latency otherwise). ``guard``: only j < nt (the tail)."""
+    lines = []
+    for r in range(rows):
+        for n in range(plan.grams):
+            at = f"gram{n}[(long long)(j0 + jj + u) * n_outer + i{r}]"
+            lines += [
+                f"T gq{n}_r{r}[{count}];",
+                "#pragma unroll",
+                f"for (int u = 0; u < {count}; ++u) gq{n}_r{r}[u] = {f'jj + u < nt ? {at} : T(0)' if guard else at};",
+            ]
+    return lines
 
 
 def cuda_source(plan: Plan, dtype_name: str, cfg: CudaConfig) -> str:
@@ -459,6 +599,8 @@ def cuda_source(plan: Plan, dtype_name: str, cfg: CudaConfig) -> str:
     params = [f"const T* __restrict__ a{k}" for k in slots]
     if plan.n_numbers:
         params.append("const T* __restrict__ nums")  # the number vector, after the variables
+    for n in range(plan.grams):  # a routed plan's matrices (plan.CallArgs.grams; the matrix (n_inner, n_outer))
+        params += [f"const T* __restrict__ {name}{n}" for name in ("gram", "xnorm", "ynorm")]
     if plan.ranged:
         params += [f"const long long* __restrict__ {name}" for name in ("chunks", "offsets", "ranges", "firsts")]
     sig_args = ", ".join([*params, *(f"long long bs{k}" for k in slots)])
@@ -504,12 +646,18 @@ def cuda_source(plan: Plan, dtype_name: str, cfg: CudaConfig) -> str:
 
         def read_at(var: Var, d: str, r: int = r) -> str:  # component d (a C expression): wide sums' loops
             role = plan.role(var.slot)
-            if role == "inner":
-                return f"row[{offsets[var.slot]} + ({d})]"
+            if role == "inner":  # staged, or read where a routed plan's squared distance cancels
+                at = offsets.get(var.slot)
+                return f"row[{at} + ({d})]" if at is not None else f"p{var.slot}[(long long)j * {var.dim} + ({d})]"
             return f"p{var.slot}[i{r} * {var.dim} + ({d})]" if role == "outer" else f"p{var.slot}[{d}]"
 
         number = lambda k, hoisted: f"nums[{k}]" if hoisted else f"numsj[{k}]"  # noqa: E731
-        hoisted, cell, wide = _cell(plan, read, read_at, f"r{r}_", number)
+        grams = GramReads(  # the matrix entries come prefetched (gram_prefetch), entry uq of the group
+            lambda n, r=r: f"gq{n}_r{r}[uq]",
+            lambda n, r=r: f"xnorm{n}[i{r}]",
+            lambda n: f"ynorm{n}[j]",
+        )
+        hoisted, cell, wide = _cell(plan, read, read_at, f"r{r}_", number, grams)
         head.append(f"const long long i{r} = min(i_base + {r * cfg.block}LL, row_hi - 1);")
         head += [f"const T v{k}_r{r}_{c} = p{k}[i{r} * {plan.arg_dims[k]} + {c}];" for k, c in sorted(used)]
         hoisted_rows += hoisted
@@ -521,15 +669,32 @@ def cuda_source(plan: Plan, dtype_name: str, cfg: CudaConfig) -> str:
     large = node_count(plan.formula) > LARGE_FORMULA_NODES
     # numsj: the number vector, opaque per j in a large formula (loads stay where they are used)
     numsj = 'const T* numsj = nums; asm volatile("" : "+l"(numsj));' if large else "const T* numsj = nums;"
-    loops = [
-        "#pragma unroll 1" if large else "#pragma unroll 4",
-        "for (; jj < nt; ++jj) {",
-        f"  const T* row = tile + jj * {stride};",
-        "  const int32_t j = tile_j[jj];" if plan.ranged else "  const int32_t j = (int32_t)(j0 + jj);",
-        *(["  " + numsj] if plan.n_numbers else []),
-        *("  " + s for s in body),
-        "}",
-    ]
+    if plan.grams:  # groups of j whose matrix entries are loaded first, GRAM_PREFETCH in flight per thread
+        group = max(2, GRAM_PREFETCH // cfg.rows)
+        loops = [
+            "#pragma unroll 1",
+            f"for (; jj < nt; jj += {group}) {{",
+            *("  " + s for s in gram_prefetch(plan, cfg.rows, group, True)),
+            "#pragma unroll",
+            f"  for (int uq = 0; uq < {group}; ++uq) {{",
+            "    if (jj + uq >= nt) break;",
+            f"    const T* row = tile + (jj + uq) * {stride};",
+            "    const int32_t j = (int32_t)(j0 + jj + uq);",
+            *(["    " + numsj] if plan.n_numbers else []),
+            *("    " + s for s in body),
+            "  }",
+            "}",
+        ]
+    else:
+        loops = [
+            "#pragma unroll 1" if large else "#pragma unroll 4",
+            "for (; jj < nt; ++jj) {",
+            f"  const T* row = tile + jj * {stride};",
+            "  const int32_t j = tile_j[jj];" if plan.ranged else "  const int32_t j = (int32_t)(j0 + jj);",
+            *(["  " + numsj] if plan.n_numbers else []),
+            *("  " + s for s in body),
+            "}",
+        ]
     if cfg.chunk > 1:
         # (its indices j0 + jj, j0 + jj + 1, ...: a ranged plan chunks only reductions that use none, logsumexp)
         u_max, fdim = cfg.chunk, plan.formula.dim
@@ -538,10 +703,15 @@ def cuda_source(plan: Plan, dtype_name: str, cfg: CudaConfig) -> str:
             chunked += [f"T r{r}_c[{u_max * fdim}];"]
             for u in range(u_max):
                 copy = [f"r{r}_c[{u * fdim + c}] = r{r}_f[{c}];" for c in range(fdim)]
-                chunked += ["{", f"  const T* row = tile + (jj + {u}) * {stride};", *("  " + s for s in cell)]
+                chunked += ["{", f"  const T* row = tile + (jj + {u}) * {stride};"]
+                chunked += (
+                    [f"  const int32_t j = (int32_t)(j0 + jj + {u});", f"  const int uq = {u};"] if plan.grams else []
+                )
+                chunked += ["  " + s for s in cell]
                 chunked += ["  " + " ".join(copy), "}"]
             chunked.append(f"red[{r}].add_chunk<{u_max}>(r{r}_c, (int32_t)(j0 + jj));")
         chunked = [numsj, *chunked] if plan.n_numbers else chunked
+        chunked = [*gram_prefetch(plan, cfg.rows, u_max, False), *chunked]
         loops = [f"for (; jj + {u_max} <= nt; jj += {u_max}) {{", *("  " + s for s in chunked), "}", *loops]
     if plan.ranged:
         block_rows = [

@@ -9,7 +9,7 @@ import threading
 import torch
 
 from .block_sparse import mean_terms, segment_rows
-from .codegen import cpu_source
+from .codegen import cpu_source, staged_inner_slots
 from .host_compiler import HostFunction, compile_host_library
 from .plan import CallArgs, Plan, new_outputs
 
@@ -66,13 +66,13 @@ def run_cpu(plan: Plan, call: CallArgs) -> tuple[torch.Tensor, torch.Tensor | No
     vals, idx = new_outputs(plan, call, torch.device("cpu"))
     if vals.numel() == 0 and (idx is None or idx.numel() == 0):
         return vals, idx
-    # inner variables go transposed, (B, D, n), so the kernel's loop over j lanes reads contiguous memory
-    tensors = [
-        call.batched(k).transpose(-1, -2).contiguous() if plan.role(k) == "inner" else t
-        for k, t in enumerate(call.tensors)
-    ]
+    # inner variables go transposed, (B, D, n), so the kernel's loop over j lanes reads contiguous memory (but
+    # those a routed plan reads only where a distance cancels: (n, D), codegen.staged_inner_slots)
+    staged = staged_inner_slots(plan)
+    tensors = [call.batched(k).transpose(-1, -2).contiguous() if k in staged else t for k, t in enumerate(call.tensors)]
     if call.numbers is not None:
         tensors.append(call.numbers)  # args[slots]: the number vector (no batch stride)
+    tensors += call.grams  # a routed plan's matrices (gemm_route.py)
     ptrs = (ctypes.c_void_p * max(1, len(tensors)))(*[t.data_ptr() for t in tensors])
     strides = (ctypes.c_int64 * max(1, len(tensors)))(*call.batch_strides)
     rows = call.nbatch * call.n_outer

@@ -61,8 +61,8 @@ def kernels_for(plan: Plan, dtype: torch.dtype, device: torch.device, cfg: CudaC
             module = compile_cuda_module(source, names, torch.device("cuda", index))
             n = len(plan.arg_cats)
             p, i64 = ctypes.c_void_p, ctypes.c_int64
-            # the variables, then the number vector, then a ranged plan's chunks, offsets and ranges
-            pointers = n + (1 if plan.n_numbers else 0) + (4 if plan.ranged else 0)
+            # the variables, the number vector, a routed plan's matrices, a ranged plan's chunks, offsets and ranges
+            pointers = n + (1 if plan.n_numbers else 0) + 3 * plan.grams + (4 if plan.ranged else 0)
             reduce = module.function("lazy_reduce", [p, p, p] + [p] * pointers + [i64] * n + [i64] * 5)
             merge = module.function("lazy_merge", [p, p, p, i64, ctypes.c_int32])
             sizeof = module.function("lazy_sizeof", [p])
@@ -197,6 +197,7 @@ def run_cuda(
         pptr,
         *[t.data_ptr() for t in call.tensors],
         *([] if call.numbers is None else [call.numbers.data_ptr()]),
+        *[t.data_ptr() for t in call.grams],
         *pattern,
         *call.batch_strides,
         call.n_outer,

@@ -2,7 +2,11 @@
 NVRTC on GPUs) when they can be compiled here, otherwise the PyTorch implementation, with one warning naming
 the cause.
 
-Environment: SEMIRING_OPS_LAZY_BACKEND=torch forces the PyTorch implementation everywhere.
+Plans whose wide sums are squared distances or dot products of an i and a j variable take the matrix-unit route
+(gemm_route.py: GEMMs, then the generated kernel reading their matrix) when their size warrants it.
+
+Environment: SEMIRING_OPS_LAZY_BACKEND=torch forces the PyTorch implementation everywhere;
+SEMIRING_OPS_LAZY_GEMM=off|on never / always takes the matrix-unit route.
 """
 
 from __future__ import annotations
@@ -53,6 +57,14 @@ def execute(plan: Plan, call: CallArgs, device: torch.device) -> tuple[torch.Ten
         from .torch_backend import run_torch
 
         return run_torch(plan, call)
+    if plan.grams == 0 and "Sum(" in plan.key:  # squared distances and dot products as GEMMs (gemm_route.py)
+        from .gemm_route import run_routed
+        from .linear_route import run_linear
+
+        routed = run_linear(plan, call, device) if "Repeat" in plan.key else None
+        routed = routed if routed is not None else run_routed(plan, call, device)
+        if routed is not None:
+            return routed
     if device.type == "cuda":
         from .cuda_kernels import run_cuda
 

@@ -47,6 +47,7 @@ __all__ = [
     "jvp",
     "node_count",
     "number_count",
+    "replace_nodes",
     "transpose_linear",
     "variables",
     "vjp",
@@ -709,6 +710,45 @@ class VecSum(Formula):
         return [reduce_to_dim(g, self.children[0].dim)]
 
 
+class InnerProduct(Formula):
+    """The sum of the components of its child, as :class:`VecSum`, that a kernel reads from a precomputed
+    (output row, reduced index) matrix instead of summing it per cell (lazy/inner_products.py, the matrix-unit
+    route): ``kind`` "sqdist" (the child is (x - y)^2 of an outer and an inner variable: |x|^2 + |y|^2 - 2 x.y,
+    re-summed per cell where that cancels) or "dot" (x * y: x.y); ``index`` numbers the matrices of a formula.
+    Only the route's own plans hold it; its value, gradient and torch evaluation are VecSum's."""
+
+    op = "Gram"
+    __slots__ = ("index", "kind")
+    KINDS = ("sqdist", "dot")
+
+    def __init__(self, x: Formula, kind: str, index: int) -> None:
+        if kind not in self.KINDS:
+            raise FormulaError(f"Gram: kind must be one of {self.KINDS}, got {kind!r}")
+        super().__init__(1, x)
+        self.kind = kind
+        self.index = int(index)
+
+    def params(self):
+        return f"{self.kind}{self.index}"
+
+    @classmethod
+    def from_params(cls, params, children):
+        kind = params.rstrip("0123456789")
+        return cls(children[0], kind, int(params[len(kind) :]))
+
+    def rebuild(self, children):
+        return InnerProduct(children[0], self.kind, self.index)
+
+    def emit(self, em, args):
+        raise AssertionError("an inner product is read by the kernel skeleton (codegen._cell), not emitted")
+
+    def evaluate_node(self, values):
+        return values[0].sum(-1, keepdim=True)
+
+    def vjp(self, g):
+        return [reduce_to_dim(g, self.children[0].dim)]
+
+
 class VecMax(Formula):
     """The largest component (NaN propagates)."""
 
@@ -1004,6 +1044,21 @@ def substitute(root: Formula, mapping: Callable[[Var], Formula]) -> Formula:
             kids = [memo[id(c)] for c in node.children]
             same = all(k is c for k, c in zip(kids, node.children, strict=True))
             memo[id(node)] = node if same else node.rebuild(kids)
+    return memo[id(root)]
+
+
+def replace_nodes(root: Formula, replaced: dict[int, Formula]) -> Formula:
+    """root with the nodes of ``replaced`` (keyed by id) swapped for their values, sharing preserved."""
+    memo: dict[int, Formula] = {}
+    for node in _postorder(root):
+        if id(node) in replaced:
+            memo[id(node)] = replaced[id(node)]
+        elif node.children:
+            kids = [memo[id(c)] for c in node.children]
+            same = all(k is c for k, c in zip(kids, node.children, strict=True))
+            memo[id(node)] = node if same else node.rebuild(kids)
+        else:
+            memo[id(node)] = node
     return memo[id(root)]
 
 

@@ -30,6 +30,9 @@ ranges             block-sparse reductions (KeOps' 6-tuple): honoured, by one re
 out                the result is written into this tensor (or NumPy array) in place: shape, dtype and device
                    must match; not while recording a graph, as torch's out= arguments.
 keepdim            the reduced axis kept, with size 1 (torch's keepdim).
+precision          "exact" (default) or "fast" (ours, as logbmm's): the matrix-unit route (gemm_route.py) takes its
+                   float32 inner products from one plain TF32 GEMM on CUDA instead of 3xTF32 (about 10 bits of
+                   the products' mantissa; docs/lazy.md); the generated kernels and the CPU are unchanged.
 call               taken by the reductions themselves (symbolic.deferrable): call=False returns a callable.
 =================  =======================================================================================
 """
@@ -56,6 +59,7 @@ BACKENDS = (
     "GPU_2D_device",
 )
 SUM_SCHEMES = ("auto", "direct_sum", "block_sum", "kahan_scheme")
+PRECISIONS = ("exact", "fast")
 _DTYPES = {"float16": torch.float16, "float32": torch.float32, "float64": torch.float64}
 _WIDTH = {torch.float16: 16, torch.bfloat16: 16, torch.float32: 32, torch.float64: 64}
 
@@ -71,6 +75,7 @@ class ReduceOptions:
     ranges: tuple | None = None
     out: torch.Tensor | np.ndarray | None = None  # a NumPy array is written through a tensor view of it
     keepdim: bool = False
+    precision: str = "exact"
 
     @property
     def is_plain(self) -> bool:
@@ -82,6 +87,7 @@ class ReduceOptions:
             and self.sum_scheme != "kahan_scheme"
             and self.ranges is None
             and not self.keepdim
+            and self.precision == "exact"
         )
 
     @property
@@ -175,6 +181,7 @@ def parse_options(what: str, kwargs: dict[str, Any]) -> ReduceOptions:
         "out",
         "keepdim",
         "call",
+        "precision",
     }
     unknown = sorted(set(kwargs) - known)
     if unknown:
@@ -230,7 +237,11 @@ def parse_options(what: str, kwargs: dict[str, Any]) -> ReduceOptions:
                 f"ranges_j, slices_j, redranges_i)"
             )
         ranges = tuple(ranges)
+    precision = kwargs.get("precision", "exact")
+    if precision not in PRECISIONS:
+        raise ValueError(f"{what}: precision must be one of {list(PRECISIONS)}, got {precision!r}")
     return ReduceOptions(
+        precision=precision,
         backend=backend,
         device_id=device_id,
         dtype_acc=acc,

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..ops.registry import plain_eager
-from .formula import Formula, FormulaError, number_count, variables
+from .formula import Formula, FormulaError, InnerProduct, _postorder, number_count, variables
 from .formula_key import parse_formula
 from .reductions import Reduction
 
@@ -52,16 +52,20 @@ class Plan:
     outer: str  # "i" or "j"
     with_arg: bool  # whether the kernel tracks the selected indices (max / min)
     ranged: bool = False  # block-sparse (block_sparse.py): each row reduces over its block's inner ranges only
+    fast: bool = False  # precision="fast": the matrix-unit route's GEMMs in plain TF32 (gemm_route.py)
     # the compile key, made once (a cached_property would take a lock, which torch.compile cannot trace)
     key: str = field(init=False, repr=False, compare=False)
     n_numbers: int = field(init=False, repr=False, compare=False)  # the number vector's length (0: none)
+    grams: int = field(init=False, repr=False, compare=False)  # InnerProduct nodes (inner_products.py; 0: none)
 
     def __post_init__(self) -> None:
         r = self.reduction
-        flags = f"{int(self.with_arg)}{'r' if self.ranged else ''}"
+        flags = f"{int(self.with_arg)}{'r' if self.ranged else ''}{'f' if self.fast else ''}"
         key = f"{self.formula.key}|{r.kind}:{r.semiring}:{r.k}|{self.outer}|{flags}"
         object.__setattr__(self, "key", key)
         object.__setattr__(self, "n_numbers", number_count(self.formula))
+        grams = sum(isinstance(n, InnerProduct) for n in _postorder(self.formula)) if "Gram" in key else 0
+        object.__setattr__(self, "grams", grams)
 
     def check_call(self, tensors: Sequence[torch.Tensor]) -> None:
         """Raises ValueError unless ``tensors`` are a call's: one per slot, then the number vector (at least
@@ -110,7 +114,7 @@ class Plan:
 def _plan_from_key(key: str) -> Plan:
     try:
         formula_key, reduction, outer, flags = key.rsplit("|", 3)
-        with_arg, ranged = flags[:1], flags[1:] == "r"
+        with_arg, ranged, fast = flags[:1], "r" in flags[1:], "f" in flags[1:]
         kind, semiring, k = reduction.split(":")
         formula = parse_formula(formula_key)
         by_slot = {v.slot: v for v in variables(formula)}
@@ -123,6 +127,7 @@ def _plan_from_key(key: str) -> Plan:
             outer,
             bool(int(with_arg)),
             ranged,
+            fast,
         )
     except (ValueError, KeyError) as e:
         raise FormulaError(f"not a plan key: {key[:200]!r} ({e})") from e
@@ -152,6 +157,10 @@ class CallArgs:
     _is_param: tuple[bool, ...] = ()
     numbers: torch.Tensor | None = None  # the number vector (n,), contiguous, in dtype; None without numbers
     ranges: tuple[torch.Tensor, ...] | None = None  # a ranged plan's six range tensors (module docstring)
+    # a routed plan's matrices (inner_products.py, gemm_route.py), three per InnerProduct n: the matrix of
+    # (row, j) values (row-major (n_outer, n_inner) on the CPU, (n_inner, n_outer) on CUDA), the rows' and the
+    # inner terms' squared norms (n_outer,) and (n_inner,) (empty for a dot product)
+    grams: tuple[torch.Tensor, ...] = ()
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:

@@ -31,6 +31,7 @@ from .formula import (
     Var,
     VecSum,
     _postorder,
+    replace_nodes,
 )
 
 __all__ = ["WIDE_SLOT", "WideSums", "wide_sums"]
@@ -72,7 +73,7 @@ def _loopable(x: Formula, is_inner: Callable[[Var], bool]) -> bool:
     return inner
 
 
-def _term(x: Formula, read_at: Callable[[Var, str], str], number: Callable[[int], str], prefix: str):
+def component_term(x: Formula, read_at: Callable[[Var, str], str], number: Callable[[int], str], prefix: str):
     """(statements, expression) of component d of x (``d`` and ``j`` in scope)."""
     em = Emitter(lambda var, c: "", prefix=prefix)
     values: dict[int, str] = {}
@@ -112,7 +113,7 @@ def wide_sums(
     replaced: dict[int, Formula] = {}
     for n, node in enumerate(found):
         x = node.children[0]
-        lines, term = _term(x, read_at, number, f"w{n}_")
+        lines, term = component_term(x, read_at, number, f"w{n}_")
         out.group += [
             f"T w{n}[kLanes];",
             f"for (int l = 0; l < kLanes; ++l) w{n}[l] = T(0);",
@@ -133,20 +134,5 @@ def wide_sums(
             "}",
         ]
         replaced[id(node)] = Var("j", 1, slot=WIDE_SLOT + n)
-    out.formula = _replace(formula, replaced)
+    out.formula = replace_nodes(formula, replaced)
     return out
-
-
-def _replace(root: Formula, replaced: dict[int, Formula]) -> Formula:
-    """root with the nodes of ``replaced`` (by identity) swapped for their values."""
-    memo: dict[int, Formula] = {}
-    for node in _postorder(root):
-        if id(node) in replaced:
-            memo[id(node)] = replaced[id(node)]
-        elif node.children:
-            kids = [memo[id(c)] for c in node.children]
-            same = all(k is c for k, c in zip(kids, node.children, strict=True))
-            memo[id(node)] = node if same else node.rebuild(kids)
-        else:
-            memo[id(node)] = node
-    return memo[id(root)]

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["TRUST", "fits", "scaled_product"]
+__all__ = ["TRUST", "fits", "scaled_product", "tf32_matmul"]
 
 TRUST = 2.0**-64  # sums below this are flagged (module docstring)
 _LN_TRUST = math.log(TRUST)
@@ -39,7 +39,7 @@ _LOG2E, _LN2 = 1.0 / math.log(2.0), math.log(2.0)
 
 
 @contextlib.contextmanager
-def _tf32_matmul():
+def tf32_matmul():
     """cuBLAS float32 matmuls on TF32 tensor cores inside; the caller's setting is restored."""
     old = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -90,7 +90,7 @@ def scaled_product(a: Tensor, b: Tensor, kernels: Any = None) -> tuple[Tensor, T
     scales = getattr(kernels, "log_bmm_fast_scales", None) if a.is_cuda else None
     if scales is not None:
         fa, fb, row_top, row_state, col_top, col_state = scales(a, b)
-        with _tf32_matmul():
+        with tf32_matmul():
             out = torch.bmm(fa, fb)  # the sums
         del fa, fb
         flags, count = kernels.log_bmm_fast_finish(out, row_top, row_state, col_top, col_state)
@@ -103,7 +103,7 @@ def _aten_product(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     docs/perf_notes.md, "Fast log: the scaled tier's fused passes")."""
     fa, m_rows, empty_rows, bad_rows = _scaled(a, 2)  # (B, n, k), (B, n, 1) each
     fb, n_cols, empty_cols, bad_cols = _scaled(b, 1)  # (B, k, m), (B, 1, m) each
-    with _tf32_matmul():
+    with tf32_matmul():
         out = torch.bmm(fa, fb)  # the sums
     del fa, fb
     out = torch.log_(out)  # ln of the sum: -inf for the sums of rows / columns of -inf maxima (exactly -inf)

@@ -1,0 +1,207 @@
+"""The matrix-unit route: a plan whose cells see their wide variables only through squared distances or dot
+products (inner_products.py) runs as GEMMs on the tensor cores (CUDA) or BLAS (CPU), block of output rows by
+block, each followed by the plan's own generated kernel reading the block's matrix in place of those sums.
+
+For a block of ``rows`` output rows and all n_inner terms:
+
+- dot: G = x_block . y^T;
+- squared distance: both sides shifted by the inner terms' mean (distances do not change, norms shrink, so
+  large-norm points keep their digits), G = x_block . y^T, and the squared norms |x|^2, |y|^2; the kernel forms
+  |x|^2 + |y|^2 - 2 G and sums the cell again from the unshifted variables where that is below 1 /
+  codegen.GRAM_CANCEL of |x|^2 + |y|^2 (near-duplicate points, where it cancels).
+
+Precision (float32): on CUDA, 3xTF32: each operand split into a TF32 part and the float32 rest, the three
+products that matter in one cuBLAS TF32 GEMM of depth 3 D (x_hi y_hi + x_hi y_lo + x_lo y_hi; the dropped
+x_lo y_lo is 2^-22 of the product); on the CPU a float32 BLAS GEMM; float64 a float64 GEMM. The matrix is
+(n_inner, rows) on CUDA (a warp's 32 rows read 32 consecutive floats at one j) and (rows, n_inner) on the CPU
+(a row's lanes read consecutive j). Blocks hold at most BLOCK_BYTES of matrix, so memory stays linear in
+M + N: nothing of size M x N exists at once.
+
+precision="fast" (Plan.fast): one plain TF32 GEMM on CUDA float32 instead (products to about 2^-11 relative).
+
+The route is taken (dispatch.execute) for unbatched, dense plans with such a sum of at least MIN_DIM
+components and at least MIN_PAIRS (row, term) pairs. SEMIRING_OPS_LAZY_GEMM=off never takes it, =on takes it
+for every matching sum whatever its size (tests).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import torch
+
+from ..ops.fast_log_scaled import tf32_matmul
+from .codegen import GRAM_CANCEL
+from .inner_products import GramSpec, gram_plan
+from .plan import CallArgs, Plan, new_outputs
+
+__all__ = ["block_gram", "block_rows", "precise_mm", "route_mode", "run_routed"]
+
+# a sum of fewer components stays in the plain kernel: on an H200 the plain kernel is ahead up to D ~ 32 (its
+# cells read x_i from registers and y_j from shared memory), the GEMM's matrix costs 8 bytes of memory traffic a
+# cell; on the CPU the vectorised plain loop is ahead below ~16 components
+MIN_DIM = {"cpu": 16, "cuda": 32}
+MIN_PAIRS = {"cpu": 1 << 16, "cuda": 1 << 22}  # smaller reductions: the plain kernel (no GEMM launch, no matrix)
+# the matrix of one block of rows: on CUDA at most a quarter of the free device memory. Few large blocks matter
+# there: a block of fewer rows than fill the GPU has its reduction split over j and merged per row, and the
+# merge of split K-best lists is serial per row (H200, 50,000^2 k-NN at D = 128: 20.0 ms in blocks of 5,120
+# rows, the kernel ~15 ms of it)
+BLOCK_BYTES = {"cpu": 16 << 20, "cuda": 4 << 30}
+FREE_FRACTION = 4
+ROW_QUANTUM = 256  # block rows are a multiple of this (or all the rows)
+MAX_MATRIX_BYTES = 8 << 30  # a single row quantum's matrix above this (n_inner > ~8M): the plain kernel
+
+
+def route_mode() -> str:
+    """SEMIRING_OPS_LAZY_GEMM: "auto" (default), "off" or "on" (module docstring)."""
+    mode = os.environ.get("SEMIRING_OPS_LAZY_GEMM", "auto")
+    if mode not in ("auto", "off", "on"):
+        raise ValueError(f"SEMIRING_OPS_LAZY_GEMM must be auto, off or on, got {mode!r}")
+    return mode
+
+
+def run_routed(plan: Plan, call: CallArgs, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """The plan's (values, indices) by the route, or None when the route does not apply (module docstring)."""
+    if call.nbatch != 1 or plan.ranged or call.ranges is not None or call.dtype not in (torch.float32, torch.float64):
+        return None
+    mode = route_mode()
+    if mode == "off":
+        return None
+    kind = device.type
+    routed = gram_plan(plan, 1 if mode == "on" else MIN_DIM.get(kind, 1 << 30))
+    if routed is None or (mode == "auto" and call.n_outer * call.n_inner < MIN_PAIRS[kind]):
+        return None
+    rows = block_rows(call, device)
+    if rows is None:
+        return None
+    routed_plan, specs = routed
+    vals, idx = new_outputs(plan, call, device)
+    if vals.numel() == 0 and (idx is None or idx.numel() == 0):
+        return vals, idx
+    sides = [_inner_side(spec, call, kind, plan.fast) for spec in specs]
+    outer_slots = [k for k in range(len(plan.arg_cats)) if plan.role(k) == "outer"]
+    for lo in range(0, call.n_outer, rows):
+        n = min(rows, call.n_outer - lo)
+        tensors = list(call.tensors)
+        for k in outer_slots:
+            tensors[k] = tensors[k].narrow(-2, lo, n)
+        grams: list[torch.Tensor] = []
+        for spec, side in zip(specs, sides, strict=True):
+            grams += _block_matrix(spec, side, tensors[spec.outer_slot].reshape(n, spec.dim), kind)
+        block = dataclasses.replace(call, tensors=tensors, n_outer=n, grams=tuple(grams))
+        if kind == "cuda":
+            from .cuda_kernels import run_cuda
+
+            v, i = run_cuda(routed_plan, block, device)
+        else:
+            from .cpu_kernels import run_cpu
+
+            v, i = run_cpu(routed_plan, block)
+        vals[:, lo : lo + n] = v
+        if idx is not None:
+            idx[:, lo : lo + n] = i
+    return vals, idx
+
+
+def block_rows(call: CallArgs, device: torch.device, copies: int = 1) -> int | None:
+    """Output rows per block: ``copies`` (rows, n_inner) matrices within the block budget (module docstring),
+    a multiple of ROW_QUANTUM or all the rows; None when one quantum's matrix alone is too large."""
+    kind, elem = device.type, call.tensors[0].element_size()
+    if ROW_QUANTUM * call.n_inner * elem * copies > MAX_MATRIX_BYTES:
+        return None
+    budget = BLOCK_BYTES[kind]
+    if kind == "cuda" and call.n_outer > ROW_QUANTUM:  # (cudaMemGetInfo: tens of us, for more than one block)
+        budget = min(budget, torch.cuda.mem_get_info(device)[0] // FREE_FRACTION)
+    rows = budget // max(1, call.n_inner * elem * copies) // ROW_QUANTUM * ROW_QUANTUM
+    return min(max(ROW_QUANTUM, rows), call.n_outer)
+
+
+def precise_mm(a: torch.Tensor, b: torch.Tensor, fast: bool = False) -> torch.Tensor:
+    """a @ b at float32 accuracy: 3xTF32 on CUDA float32 (module docstring), else torch.mm; ``fast``: one plain
+    TF32 product on CUDA float32 (precision="fast")."""
+    if not _tf32_split(a.device.type, a.dtype):
+        return torch.mm(a, b)
+    if fast:
+        with tf32_matmul():
+            return torch.mm(a, b)
+    a_hi, a_lo = _split_tf32(a)
+    b_hi, b_lo = _split_tf32(b)
+    with tf32_matmul():
+        return torch.mm(torch.cat([a_hi, a_hi, a_lo], 1), torch.cat([b_hi, b_lo, b_hi], 0))
+
+
+def block_gram(spec: GramSpec, call: CallArgs, lo: int, n: int, fast: bool = False) -> torch.Tensor:
+    """The values (n, n_inner) of an inner product for output rows [lo, lo + n), as torch tensors: x.y, or the
+    squared distance from the shifted GEMM with the cells below 1 / GRAM_CANCEL of the norms' sum summed again
+    from the variables (the kernels' rule, codegen._gram_cells)."""
+    x = call.tensors[spec.outer_slot].reshape(call.n_outer, spec.dim)[lo : lo + n]
+    y = call.tensors[spec.inner_slot].reshape(call.n_inner, spec.dim)
+    if spec.kind == "dot":
+        return precise_mm(x, y.t(), fast)
+    shift = y.mean(0)
+    xs, ys = x - shift, y - shift
+    nx, ny = (xs * xs).sum(1, keepdim=True), (ys * ys).sum(1)
+    total = nx + ny
+    values = total - 2 * precise_mm(xs, ys.t(), fast)
+    rows, cols = (~(values >= total / GRAM_CANCEL)).nonzero(as_tuple=True)
+    if rows.numel():
+        values[rows, cols] = ((x[rows] - y[cols]) ** 2).sum(1)
+    return values
+
+
+@dataclasses.dataclass
+class _InnerSide:
+    """What one inner product needs of the inner variable, made once per call."""
+
+    shift: torch.Tensor | None  # (D,): the inner terms' mean (squared distances)
+    norms: torch.Tensor  # (n_inner,) squared norms after the shift (empty for a dot product)
+    operand: torch.Tensor  # (n_inner, D), or (n_inner, 3 D) split for 3xTF32
+    fast: bool  # precision="fast": one plain TF32 GEMM on CUDA float32
+
+
+def _split_tf32(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(hi, lo): hi is x rounded to TF32's 10 mantissa bits (to nearest, ties away), lo = x - hi exactly."""
+    bits = x.contiguous().view(torch.int32)
+    hi = ((bits + 0x1000) & ~0x1FFF).view(torch.float32)
+    return hi, x - hi
+
+
+def _three_tf32(x: torch.Tensor, first: bool) -> torch.Tensor:
+    """An operand of the 3xTF32 product: [hi, hi, lo] (first) or [hi, lo, hi], so that their product of depth
+    3 D is x_hi y_hi + x_hi y_lo + x_lo y_hi."""
+    hi, lo = _split_tf32(x)
+    return torch.cat([hi, hi, lo] if first else [hi, lo, hi], dim=1)
+
+
+def _tf32_split(kind: str, dtype: torch.dtype) -> bool:
+    return kind == "cuda" and dtype == torch.float32
+
+
+def _inner_side(spec: GramSpec, call: CallArgs, kind: str, fast: bool) -> _InnerSide:
+    y = call.tensors[spec.inner_slot].reshape(call.n_inner, spec.dim)
+    shift = norms = None
+    if spec.kind == "sqdist":
+        shift = y.mean(0) if call.n_inner else torch.zeros_like(y[0:1, :]).squeeze(0)
+        y = y - shift
+        norms = (y * y).sum(1)
+    else:
+        norms = y.new_empty(0)
+    operand = _three_tf32(y, first=False) if _tf32_split(kind, y.dtype) and not fast else y
+    return _InnerSide(shift, norms, operand.contiguous(), fast)
+
+
+def _block_matrix(spec: GramSpec, side: _InnerSide, x: torch.Tensor, kind: str) -> list[torch.Tensor]:
+    """[G, |x|^2, |y|^2] of a block of rows x (rows, D): G (n_inner, rows) on CUDA, (rows, n_inner) on the CPU."""
+    norms = x.new_empty(0)
+    if side.shift is not None:
+        x = x - side.shift
+        norms = (x * x).sum(1)
+    if _tf32_split(kind, x.dtype):
+        with tf32_matmul():
+            g = torch.mm(side.operand, (x if side.fast else _three_tf32(x, first=True)).t())
+    elif kind == "cuda":
+        g = torch.mm(side.operand, x.t())
+    else:
+        g = torch.mm(x, side.operand.t())
+    return [g.contiguous(), norms.contiguous(), side.norms]

@@ -1,0 +1,336 @@
+"""The matrix-unit route (semiring_ops/lazy/gemm_route.py, inner_products.py): squared distances and dot products
+of wide variables as GEMMs, the rest of the formula and the reduction in the generated kernel.
+
+Every reduction kind against float64 torch on the dense matrix, on random, clustered, near-duplicate and
+large-norm points, with the route forced (SEMIRING_OPS_LAZY_GEMM=on), blocks of rows straddling the outputs,
+outputs poisoned; the route must actually run (a spy on its GEMM), agree with the plain kernel, and carry
+gradients (gradcheck in float64: the backward's own formulas take the route too).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import CUDA
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from semiring_ops.lazy import LazyTensor, Vi, Vj, gemm_route, linear_route
+from semiring_ops.lazy.formula import InnerProduct, _postorder, canonicalize
+from semiring_ops.lazy.inner_products import gram_plan
+from semiring_ops.lazy.plan import Plan
+from semiring_ops.lazy.reductions import semiring_reduction
+
+DEVICES = ["cpu", CUDA]
+
+
+@pytest.fixture
+def route(monkeypatch, compiled):
+    """The route forced on for every matching sum, its GEMMs counted."""
+    monkeypatch.setenv("SEMIRING_OPS_LAZY_GEMM", "on")
+    calls = {"n": 0}
+    real = gemm_route._block_matrix
+
+    def counted(*args, **kwargs):
+        calls["n"] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gemm_route, "_block_matrix", counted)
+    return calls
+
+
+def points(kind: str, m: int, n: int, d: int, device: str, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x (m, d), y (n, d)) float32 of one of the layouts the route must keep accurate."""
+    g = torch.Generator().manual_seed(seed)
+    if kind == "random":
+        x, y = torch.randn(m, d, generator=g), torch.randn(n, d, generator=g)
+    elif kind == "clustered":
+        centres = torch.randn(4, d, generator=g) * 3
+        x = centres[torch.randint(0, 4, (m,), generator=g)] + 0.05 * torch.randn(m, d, generator=g)
+        y = centres[torch.randint(0, 4, (n,), generator=g)] + 0.05 * torch.randn(n, d, generator=g)
+    elif kind == "near_duplicate":  # |x - y| << |x|: |x|^2 + |y|^2 - 2 x.y cancels to a few ulp
+        y = torch.randn(n, d, generator=g) + 5
+        x = y[torch.randint(0, n, (m,), generator=g)] + 1e-3 * torch.randn(m, d, generator=g)
+    elif kind == "large_norm":  # far from the origin: the shift by the mean keeps the digits
+        x, y = torch.randn(m, d, generator=g) + 1000, torch.randn(n, d, generator=g) + 1000
+    else:
+        raise AssertionError(kind)
+    return x.to(device), y.to(device)
+
+
+def dense_sqdist(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return ((x.double()[:, None, :] - y.double()[None, :, :]) ** 2).sum(-1)
+
+
+def test_the_routed_plan_reads_its_inner_products_and_round_trips_through_its_key():
+    x, y = torch.randn(5, 40), torch.randn(7, 40)
+    f = (-((Vi(x) - Vj(y)) ** 2).sum(-1)).exp() + (Vi(x) | Vj(y))
+    canon, tvars = canonicalize(f.formula)
+    plan = Plan(canon, tuple(v.cat for v in tvars), tuple(v.dim for v in tvars), semiring_reduction("log"), "i", False)
+    routed, specs = gram_plan(plan, 16)
+    assert [s.kind for s in specs] == ["sqdist", "dot"]
+    assert routed.grams == 2 and plan.grams == 0
+    assert sum(isinstance(node, InnerProduct) for node in _postorder(routed.formula)) == 2
+    assert Plan.from_key(routed.key).key == routed.key
+    assert gram_plan(plan, 64) is None  # D = 40 is below that threshold
+    # not an inner product of an outer and an inner variable: |x_i - x_i'|, a product with a parameter
+    g = ((Vi(x) - Vi(x * 2)) ** 2).sum(-1) + (Vi(x) * LazyTensor(torch.randn(40))).sum(-1) + Vj(y).sum(-1)
+    canon, tvars = canonicalize(g.formula)
+    plain = Plan(canon, tuple(v.cat for v in tvars), tuple(v.dim for v in tvars), semiring_reduction("log"), "i", False)
+    assert gram_plan(plain, 1) is None
+
+
+REDUCTIONS = ["sum", "logsumexp", "min", "argmin", "argKmin", "max_dot", "matmul"]
+
+
+def _reduce(name: str, x: torch.Tensor, y: torch.Tensor, b: torch.Tensor, over: int):
+    d_ij = ((Vi(x) - Vj(y)) ** 2).sum(-1)
+    if name == "sum":
+        return (-d_ij / 40).exp().sum(over)
+    if name == "logsumexp":
+        return (-d_ij / 40).logsumexp(over)
+    if name == "min":
+        return d_ij.min(over)
+    if name == "argmin":
+        return d_ij.argmin(over)
+    if name == "argKmin":
+        return d_ij.argKmin(3, dim=over)
+    if name == "max_dot":
+        return (Vi(x) | Vj(y)).max(over)
+    if name == "matmul":
+        return (-d_ij / 40).exp() @ b if over == 1 else None
+    raise AssertionError(name)
+
+
+def _reference(name: str, x, y, b, over: int):
+    d = dense_sqdist(x, y)
+    if over == 0:
+        d = d.t()
+    if name == "sum":
+        return (-d / 40).exp().sum(1, keepdim=True)
+    if name == "logsumexp":
+        return torch.logsumexp(-d / 40, 1, keepdim=True)
+    if name == "min":
+        return d.min(1, keepdim=True).values
+    if name == "argmin":
+        return d.argmin(1, keepdim=True)
+    if name == "argKmin":
+        return torch.sort(d, dim=1, stable=True).indices[:, :3]
+    if name == "max_dot":
+        dots = x.double() @ y.double().t()
+        return (dots if over == 1 else dots.t()).max(1, keepdim=True).values
+    if name == "matmul":
+        return (-d / 40).exp() @ b.double()
+    raise AssertionError(name)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layout", ["random", "clustered", "near_duplicate", "large_norm"])
+@pytest.mark.parametrize("name", REDUCTIONS)
+def test_every_reduction_on_the_route_matches_float64(route, device, layout, name):
+    m, n, d = 300, 517, 70
+    x, y = points(layout, m, n, d, device, seed=hash((layout, name)) % 1000)
+    b = torch.randn(n, 3, device=device)
+    for over in (1, 0):
+        got = _reduce(name, x, y, b, over)
+        if got is None:
+            continue
+        ref = _reference(name, x, y, b, over)
+        if name.startswith("arg"):
+            # the route's distances carry float32 rounding: an index may differ only where the float64
+            # distances tie within that rounding
+            dd = (dense_sqdist(x, y) if over == 1 else dense_sqdist(x, y).t()).cpu()
+            picked, want = dd.gather(1, got.cpu()), dd.gather(1, ref.cpu())
+            torch.testing.assert_close(picked, want, rtol=2e-5, atol=1e-6)
+        else:
+            torch.testing.assert_close(got.double().cpu(), ref.cpu(), rtol=2e-5, atol=2e-5 * ref.abs().max().item())
+    assert route["n"] > 0, "the route did not run"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_near_duplicates_are_summed_again_exactly(route, device):
+    """Points 1e-3 apart at norm ~ 5 sqrt(D): the GEMM form alone would give distances wrong in every digit
+    (and negative); the kernel sums such cells again, so the smallest distances are float32-accurate."""
+    x, y = points("near_duplicate", 200, 300, 128, device, seed=3)
+    got = ((Vi(x) - Vj(y)) ** 2).sum(-1).min(1)
+    ref = dense_sqdist(x, y).min(1, keepdim=True).values
+    assert (got > 0).all()
+    torch.testing.assert_close(got.double().cpu(), ref.cpu(), rtol=1e-5, atol=0)
+    assert route["n"] > 0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_blocks_of_rows_straddle_the_output(route, device, monkeypatch):
+    """Blocks of 256 rows over 700 rows (the last one short), with a block budget of one row quantum."""
+    monkeypatch.setitem(gemm_route.BLOCK_BYTES, torch.device(device).type, 1)
+    x, y = points("random", 700, 333, 33, device, seed=5)
+    b = torch.randn(333, 2, device=device)
+    got = (-((Vi(x) - Vj(y)) ** 2).sum(-1) / 33).exp() @ b
+    ref = (-dense_sqdist(x, y) / 33).exp() @ b.double()
+    scale = (-dense_sqdist(x, y) / 33).exp() @ b.double().abs()  # the terms' size: a sum near 0 cancels
+    assert ((got.double() - ref).abs() <= 1e-5 * scale).all()
+    assert route["n"] == 3
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_route_and_plain_kernel_agree(compiled, device, monkeypatch):
+    x, y = points("clustered", 257, 1025, 96, device, seed=7)
+    f = ((Vi(x) - Vj(y)) ** 2).sum(-1)
+    monkeypatch.setenv("SEMIRING_OPS_LAZY_GEMM", "off")
+    plain = (f.argKmin(5, dim=1), (-f / 96).exp().sum(1))
+    monkeypatch.setenv("SEMIRING_OPS_LAZY_GEMM", "on")
+    routed = (f.argKmin(5, dim=1), (-f / 96).exp().sum(1))
+    assert torch.equal(plain[0], routed[0])
+    torch.testing.assert_close(routed[1], plain[1], rtol=1e-5, atol=1e-7)
+
+
+@settings(max_examples=10)
+@given(
+    m=st.integers(1, 300),
+    n=st.integers(1, 300),
+    d=st.sampled_from([1, 3, 17, 65, 130]),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_hypothesis_sizes_on_the_cpu(m, n, d, seed):
+    import os
+
+    old = os.environ.get("SEMIRING_OPS_LAZY_GEMM")
+    os.environ["SEMIRING_OPS_LAZY_GEMM"] = "on"
+    try:
+        x, y = points("random", m, n, d, "cpu", seed)
+        b = torch.randn(n, 2, generator=torch.Generator().manual_seed(seed))
+        got = (-((Vi(x) - Vj(y)) ** 2).sum(-1) / d).exp() @ b
+        kmin = ((Vi(x) - Vj(y)) ** 2).sum(-1).Kmin(min(3, n), dim=1)
+    finally:
+        if old is None:
+            del os.environ["SEMIRING_OPS_LAZY_GEMM"]
+        else:
+            os.environ["SEMIRING_OPS_LAZY_GEMM"] = old
+    dd = dense_sqdist(x, y)
+    scale = (-dd / d).exp() @ b.double().abs()  # the terms' size: a sum near 0 cancels
+    assert ((got.double() - (-dd / d).exp() @ b.double()).abs() <= 1e-5 * scale + 1e-30).all()
+    torch.testing.assert_close(kmin.double(), torch.sort(dd, 1).values[:, : min(3, n)], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradients_through_the_route(route, device):
+    """gradcheck in float64 of a Gaussian kernel product and a logsumexp of dot products: their backward
+    reductions hold the same sums, which take the route too."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(9, 20, generator=g, dtype=torch.float64).to(device).requires_grad_()
+    y = torch.randn(11, 20, generator=g, dtype=torch.float64).to(device).requires_grad_()
+    b = torch.randn(11, 2, generator=g, dtype=torch.float64).to(device).requires_grad_()
+
+    def gauss(x, y, b):
+        return (-((Vi(x) - Vj(y)) ** 2).sum(-1) / 20).exp() @ b
+
+    def lse(x, y):
+        return (LazyTensor(x[:, None, :]) | LazyTensor(y[None, :, :])).logsumexp(1)
+
+    assert torch.autograd.gradcheck(gauss, (x, y, b))
+    assert torch.autograd.gradcheck(lse, (x, y))
+    assert route["n"] > 0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_other_dtypes(route, device, dtype):
+    if device == "cpu" and dtype == torch.float16:
+        pass  # the CPU computes 16-bit inputs in float32 too
+    x, y = points("random", 129, 260, 48, device, seed=11)
+    x, y = x.to(dtype), y.to(dtype)
+    got = (-((Vi(x) - Vj(y)) ** 2).sum(-1) / 48).exp().sum(1)
+    assert got.dtype == dtype
+    ref = (-dense_sqdist(x, y) / 48).exp().sum(1, keepdim=True)
+    tol = 1e-12 if dtype == torch.float64 else 1e-2
+    torch.testing.assert_close(got.double().cpu(), ref.cpu(), rtol=tol, atol=tol)
+    assert route["n"] > 0
+
+
+def test_bad_mode_is_refused(monkeypatch):
+    monkeypatch.setenv("SEMIRING_OPS_LAZY_GEMM", "sometimes")
+    with pytest.raises(ValueError, match="SEMIRING_OPS_LAZY_GEMM"):
+        gemm_route.route_mode()
+
+
+@pytest.fixture
+def linear(monkeypatch, route):
+    """The linear route (lazy/linear_route.py) forced on, its blocks counted."""
+    calls = {"n": 0}
+    real = linear_route.precise_mm
+
+    def counted(*args, **kwargs):
+        calls["n"] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(linear_route, "precise_mm", counted)
+    return calls
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layout", ["random", "near_duplicate", "large_norm"])
+def test_gradients_of_a_gaussian_kernel_product_by_gemms(linear, device, layout):
+    """d/dx, d/dy and d/db of (exp(-|x - y|^2 / D) @ b) . g: the x and y gradients are sums of a scalar cell times
+    x_i - y_j, computed as S Y and x S.sum(1) from GEMMs, against float64 autograd of the dense matrix."""
+    x, y = points(layout, 257, 300, 70, device, seed=21)
+    b = torch.randn(300, 2, device=device)
+    g = torch.randn(257, 2, device=device)
+    xs, ys, bs = (t.clone().requires_grad_() for t in (x, y, b))
+    out = (-((Vi(xs) - Vj(ys)) ** 2).sum(-1) / 70).exp() @ bs
+    got = torch.autograd.grad(out, (xs, ys, bs), g)
+    xd, yd, bd = (t.double().requires_grad_() for t in (x, y, b))
+    ref_out = (-dense_sqdist(xd, yd) / 70).exp() @ bd
+    want = torch.autograd.grad(ref_out, (xd, yd, bd), g.double())
+    for a, w in zip(got, want, strict=True):
+        torch.testing.assert_close(a.double(), w, rtol=1e-4, atol=1e-5 * w.abs().max().item())
+    assert linear["n"] >= 2  # the x and the y gradient
+
+
+def test_the_linear_route_matches_only_scalar_cells_times_affine_terms():
+    x, y, w = torch.randn(5, 40), torch.randn(7, 40), torch.randn(40)
+    d_ij = ((Vi(x) - Vj(y)) ** 2).sum(-1)
+
+    def plan_of(f):
+        canon, tvars = canonicalize(f.formula)
+        cats, dims = tuple(v.cat for v in tvars), tuple(v.dim for v in tvars)
+        return Plan(canon, cats, dims, semiring_reduction("std"), "i", False)
+
+    (term,) = linear_route.match_linear(plan_of((-d_ij).exp() * (Vi(x) - Vj(y)) * 3.0), 16, 16)
+    assert term.outer_coef is not None and len(term.grams) == 1
+    assert linear_route.match_linear(plan_of((-d_ij).exp() * Vj(y)), 16, 16)[0].outer_coef is None
+    parts = linear_route.match_linear(plan_of(((-d_ij).exp() * Vj(y)).concat(-(d_ij * Vj(y)))), 16, 16)
+    assert [(t.offset, t.dim) for t in parts] == [(0, 40), (40, 40)]
+    # a vector left in the cell, a product of two variables, a max: not this route
+    assert linear_route.match_linear(plan_of((Vi(x) * Vj(y)).exp() * Vj(y)), 16, 16) is None
+    assert linear_route.match_linear(plan_of((-d_ij).exp() * (Vi(x) * Vj(y))), 16, 16) is None
+    assert linear_route.match_linear(plan_of((-d_ij).exp() * (Vj(y) + LazyTensor(w))), 16, 16) is None
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_precision_fast_is_a_plan_of_its_own_and_close(route, device):
+    """precision="fast" (plain TF32 on CUDA) gives its own plan key, results within TF32's rounding, and the
+    exact route where it changes nothing (CPU); a bad value is refused naming the argument."""
+    x, y = points("clustered", 300, 400, 128, device, seed=9)
+    b = torch.randn(400, 3, device=device)
+    d_ij = ((Vi(x) - Vj(y)) ** 2).sum(-1)
+    exact = (-d_ij / 128).exp() @ b
+    fast = (-d_ij / 128).exp().__matmul__(b, precision="fast")
+    ref = (-dense_sqdist(x, y) / 128).exp() @ b.double()
+    tol = 1e-5 if device == "cpu" else 3e-3
+    scale = (-dense_sqdist(x, y) / 128).exp() @ b.double().abs()
+    assert ((fast.double() - ref).abs().cpu() <= tol * scale.cpu()).all()
+    assert ((exact.double() - ref).abs().cpu() <= 1e-5 * scale.cpu()).all()
+    knn = d_ij.argKmin(4, dim=1, precision="fast")
+    assert knn.shape == (300, 4)
+    with pytest.raises(ValueError, match="precision"):
+        d_ij.argKmin(4, dim=1, precision="tf32")
+
+
+def test_a_fast_plan_key_round_trips():
+    x, y = torch.randn(5, 40), torch.randn(7, 40)
+    canon, tvars = canonicalize(((Vi(x) - Vj(y)) ** 2).sum(-1).formula)
+    cats, dims = tuple(v.cat for v in tvars), tuple(v.dim for v in tvars)
+    plan = Plan(canon, cats, dims, semiring_reduction("min"), "i", True, False, True)
+    assert plan.key.endswith("|1f") and Plan.from_key(plan.key).key == plan.key and Plan.from_key(plan.key).fast
+    routed, _ = gram_plan(plan, 16)
+    assert routed.fast and Plan.from_key(routed.key).key == routed.key

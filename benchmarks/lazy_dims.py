@@ -20,7 +20,7 @@ fp32 (SIMT / SGEMM) GEMM rates of an 8192^3 torch.mm; ours runs 3xTF32 on the GP
 
 Usage:
     python benchmarks/lazy_dims.py --device cuda                     # N = M = 50,000 (20,000 at D = 2048)
-    python benchmarks/lazy_dims.py --device cpu --m 4000 --n 2000    # the 2-core CPU row of the issue
+    python benchmarks/lazy_dims.py --device cpu --m 4000 --n 2000 --wide-n 0   # the 2-core CPU rows of the issue
     python benchmarks/lazy_dims.py --device cuda --dims 784 --m 10000 --n 60000   # KeOps's MNIST k-NN shape
 """
 
@@ -62,7 +62,7 @@ print(json.dumps({"first": first - warm}))
 """
 
 _KEOPS = r"""
-import json, os, statistics, sys, torch
+import json, os, statistics, sys, time, torch
 import pykeops
 pykeops.set_build_folder(os.environ["KEOPS_CACHE"])
 from pykeops.torch import LazyTensor
@@ -76,6 +76,9 @@ run = (lambda: D.argKmin(10, dim=1)) if kind == "knn" else (lambda: (-D / d).exp
 run()
 times = []
 for _ in range(reps):
+    if device == "cpu":
+        t = time.perf_counter(); run(); times.append((time.perf_counter() - t) * 1e3)
+        continue
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     s.record(); run(); e.record(); torch.cuda.synchronize(); times.append(s.elapsed_time(e))
 print(json.dumps({"ms": statistics.median(times)}))
@@ -139,7 +142,7 @@ def main() -> None:
     parser.add_argument("--m", type=int, default=50_000)
     parser.add_argument("--n", type=int, default=50_000)
     parser.add_argument("--dims", type=int, nargs="+", default=list(DIMS))
-    parser.add_argument("--wide-n", type=int, default=20_000, help="M = N at D >= 2048")
+    parser.add_argument("--wide-n", type=int, default=20_000, help="M = N at D >= 2048 (0: --m, --n)")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--kinds", nargs="+", default=["knn", "gauss1", "gauss16", "grad"])
     parser.add_argument("--torch-chunk", type=int, default=8192)
@@ -162,7 +165,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     rows = []
     for d in args.dims:
-        m, n = (args.wide_n, args.wide_n) if d >= 2048 else (args.m, args.n)
+        m, n = (args.wide_n, args.wide_n) if d >= 2048 and args.wide_n > 0 else (args.m, args.n)
         g = torch.Generator().manual_seed(d)
         x, y = torch.randn(m, d, generator=g).to(dev), torch.randn(n, d, generator=g).to(dev)
         first = first_call_s(dev, d) if args.first_call else None

@@ -209,7 +209,7 @@ def _block_mask(rows_i: torch.Tensor, rows_j: torch.Tensor, keep: torch.Tensor, 
 def lazy(light: bool) -> None:
     """Generated lazy reductions (NVRTC): Gaussian kernel sum and its gradient, logsumexp, argmin, k-best, and a
     block-sparse (ranges=) sum with its gradient and argmin."""
-    from semiring_ops.lazy import Vi, Vj
+    from semiring_ops.lazy import LazyTensor, Vi, Vj
     from semiring_ops.lazy.cluster import from_matrix
 
     g = torch.Generator().manual_seed(4)
@@ -272,6 +272,9 @@ def lazy(light: bool) -> None:
         gauss.sum().backward()
         Dd.argKmin(5, dim=1)
         (Vi(xd) | Vj(yd)).max(dim=0)
+        wd = torch.rand(d, generator=g).cuda() + 0.5
+        weighted = ((xd.detach().double()[:, None] - yd.double()[None]) ** 2 * wd.double()).sum(-1)
+        _close(Vi(xd).weightedsqdist(Vj(yd), LazyTensor(wd)).min(dim=1), weighted.amin(1, keepdim=True), "lazy wsq")
     del os.environ["SEMIRING_OPS_LAZY_GEMM"]
 
 

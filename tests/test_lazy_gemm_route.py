@@ -24,19 +24,24 @@ from semiring_ops.lazy.reductions import semiring_reduction
 DEVICES = ["cpu", CUDA]
 
 
-@pytest.fixture
-def route(monkeypatch, compiled):
-    """The route forced on for every matching sum, its GEMMs counted."""
-    monkeypatch.setenv("SEMIRING_OPS_LAZY_GEMM", "on")
+def _counted(monkeypatch, module, name: str) -> dict:
+    """module.name replaced by a wrapper counting its calls (in the returned dict's "n")."""
     calls = {"n": 0}
-    real = gemm_route._block_matrix
+    real = getattr(module, name)
 
     def counted(*args, **kwargs):
         calls["n"] += 1
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(gemm_route, "_block_matrix", counted)
+    monkeypatch.setattr(module, name, counted)
     return calls
+
+
+@pytest.fixture
+def route(monkeypatch, compiled):
+    """The route forced on for every matching sum, its GEMMs counted."""
+    monkeypatch.setenv("SEMIRING_OPS_LAZY_GEMM", "on")
+    return _counted(monkeypatch, gemm_route, "_block_matrix")
 
 
 def points(kind: str, m: int, n: int, d: int, device: str, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -256,15 +261,7 @@ def test_bad_mode_is_refused(monkeypatch):
 @pytest.fixture
 def linear(monkeypatch, route):
     """The linear route (lazy/linear_route.py) forced on, its blocks counted."""
-    calls = {"n": 0}
-    real = linear_route.precise_mm
-
-    def counted(*args, **kwargs):
-        calls["n"] += 1
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(linear_route, "precise_mm", counted)
-    return calls
+    return _counted(monkeypatch, linear_route, "precise_mm")
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -334,3 +331,29 @@ def test_a_fast_plan_key_round_trips():
     assert plan.key.endswith("|1f") and Plan.from_key(plan.key).key == plan.key and Plan.from_key(plan.key).fast
     routed, _ = gram_plan(plan, 16)
     assert routed.fast and Plan.from_key(routed.key).key == routed.key
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layout", ["random", "near_duplicate", "large_norm"])
+def test_weighted_squared_distances(route, device, layout):
+    """sum_d w_d (x_d - y_d)^2 (KeOps' weightedsqdist with weights of dimension D) as |x|_w^2 + |y|_w^2 - 2 x.(w y):
+    k-NN, a Gaussian product and its gradient against float64."""
+    x, y = points(layout, 260, 300, 40, device, seed=31)
+    w = torch.rand(40, device=device) + 0.5
+    b = torch.randn(300, 2, device=device)
+    xs = x.clone().requires_grad_()
+    d_ij = Vi(xs).weightedsqdist(Vj(y), LazyTensor(w))
+    dense = lambda x: ((x.double()[:, None] - y.double()[None]) ** 2 * w.double()).sum(-1)  # noqa: E731
+    knn = d_ij.argKmin(3, dim=1)
+    dd = dense(x).cpu()
+    torch.testing.assert_close(dd.gather(1, knn.cpu()), torch.sort(dd, dim=1).values[:, :3], rtol=2e-5, atol=1e-6)
+    out = (-d_ij / 40).exp() @ b
+    ref = (-dense(x) / 40).exp() @ b.double()
+    scale = (-dense(x) / 40).exp() @ b.double().abs()
+    assert ((out.double() - ref).abs() <= 1e-5 * scale).all()
+    g = torch.randn_like(out)
+    (got,) = torch.autograd.grad(out, xs, g)
+    xd = x.double().requires_grad_()
+    (want,) = torch.autograd.grad((-dense(xd) / 40).exp() @ b.double(), xd, g.double())
+    torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-5 * want.abs().max().item())
+    assert route["n"] > 0

@@ -61,6 +61,7 @@ def execute(plan: Plan, call: CallArgs, device: torch.device) -> tuple[torch.Ten
         from .gemm_route import run_routed
         from .linear_route import run_linear
 
+        # vector terms: the gradients' form, a repeated scalar cell (K @ b's scalar cell stays in the kernel)
         routed = run_linear(plan, call, device) if "Repeat" in plan.key else None
         routed = routed if routed is not None else run_routed(plan, call, device)
         if routed is not None:

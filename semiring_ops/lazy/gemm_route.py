@@ -38,16 +38,19 @@ from .plan import CallArgs, Plan, new_outputs
 
 __all__ = ["block_gram", "block_rows", "precise_mm", "route_mode", "run_routed"]
 
-# a sum of fewer components stays in the plain kernel: on an H200 the plain kernel is ahead up to D ~ 32 (its
-# cells read x_i from registers and y_j from shared memory), the GEMM's matrix costs 8 bytes of memory traffic a
-# cell; on the CPU the vectorised plain loop is ahead below ~16 components
-MIN_DIM = {"cpu": 16, "cuda": 32}
+# a sum of fewer components stays in the plain kernel (its cells read x_i from registers and y_j from shared
+# memory or contiguous lanes; the route's matrix costs 8 bytes of memory traffic a cell): on an H200 50,000^2 k-NN
+# at D = 16 takes 5.0 ms either way, at D = 64 18.5 ms plain against 12.7 routed; on the 2-core CPU (4,000 x 2,000)
+# 12.9 ms plain against 22.0 routed at D = 16, 67.9 against 28.8 at D = 64
+MIN_DIM = {"cpu": 32, "cuda": 32}
 MIN_PAIRS = {"cpu": 1 << 16, "cuda": 1 << 22}  # smaller reductions: the plain kernel (no GEMM launch, no matrix)
 # the matrix of one block of rows: on CUDA at most a quarter of the free device memory. Few large blocks matter
 # there: a block of fewer rows than fill the GPU has its reduction split over j and merged per row, and the
 # merge of split K-best lists is serial per row (H200, 50,000^2 k-NN at D = 128: 20.0 ms in blocks of 5,120
-# rows, the kernel ~15 ms of it)
-BLOCK_BYTES = {"cpu": 16 << 20, "cuda": 4 << 30}
+# rows, 14.3 in blocks of 20,480). On the CPU one GEMM of all the rows where it fits 64 MiB, as the torch form
+# runs it (4,000 x 2,000: 16 and 64 MiB blocks were within the machine's noise of each other, 148-156 ms for
+# k-NN at D = 784)
+BLOCK_BYTES = {"cpu": 64 << 20, "cuda": 4 << 30}
 FREE_FRACTION = 4
 ROW_QUANTUM = 256  # block rows are a multiple of this (or all the rows)
 MAX_MATRIX_BYTES = 8 << 30  # a single row quantum's matrix above this (n_inner > ~8M): the plain kernel
@@ -139,14 +142,16 @@ def block_gram(spec: GramSpec, call: CallArgs, lo: int, n: int, fast: bool = Fal
     y = call.tensors[spec.inner_slot].reshape(call.n_inner, spec.dim)
     if spec.kind == "dot":
         return precise_mm(x, y.t(), fast)
+    w = _weights(spec, call)
+    ones = w if w is not None else 1.0
     shift = y.mean(0)
     xs, ys = x - shift, y - shift
-    nx, ny = (xs * xs).sum(1, keepdim=True), (ys * ys).sum(1)
+    nx, ny = (xs * xs * ones).sum(1, keepdim=True), (ys * ys * ones).sum(1)
     total = nx + ny
-    values = total - 2 * precise_mm(xs, ys.t(), fast)
+    values = total - 2 * precise_mm(xs, (ys * ones).t(), fast)
     rows, cols = (~(values >= total / GRAM_CANCEL)).nonzero(as_tuple=True)
     if rows.numel():
-        values[rows, cols] = ((x[rows] - y[cols]) ** 2).sum(1)
+        values[rows, cols] = ((x[rows] - y[cols]) ** 2 * ones).sum(1)
     return values
 
 
@@ -158,6 +163,7 @@ class _InnerSide:
     norms: torch.Tensor  # (n_inner,) squared norms after the shift (empty for a dot product)
     operand: torch.Tensor  # (n_inner, D), or (n_inner, 3 D) split for 3xTF32
     fast: bool  # precision="fast": one plain TF32 GEMM on CUDA float32
+    weights: torch.Tensor | None  # a weighted squared distance's (D,)
 
 
 def _split_tf32(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -178,17 +184,24 @@ def _tf32_split(kind: str, dtype: torch.dtype) -> bool:
     return kind == "cuda" and dtype == torch.float32
 
 
+def _weights(spec: GramSpec, call: CallArgs) -> torch.Tensor | None:
+    """A weighted squared distance's weights (D,), else None."""
+    return None if spec.weight_slot < 0 else call.tensors[spec.weight_slot].reshape(spec.dim)
+
+
 def _inner_side(spec: GramSpec, call: CallArgs, kind: str, fast: bool) -> _InnerSide:
     y = call.tensors[spec.inner_slot].reshape(call.n_inner, spec.dim)
     shift = norms = None
     if spec.kind == "sqdist":
         shift = y.mean(0) if call.n_inner else torch.zeros_like(y[0:1, :]).squeeze(0)
         y = y - shift
-        norms = (y * y).sum(1)
+        w = _weights(spec, call)
+        norms = (y * y).sum(1) if w is None else (y * y * w).sum(1)
+        y = y if w is None else y * w  # G = x.(w y)
     else:
         norms = y.new_empty(0)
     operand = _three_tf32(y, first=False) if _tf32_split(kind, y.dtype) and not fast else y
-    return _InnerSide(shift, norms, operand.contiguous(), fast)
+    return _InnerSide(shift, norms, operand.contiguous(), fast, _weights(spec, call))
 
 
 def _block_matrix(spec: GramSpec, side: _InnerSide, x: torch.Tensor, kind: str) -> list[torch.Tensor]:
@@ -196,7 +209,7 @@ def _block_matrix(spec: GramSpec, side: _InnerSide, x: torch.Tensor, kind: str) 
     norms = x.new_empty(0)
     if side.shift is not None:
         x = x - side.shift
-        norms = (x * x).sum(1)
+        norms = (x * x).sum(1) if side.weights is None else (x * x * side.weights).sum(1)
     if _tf32_split(kind, x.dtype):
         with tf32_matmul():
             g = torch.mm(side.operand, (x if side.fast else _three_tf32(x, first=True)).t())

@@ -4,8 +4,9 @@ variable, and the plan that reads them from precomputed matrices (gemm_route.py 
 A squared distance ``((x_i - y_j) ** 2).sum(-1)`` or a dot product ``(x_i | y_j)`` of D-vectors costs a generated
 kernel D terms per cell on the SIMT pipe; the same values for a block of rows are one GEMM, |x|^2 + |y|^2 - 2 x.y
 (or x.y), on the tensor cores or BLAS. :func:`gram_plan` finds such sums (:func:`match_inner_product`: Square,
-IntPow 2 or a product of a difference with itself for "sqdist", a product for "dot", of one outer and one inner
-variable of the same dimension D >= ``min_dim``) and replaces each by a formula.InnerProduct node: the kernel
+IntPow 2 or a product of a difference with itself for "sqdist", the same times a parameter w of dimension D for a
+weighted one, sum_d w_d (x_d - y_d)^2 = |x|_w^2 + |y|_w^2 - 2 x.(w y), a product for "dot", of one outer and one
+inner variable of the same dimension D >= ``min_dim``) and replaces each by a formula.InnerProduct node: the kernel
 skeletons (codegen._cell) read its value from the route's matrices and keep the child for the exact re-summation
 of cells where the squared distance cancels. Everything else of the formula (i-only, j-only and parameter terms,
 the reduction) is the original plan's, in the same generated kernel.
@@ -31,6 +32,7 @@ class GramSpec:
     outer_slot: int
     inner_slot: int
     dim: int
+    weight_slot: int = -1  # sqdist: a parameter w of dimension D, sum_d w_d (x_d - y_d)^2 (-1: none)
 
 
 def _squared_difference(x: Formula) -> Formula | None:
@@ -46,6 +48,12 @@ def match_inner_product(node: Formula, plan: Plan, min_dim: int) -> GramSpec | N
     if not isinstance(node, VecSum) or node.children[0].dim < max(1, min_dim):
         return None
     x = node.children[0]
+    weight = -1
+    if isinstance(x, Mul) and x.children[0] is not x.children[1]:  # w * (x - y)^2, w a parameter of dimension D
+        for w, rest in (x.children, tuple(reversed(x.children))):
+            if isinstance(w, Var) and w.dim == x.dim and plan.role(w.slot) == "param" and _squared_difference(rest):
+                weight, x = w.slot, rest
+                break
     diff = _squared_difference(x)
     kind, pair = ("sqdist", diff.children) if diff is not None else ("dot", x.children if isinstance(x, Mul) else ())
     if len(pair) != 2 or not all(isinstance(v, Var) and v.dim == x.dim for v in pair):
@@ -53,7 +61,7 @@ def match_inner_product(node: Formula, plan: Plan, min_dim: int) -> GramSpec | N
     roles = {plan.role(v.slot): v.slot for v in pair}
     if set(roles) != {"outer", "inner"}:
         return None
-    return GramSpec(kind, roles["outer"], roles["inner"], x.dim)
+    return GramSpec(kind, roles["outer"], roles["inner"], x.dim, weight)
 
 
 def gram_plan(plan: Plan, min_dim: int) -> tuple[Plan, tuple[GramSpec, ...]] | None:

@@ -68,29 +68,29 @@ def _numbers_only(f: Formula) -> bool:
     return f.dim == 1 and not any(isinstance(n, Var) for n in _postorder(f))
 
 
-def _affine(f: Formula, plan: Plan) -> tuple[dict[int, Formula], bool] | None:
+def _affine(f: Formula, plan: Plan) -> dict[int, Formula] | None:
     """{slot: coefficient} of f = sum coefficient * variable (vector variables of f's dimension, coefficients
     formulas of numbers), or None when f is not of that form."""
     if isinstance(f, Var):
-        return ({f.slot: Const(1.0)}, True) if f.dim > 1 and plan.role(f.slot) != "param" else None
+        return {f.slot: Const(1.0)} if f.dim > 1 and plan.role(f.slot) != "param" else None
     if isinstance(f, Neg):
         inner = _affine(f.children[0], plan)
-        return None if inner is None else ({k: Neg(c) for k, c in inner[0].items()}, True)
+        return None if inner is None else {k: Neg(c) for k, c in inner.items()}
     if isinstance(f, (Add, Sub)):
         a, b = (_affine(c, plan) for c in f.children)
         if a is None or b is None or f.children[0].dim != f.children[1].dim:
             return None
-        out = dict(a[0])
-        for k, c in b[0].items():
+        out = dict(a)
+        for k, c in b.items():
             c = Neg(c) if isinstance(f, Sub) else c
             out[k] = Add(out[k], c) if k in out else c
-        return out, True
+        return out
     if isinstance(f, Mul):
         for k, lin in (f.children, reversed(f.children)):
             if _numbers_only(k):
                 inner = _affine(lin, plan)
                 if inner is not None:
-                    return {s: Mul(k, c) for s, c in inner[0].items()}, True
+                    return {s: Mul(k, c) for s, c in inner.items()}
     return None
 
 
@@ -113,7 +113,7 @@ def _term(f: Formula, plan: Plan, gram_min_dim: int, offset: int) -> LinearTerm 
     affine = _affine(vectors[0], plan) if len(vectors) == 1 and vectors[0].dim == f.dim else None
     if affine is None:
         return None
-    coefs = affine[0]
+    coefs = affine
     outer = [k for k in coefs if plan.role(k) == "outer"]
     inner = [k for k in coefs if plan.role(k) == "inner"]
     if len(outer) > 1 or len(inner) != 1:
@@ -133,20 +133,26 @@ def _factors(f: Formula) -> list[Formula]:
     return [k for c in f.children for k in _factors(c)] if isinstance(f, Mul) else [f]
 
 
-def match_linear(plan: Plan, min_dim: int, gram_min_dim: int) -> list[LinearTerm] | None:
+def match_linear(plan: Plan, min_dim: int, gram_min_dim: int) -> tuple[LinearTerm, ...] | None:
     """The terms of a std-sum plan whose formula (or each part of its concatenation) is a LinearTerm, with at
-    least min_dim components in all, else None."""
+    least min_dim components in all, else None. Cached by plan and thresholds."""
     r, f = plan.reduction, plan.formula
     if r.kind != "semiring" or r.semiring != "std" or plan.with_arg or plan.ranged or f.dim < max(2, min_dim):
         return None
+    return _match_linear(plan.key, gram_min_dim)
+
+
+@functools.lru_cache(maxsize=1024)
+def _match_linear(key: str, gram_min_dim: int) -> tuple[LinearTerm, ...] | None:
+    plan = Plan.from_key(key)
     terms, offset = [], 0
-    for part in _parts(f):
+    for part in _parts(plan.formula):
         term = _term(part, plan, gram_min_dim, offset)
         if term is None:
             return None
         terms.append(term)
         offset += part.dim
-    return terms
+    return tuple(terms)
 
 
 def run_linear(plan: Plan, call: CallArgs, device: torch.device) -> tuple[torch.Tensor, None] | None:

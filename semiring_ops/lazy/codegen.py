@@ -99,32 +99,29 @@ def _gram_cells(
     for node in nodes:
         n, x = node.index, node.children[0]
         value = reads.gram(n)
-        exact: list[str] = []
+        cancels, resum = None, []  # the C condition under which a value v is summed again; the loop that does it
         if node.kind == "sqdist":
             nx, ny = f"{prefix}q{n}_nx", reads.inner_norm(n)
             hoisted.append(f"const T {nx} = {reads.outer_norm(n)};")
             value = f"{nx} + {ny} - T(2) * {value}"
             lines, term = component_term(x, read_at, number, f"{prefix}q{n}_")
-            exact = [
-                f"if (!({{v}} >= T({1.0 / GRAM_CANCEL!r}) * ({nx} + {ny}))) {{",
-                "  T s = T(0);",
-                f"  for (int64_t d = 0; d < {x.dim}; ++d) {{",
-                *("    " + line for line in lines),
-                f"    s += {term};",
-                "  }",
-                "  {v} = s;",
-                "}",
-            ]
-        fill = lambda v, lines=exact: [line.replace("{v}", v) for line in lines]  # noqa: E731
+            cancels = lambda v, nx=nx, ny=ny: f"!({v} >= T({1.0 / GRAM_CANCEL!r}) * ({nx} + {ny}))"  # noqa: E731
+            resum = [f"  for (int64_t d = 0; d < {x.dim}; ++d) {{", *("    " + line for line in lines)]
+            resum += [f"    s += {term};", "  }"]
+
+        def fill(v: str, cancels=cancels, resum=resum) -> list[str]:
+            if cancels is None:
+                return []
+            return [f"if ({cancels(v)}) {{", "  T s = T(0);", *resum, f"  {v} = s;", "}"]
+
         out.group += [f"T q{n}[kLanes];"]
-        if exact:  # one vectorised pass that also ORs the cancellation flags, the re-summation only if one is set
-            test = exact[0].removeprefix("if (").removesuffix(") {").replace("{v}", f"q{n}[l]")
+        if cancels is not None:  # one vectorised pass that also ORs the cancellation flags, then the rare re-sums
             out.group += [
                 f"int q{n}_bad = 0;",
                 "for (int l = 0; l < kLanes; ++l) {",
                 "  const int64_t j = j0 + l;",
                 f"  q{n}[l] = {value};",
-                f"  q{n}_bad |= {test};",
+                f"  q{n}_bad |= {cancels(f'q{n}[l]')};",
                 "}",
                 f"if (q{n}_bad)",
                 "  for (int l = 0; l < kLanes; ++l) {",
@@ -193,9 +190,12 @@ def _cell(
 def staged_inner_slots(plan: Plan) -> list[int]:
     """The inner variables a cell reads, in slot order: those of a routed plan's inner products alone are read
     only where a squared distance cancels, from global memory (not staged, not transposed)."""
+    inner = [k for k in range(len(plan.arg_cats)) if plan.role(k) == "inner"]
+    if not plan.grams:  # (every call of run_cpu asks: no walk of the formula for a plain plan)
+        return inner
     skip = {id(node) for node in _postorder(plan.formula) if isinstance(node, InnerProduct)}
     seen = {v.slot for v in _postorder(plan.formula, skip) if isinstance(v, Var)}
-    return [k for k in range(len(plan.arg_cats)) if plan.role(k) == "inner" and k in seen]
+    return [k for k in inner if k in seen]
 
 
 def _indent(lines: list[str], n: int) -> str:

@@ -312,10 +312,42 @@ def test_cuda_cublas_rounds_tf32_operands_to_nearest():
     assert rel.mean().item() < 1e-4 and rel.max().item() < 2.0**-10
 
 
+_MATMUL = torch.backends.cuda.matmul
+_PRECISION = "fp32_precision" if hasattr(_MATMUL, "fp32_precision") else "allow_tf32"  # torch 2.9 on: the first
+
+
+@pytest.fixture
+def matmul_setting():
+    """The process's cuBLAS float32 setting, restored as it was after the test (by the API that reads it
+    without error on this torch: monkeypatch's undo of allow_tf32 raised AttributeError on torch 2.11)."""
+    saved = getattr(_MATMUL, _PRECISION)
+    yield
+    setattr(_MATMUL, _PRECISION, saved)
+
+
+@pytest.mark.parametrize("setting", ["none", "ieee", "tf32", False, True])
+def test_tf32_matmul_restores_every_setting(setting, matmul_setting):
+    """tf32_matmul enables TF32 inside and leaves the setting as it found it: fp32_precision's "none" (follow the
+    global setting) stays "none", not "ieee" as a round trip through allow_tf32 leaves it; a setting made through
+    the legacy allow_tf32 can still be read through it afterwards."""
+    if isinstance(setting, bool):
+        _MATMUL.allow_tf32 = setting
+    elif _PRECISION == "fp32_precision":
+        _MATMUL.fp32_precision = setting
+    else:
+        pytest.skip("this torch has no fp32_precision")
+    before = getattr(_MATMUL, _PRECISION)
+    with fast_log_scaled.tf32_matmul():
+        assert getattr(_MATMUL, _PRECISION) in ("tf32", True)
+    assert getattr(_MATMUL, _PRECISION) == before
+    if isinstance(setting, bool):
+        assert _MATMUL.allow_tf32 is setting
+
+
 @pytest.mark.parametrize("setting", [False, True])
 @cuda_test
-def test_cuda_scaled_tier_restores_the_callers_tf32_setting(setting, monkeypatch):
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", setting)
+def test_cuda_scaled_tier_restores_the_callers_tf32_setting(setting, matmul_setting):
+    _MATMUL.allow_tf32 = setting
     fast_log.reset_stats()
     fast_log.log_bmm_fast(torch.randn(1, 64, 64, device="cuda"), torch.randn(1, 64, 64, device="cuda"))
-    assert fast_log.stats["scaled"] == 1 and torch.backends.cuda.matmul.allow_tf32 is setting
+    assert fast_log.stats["scaled"] == 1 and _MATMUL.allow_tf32 is setting

@@ -40,13 +40,18 @@ _LOG2E, _LN2 = 1.0 / math.log(2.0), math.log(2.0)
 
 @contextlib.contextmanager
 def tf32_matmul():
-    """cuBLAS float32 matmuls on TF32 tensor cores inside; the caller's setting is restored."""
-    old = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = True
+    """cuBLAS float32 matmuls on TF32 tensor cores inside; the caller's setting is restored as it was. On torch
+    with ``torch.backends.cuda.matmul.fp32_precision`` (2.9 on) through that setting alone: a round trip through
+    the legacy ``allow_tf32`` leaves it "ieee" where it was "none" (which follows torch.backends.fp32_precision),
+    and mixing the two makes torch refuse to read ``allow_tf32`` afterwards."""
+    matmul = torch.backends.cuda.matmul
+    name, value = ("fp32_precision", "tf32") if hasattr(matmul, "fp32_precision") else ("allow_tf32", True)
+    old = getattr(matmul, name)
+    setattr(matmul, name, value)
     try:
         yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32 = old
+        setattr(matmul, name, old)
 
 
 def _scaled(x: Tensor, dim: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:

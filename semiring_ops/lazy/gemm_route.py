@@ -72,8 +72,10 @@ def run_routed(plan: Plan, call: CallArgs, device: torch.device) -> tuple[torch.
     if mode == "off":
         return None
     kind = device.type
+    if mode == "auto" and call.n_outer * call.n_inner < MIN_PAIRS.get(kind, 1 << 62):
+        return None  # (before the plan lookup: small reductions are the host-time-bound ones)
     routed = gram_plan(plan, 1 if mode == "on" else MIN_DIM.get(kind, 1 << 30))
-    if routed is None or (mode == "auto" and call.n_outer * call.n_inner < MIN_PAIRS[kind]):
+    if routed is None:
         return None
     rows = block_rows(call, device)
     if rows is None:

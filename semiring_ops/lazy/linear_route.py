@@ -161,7 +161,7 @@ def run_linear(plan: Plan, call: CallArgs, device: torch.device) -> tuple[torch.
         return None
     mode = route_mode()
     kind = device.type
-    if mode == "off" or (mode == "auto" and call.n_outer * call.n_inner < MIN_PAIRS[kind]):
+    if mode == "off" or (mode == "auto" and call.n_outer * call.n_inner < MIN_PAIRS.get(kind, 1 << 62)):
         return None
     on = mode == "on"
     terms = match_linear(plan, 2 if on else MIN_LINEAR_DIM.get(kind, 1 << 30), 1 if on else MIN_DIM.get(kind, 1 << 30))

@@ -3,25 +3,30 @@ matrix-unit route, gemm_route.py), ours without it (SEMIRING_OPS_LAZY_GEMM=off: 
 torch code a user would otherwise write, and pykeops, in one run and one table.
 
 Definitions: x (M, D), y (N, D), b (N, E) fp32 torch.randn (never zeros); D_ij = ((x_i - y_j) ** 2).sum(-1)
-written the KeOps way (LazyTensor(x[:, None, :]) - LazyTensor(y[None, :, :])).
+written the KeOps way (LazyTensor(x[:, None, :]) - LazyTensor(y[None, :, :])); with --metric l1,
+D_ij = (x_i - y_j).abs().sum(-1), which no GEMM computes (the generated kernel's wide sums alone,
+lazy/wide_chunks.py on the GPU; the torch code is torch.cdist(p=1)).
     knn       D_ij.argKmin(10, dim=1)                                 (M, 10) int64
     gauss E   (-D_ij / D).exp() @ b, b of width E (1 and 16)          (M, E)
     grad      the gradient of gauss 1 wrt x (torch.autograd.grad with a random cotangent)
     torch     |x|^2 + |y|^2 - 2 x y^T materialised by addmm (TF32 off, as torch's default), then topk(10,
-              largest=False) / exp_() @ b; rows in chunks of --torch-chunk so that 50,000^2 fits ("the torch code")
+              largest=False) / exp_() @ b; rows in chunks of --torch-chunk so that 50,000^2 fits ("the torch code");
+              torch.cdist(p=1) for l1
     pykeops   with --pykeops, in a child process per row (a crash costs only its cell)
     fast      with --fast: ours with precision="fast" (plain TF32 GEMMs on the GPU)
     plain     ours with SEMIRING_OPS_LAZY_GEMM=off (the generated kernel alone), up to --plain-max-d
 
 Times: median ms of CUDA events (GPU) or wall clock (CPU) after warm-up. Bounds, measured in this run: TF32 and
 fp32 (SIMT / SGEMM) GEMM rates of an 8192^3 torch.mm; ours runs 3xTF32 on the GPU, so its bound is
-2 M N (3 D) / TF32 rate, shown beside the fp32 bound 2 M N D / SGEMM rate. "first" is a new formula's first call
+2 M N (3 D) / TF32 rate, shown beside the fp32 bound 2 M N D / SGEMM rate (l1: 2 instructions per term,
+4 M N D / SGEMM rate, the SIMT pipe's bound). "first" is a new formula's first call
 (compile included) in a fresh process with an empty kernel cache, minus a warm call.
 
 Usage:
     python benchmarks/lazy_dims.py --device cuda                     # N = M = 50,000 (20,000 at D = 2048)
     python benchmarks/lazy_dims.py --device cpu --m 4000 --n 2000 --wide-n 0   # the 2-core CPU rows of the issue
     python benchmarks/lazy_dims.py --device cuda --dims 784 --m 10000 --n 60000   # KeOps's MNIST k-NN shape
+    python benchmarks/lazy_dims.py --device cuda --metric l1 --plain-max-d 0      # formulas no GEMM computes
 """
 
 from __future__ import annotations
@@ -46,13 +51,14 @@ K = 10
 _FIRST_CALL = r"""
 import json, sys, time, torch
 from semiring_ops.lazy import LazyTensor
-device, d = sys.argv[1], int(sys.argv[2])
+device, d, metric = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 x, y = torch.randn(2000, d, device=device), torch.randn(2000, d, device=device)
 torch.mm(x, y.t())  # the BLAS / cuBLAS start-up is paid once per process, not per formula
 if device != "cpu":
     torch.cuda.synchronize()
 def run():
-    D = ((LazyTensor(x[:, None, :]) - LazyTensor(y[None, :, :])) ** 2).sum(-1)
+    diff = LazyTensor(x[:, None, :]) - LazyTensor(y[None, :, :])
+    D = diff.abs().sum(-1) if metric == "l1" else (diff ** 2).sum(-1)
     out = D.argKmin(10, dim=1)
     if device != "cpu":
         torch.cuda.synchronize()
@@ -66,12 +72,13 @@ import json, os, statistics, sys, time, torch
 import pykeops
 pykeops.set_build_folder(os.environ["KEOPS_CACHE"])
 from pykeops.torch import LazyTensor
-device, kind = sys.argv[1], sys.argv[5]
+device, kind, metric = sys.argv[1], sys.argv[5], sys.argv[7]
 m, n, d, reps = (int(a) for a in sys.argv[2:5] + sys.argv[6:7])
 g = torch.Generator().manual_seed(0)
 x, y = torch.randn(m, d, generator=g).to(device), torch.randn(n, d, generator=g).to(device)
 b = torch.randn(n, 16 if kind == "gauss16" else 1, generator=g).to(device)
-D = ((LazyTensor(x[:, None, :]) - LazyTensor(y[None, :, :])) ** 2).sum(-1)
+diff = LazyTensor(x[:, None, :]) - LazyTensor(y[None, :, :])
+D = diff.abs().sum(-1) if metric == "l1" else (diff ** 2).sum(-1)
 run = (lambda: D.argKmin(10, dim=1)) if kind == "knn" else (lambda: (-D / d).exp() @ b)
 run()
 times = []
@@ -94,16 +101,17 @@ def _child(code: str, args: list[str], env: dict) -> dict | None:
     return json.loads(lines[-1]) if proc.returncode == 0 and lines else None
 
 
-def first_call_s(device: str, d: int) -> float | None:
+def first_call_s(device: str, d: int, metric: str) -> float | None:
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, SEMIRING_OPS_CACHE=cache, SEMIRING_OPS_LAZY_CACHE=cache)
-        r = _child(_FIRST_CALL, [device, str(d)], env)
+        r = _child(_FIRST_CALL, [device, str(d), metric], env)
     return None if r is None else r["first"]
 
 
-def keops_ms(device: str, m: int, n: int, d: int, kind: str, reps: int) -> float | None:
+def keops_ms(device: str, m: int, n: int, d: int, kind: str, reps: int, metric: str) -> float | None:
     with tempfile.TemporaryDirectory() as cache:
-        r = _child(_KEOPS, [device, str(m), str(n), str(d), kind, str(reps)], dict(os.environ, KEOPS_CACHE=cache))
+        argv = [device, str(m), str(n), str(d), kind, str(reps), metric]
+        r = _child(_KEOPS, argv, dict(os.environ, KEOPS_CACHE=cache))
     return None if r is None else r["ms"]
 
 
@@ -122,13 +130,16 @@ def gemm_rates(device: str) -> tuple[float, float]:
     return tf32, fp32
 
 
-def torch_form(x: torch.Tensor, y: torch.Tensor, b: torch.Tensor | None, chunk: int) -> torch.Tensor:
-    """The torch code: distances by addmm, then topk or exp @ b, chunk rows at a time."""
+def torch_form(x: torch.Tensor, y: torch.Tensor, b: torch.Tensor | None, chunk: int, metric: str) -> torch.Tensor:
+    """The torch code: distances by addmm (l1: cdist), then topk or exp @ b, chunk rows at a time."""
     yy = (y * y).sum(1)
     out = []
     for lo in range(0, x.shape[0], chunk):
         xc = x[lo : lo + chunk]
-        dist = torch.addmm(yy[None, :], xc, y.t(), alpha=-2).add_((xc * xc).sum(1, keepdim=True))
+        if metric == "l1":
+            dist = torch.cdist(xc, y, p=1)
+        else:
+            dist = torch.addmm(yy[None, :], xc, y.t(), alpha=-2).add_((xc * xc).sum(1, keepdim=True))
         if b is None:
             out.append(dist.topk(K, dim=1, largest=False).indices)
         else:
@@ -150,6 +161,8 @@ def main() -> None:
     parser.add_argument("--pykeops", action="store_true")
     parser.add_argument("--fast", action="store_true", help='also ours with precision="fast"')
     parser.add_argument("--first-call", action="store_true", help="also a new formula's first call per D")
+    parser.add_argument("--metric", choices=["sqdist", "l1"], default="sqdist")
+    parser.add_argument("--torch-max-d", type=int, default=1 << 30, help="the torch code up to this D only")
     parser.add_argument("--out", help="write the rows as JSON here")
     args = parser.parse_args()
     from semiring_ops.lazy import LazyTensor
@@ -168,14 +181,15 @@ def main() -> None:
         m, n = (args.wide_n, args.wide_n) if d >= 2048 and args.wide_n > 0 else (args.m, args.n)
         g = torch.Generator().manual_seed(d)
         x, y = torch.randn(m, d, generator=g).to(dev), torch.randn(n, d, generator=g).to(dev)
-        first = first_call_s(dev, d) if args.first_call else None
+        first = first_call_s(dev, d, args.metric) if args.first_call else None
         for kind in args.kinds:
             b = torch.randn(n, 16 if kind == "gauss16" else 1, generator=g).to(dev)
             cot = torch.randn(m, 1, generator=g).to(dev)
 
             def ours(x=x, y=y, b=b, kind=kind, cot=cot, d=d, precision="exact"):
                 xs = x.detach().requires_grad_(kind == "grad")
-                D = ((LazyTensor(xs[:, None, :]) - LazyTensor(y[None, :, :])) ** 2).sum(-1)
+                diff = LazyTensor(xs[:, None, :]) - LazyTensor(y[None, :, :])
+                D = diff.abs().sum(-1) if args.metric == "l1" else (diff**2).sum(-1)
                 if kind == "knn":
                     return D.argKmin(K, dim=1, precision=precision)
                 out = (-D / d).exp().__matmul__(b, precision=precision)
@@ -193,28 +207,33 @@ def main() -> None:
                 finally:
                     del os.environ["SEMIRING_OPS_LAZY_GEMM"]
             t_torch = None
-            if kind != "grad":
+            if kind != "grad" and d <= args.torch_max_d:
                 t_torch = time_ms(
-                    lambda x=x, y=y, b=b, kind=kind: torch_form(x, y, None if kind == "knn" else b, args.torch_chunk),
+                    lambda x=x, y=y, b=b, kind=kind: torch_form(
+                        x, y, None if kind == "knn" else b, args.torch_chunk, args.metric
+                    ),
                     dev,
                     args.reps,
                 )
-            t_keops = keops_ms(dev, m, n, d, kind, args.reps) if args.pykeops and kind != "grad" else None
+            t_keops = keops_ms(dev, m, n, d, kind, args.reps, args.metric) if args.pykeops and kind != "grad" else None
             flops = 2 * m * n * d
             b3 = 100 * 3 * flops / tf32 / (t_ours * 1e-3)
             bf = 100 * flops / fp32 / (t_ours * 1e-3)
+            if args.metric == "l1":  # no GEMM: 2 instructions per term on the SIMT pipe (fp32 / 2 per second)
+                b3, bf = float("nan"), 100 * 2 * flops / fp32 / (t_ours * 1e-3)
             fmt = lambda t: "-" if t is None else f"{t:.2f}"  # noqa: E731
             ratio = lambda t, t_ours=t_ours: "-" if t is None else f"{t / t_ours:.2f}"  # noqa: E731
             print(
                 f"| {d} | {m} x {n} | {kind} | {t_ours:.2f} | {fmt(t_fast)} | {fmt(t_plain)} | {fmt(t_torch)} "
                 f"| {fmt(t_keops)} "
-                f"| {ratio(t_torch)} | {ratio(t_keops)} | {b3:.0f} | {bf:.0f} | "
+                f"| {ratio(t_torch)} | {ratio(t_keops)} | {'-' if b3 != b3 else f'{b3:.0f}'} | {bf:.0f} | "
                 f"{'-' if first is None else f'{first:.2f}'} |",
                 flush=True,
             )
             rows.append(
                 dict(
                     d=d,
+                    metric=args.metric,
                     m=m,
                     n=n,
                     kind=kind,

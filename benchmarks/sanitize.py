@@ -255,6 +255,19 @@ def lazy(light: bool) -> None:
     dense80 = ((x80.double()[:, None] - y80.double()[None]) ** 2).sum(-1)
     _close(D80.min(dim=1), dense80.amin(1, keepdim=True), "lazy wide min")
     D80.argKmin(4, dim=1)
+    # sums that no GEMM computes, in chunks of components (lazy/wide_chunks.py): an L1 distance at D = 97 (a
+    # tail chunk; rows not 16-byte aligned: the scalar loads) and 784 (16-byte loads), a gradient (y read in
+    # and out of the sum: staged whole), block-sparse k-best
+    for d, offset in ((97, 1), (784, 0)):
+        xl = torch.randn(301 * d + 1, generator=g).cuda()[offset:][: 301 * d].view(301, d).requires_grad_()
+        yl = torch.randn(157, d, generator=g).cuda()
+        L1 = (Vi(xl) - Vj(yl)).abs().sum(-1)
+        dense_l1 = (xl.detach().double()[:, None] - yl.double()[None]).abs().sum(-1)
+        _close(L1.min(dim=1), dense_l1.amin(1, keepdim=True), f"lazy chunked min D={d}")
+        laplace = (-L1 / d).exp() @ v
+        _close(laplace, (-dense_l1 / d).exp() @ v.double(), f"lazy chunked K @ v D={d}")
+        laplace.sum().backward()
+        L1.min_argmin(dim=1, ranges=ranges)
     # the matrix-unit route (lazy/gemm_route.py) at D = 128, 784, 2048: GEMMs in blocks of 256 rows (the last
     # short), the kernels reading their matrix; near-duplicate rows take the exact re-summation
     os.environ["SEMIRING_OPS_LAZY_GEMM"] = "on"

@@ -22,6 +22,8 @@ namespace lazy {
 namespace detail {
 SR_HD float log(float x) { return LZ_LIBF(logf, log)(x); }
 SR_HD double log(double x) { return LZ_LIB(logf, log)(x); }
+SR_HD float fabs(float x) { return LZ_LIBF(fabsf, fabs)(x); }
+SR_HD double fabs(double x) { return LZ_LIB(fabsf, fabs)(x); }
 SR_HD float sqrt(float x) { return LZ_LIBF(sqrtf, sqrt)(x); }
 SR_HD double sqrt(double x) { return LZ_LIB(sqrtf, sqrt)(x); }
 SR_HD float sin(float x) { return LZ_LIBF(sinf, sin)(x); }
@@ -105,7 +107,8 @@ template <class T> SR_HD T lz_sinxdivx(T xt, int n) {
   }
   return T(f);
 }
-template <class T> SR_HD T lz_abs(T x) { return x < T(0) ? -x : (x == T(0) ? T(0) : x); }
+// abs: the sign bit cleared (-0 gives +0, as torch.abs), a free operand modifier of the next add on the GPU
+template <class T> SR_HD T lz_abs(T x) { return detail::fabs(x); }
 // sign: -1, 0 or 1 (NaN gives NaN), as torch.sign
 template <class T> SR_HD T lz_sign(T x) { return x > T(0) ? T(1) : (x < T(0) ? T(-1) : x * T(0)); }
 // step: 0 for x < 0, else 1 (NaN gives NaN), as KeOps' Step

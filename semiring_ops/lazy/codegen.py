@@ -35,7 +35,8 @@ from dataclasses import dataclass
 
 from .formula import Emitter, Formula, InnerProduct, Var, _postorder, node_count, replace_nodes, strength_reduce
 from .plan import Plan
-from .wide import WIDE_SLOT, WideSums, component_term, wide_sums
+from .wide import WIDE_SLOT, WideSums, component_term, find_wide_sums, wide_sums
+from .wide_chunks import WIDE_BLOCK, WIDE_CHUNK, WIDE_SUMS_BYTES, WIDE_TILE, ChunkLayout, chunk_phase, sum_entry
 
 __all__ = ["CPU_LANES", "CudaConfig", "cpu_source", "cuda_config", "cuda_source"]
 
@@ -138,9 +139,23 @@ def _gram_cells(
             ]
         out.lane.append(f"const T q{n}_v = q{n}[l];")
         out.scalar += [f"T q{n}_v = {value};", *fill(f"q{n}_v")]
-        replaced[id(node)] = Var("j", 1, slot=GRAM_SLOT + n)
+        replaced[id(node)] = _gram_placeholder(node)
     out.formula = replace_nodes(formula, replaced) if replaced else formula
     return out.formula, hoisted, out
+
+
+def _gram_placeholder(node: InnerProduct) -> Var:
+    return Var("j", 1, slot=GRAM_SLOT + node.index)
+
+
+def _invariant(plan: Plan) -> Callable[[Var], bool]:
+    """Whether a variable of the cell is the same at every j (not a placeholder, not an inner variable)."""
+    return lambda var: var.slot < WIDE_SLOT and plan.role(var.slot) != "inner"
+
+
+def _is_inner(plan: Plan) -> Callable[[Var], bool]:
+    """Whether a variable of the cell changes with j (an inner variable, or a routed inner product's value)."""
+    return lambda var: var.slot >= GRAM_SLOT or plan.role(var.slot) == "inner"
 
 
 def _cell(
@@ -150,14 +165,15 @@ def _cell(
     prefix: str,
     number: Callable[[int, bool], str],
     grams: GramReads | None = None,
+    read_sum: Callable[[int], str] | None = None,
 ) -> tuple[list[str], list[str], WideSums]:
     """(statements computed once per row, statements computing ``{prefix}f[kIn]``, the formula's value at
     (row, j), and its wide sums, wide.py, with a routed plan's inner products first among them), with variables
     read by read(var, d), or read_at(var, d) with d a C expression in the wide sums' loops, numbers by
-    number(k, hoisted) (formula.Emitter) and a routed plan's matrices through ``grams``."""
+    number(k, hoisted) (formula.Emitter) and a routed plan's matrices through ``grams``; with ``read_sum``, the
+    wide sums are read from read_sum(n) (the CUDA kernel's chunked sums, wide_chunks.py)."""
 
-    def invariant(var: Var) -> bool:
-        return var.slot < WIDE_SLOT and plan.role(var.slot) != "inner"
+    invariant, is_inner = _invariant(plan), _is_inner(plan)
 
     def placeholder(var: Var) -> str | None:
         if var.slot >= GRAM_SLOT:
@@ -172,17 +188,16 @@ def _cell(
         name = placeholder(var)
         return name if name is not None else read_at(var, d)
 
-    is_inner = lambda var: var.slot >= GRAM_SLOT or plan.role(var.slot) == "inner"  # noqa: E731
     formula = strength_reduce(plan.formula, invariant)
     gram_hoisted: list[str] = []
     gram = WideSums(formula)
     if plan.grams:
         assert grams is not None, "a routed plan needs its skeleton's GramReads"
         formula, gram_hoisted, gram = _gram_cells(formula, grams, read_at, lambda k: number(k, False), prefix)
-    wide = wide_sums(formula, is_inner, read_loop, lambda k: number(k, False))
+    wide = wide_sums(formula, is_inner, read_loop, lambda k: number(k, False), read_sum)
     em = Emitter(read_cell, prefix=prefix, invariant=invariant, number=number)
     comps = em.emit(wide.formula)
-    wide = WideSums(wide.formula, gram.group + wide.group, gram.lane + wide.lane, gram.scalar + wide.scalar)
+    wide = WideSums(wide.formula, gram.group + wide.group, gram.lane + wide.lane, gram.scalar + wide.scalar, wide.terms)
     cell = [*em.lines, f"const T {prefix}f[{len(comps)}] = {{{', '.join(comps)}}};"]
     return gram_hoisted + em.hoisted, cell, wide
 
@@ -538,14 +553,53 @@ def cuda_config(plan: Plan, dtype_name: str, max_rows: int = 8) -> CudaConfig:
     copies = chunk + 1 if chunk > 1 else 1
     while rows > 1 and (rows * per_row > ROW_REGISTER_BUDGET or rows * copies * nodes > CELL_COPIES_BUDGET):
         rows //= 2
-    return CudaConfig(rows=rows, chunk=chunk)
+    layout = chunk_layout(plan)
+    if layout is None:
+        return CudaConfig(rows=rows, chunk=chunk)
+    # chunked wide sums: their running sums, (sums, tile, rows, block) in shared memory, within WIDE_SUMS_BYTES
+    size = 8 if dtype_name == "float64" else 4
+    block = WIDE_BLOCK
+    while block > 32 and len(layout.terms) * WIDE_TILE * block * size > WIDE_SUMS_BYTES:
+        block //= 2
+    while rows > 1 and len(layout.terms) * WIDE_TILE * block * rows * size > WIDE_SUMS_BYTES:
+        rows //= 2
+    return CudaConfig(block=block, rows=rows, chunk=chunk)
+
+
+_chunk_layouts: dict[str, ChunkLayout | None] = {}
+
+
+def chunk_layout(plan: Plan) -> ChunkLayout | None:
+    """The plan's wide sums as the CUDA kernel computes them, in chunks (wide_chunks.py); None without any, or
+    when a sum's terms read a routed plan's inner product (those keep a loop per cell)."""
+    if plan.key in _chunk_layouts:
+        return _chunk_layouts[plan.key]
+    formula = strength_reduce(plan.formula, _invariant(plan))  # the cell's formula, as _cell has it
+    if plan.grams:
+        grams = [node for node in _postorder(formula) if isinstance(node, InnerProduct)]
+        formula = replace_nodes(formula, {id(node): _gram_placeholder(node) for node in grams})
+    found = find_wide_sums(formula, _is_inner(plan))
+    terms = [node.children[0] for node in found]
+    terms_vars = [v for x in terms for v in _postorder(x) if isinstance(v, Var)]
+    layout = None
+    if terms_vars and all(v.slot < WIDE_SLOT for v in terms_vars):
+        outside = {v.slot for v in _postorder(formula, {id(node) for node in found}) if isinstance(v, Var)}
+        wide_inner = {v.slot for v in terms_vars if v.dim > 1 and plan.role(v.slot) == "inner"}
+        layout = ChunkLayout(tuple(terms), tuple(sorted(wide_inner - outside)))
+    _chunk_layouts[plan.key] = layout
+    return layout
 
 
 def inner_layout(plan: Plan, dtype_name: str) -> tuple[dict[int, int], int]:
-    """Offsets of the inner variables in a shared-memory row, and the row stride (padded to 16 bytes)."""
+    """Offsets of the inner variables staged whole in a shared-memory row (not those staged by chunks,
+    wide_chunks.py), and the row stride (padded to 16 bytes)."""
     offsets: dict[int, int] = {}
     total = 0
+    layout = chunk_layout(plan)
+    chunked = layout.chunked if layout is not None else ()
     for k in staged_inner_slots(plan):
+        if k in chunked:
+            continue
         offsets[k] = total
         total += plan.arg_dims[k]
     per16 = 4 if dtype_name == "float32" else 2
@@ -555,13 +609,23 @@ def inner_layout(plan: Plan, dtype_name: str) -> tuple[dict[int, int], int]:
 
 def cuda_tile(plan: Plan, dtype_name: str, cfg: CudaConfig) -> int:
     """j per shared tile: cfg.tile, fewer when the rows are wide (at most 48 KiB of static shared memory,
-    with a ranged plan's int32 index per term)."""
+    with a ranged plan's int32 index per term), at most WIDE_TILE with chunked wide sums."""
     _, stride = inner_layout(plan, dtype_name)
     size = 4 if dtype_name == "float32" else 8
-    return max(1, min(cfg.tile, (48 * 1024) // (stride * size + (4 if plan.ranged else 0))))
+    per_j = stride * size + (4 if plan.ranged else 0)
+    layout = chunk_layout(plan)
+    if layout is None:
+        return max(1, min(cfg.tile, (48 * 1024) // per_j))
+    # chunked wide sums: their chunks (tile, WIDE_CHUNK) and running sums (sums, tile, rows, block) per j too
+    per_j += size * (WIDE_CHUNK * len(layout.chunked) + len(layout.terms) * cfg.rows * cfg.block)
+    return max(1, min(cfg.tile, WIDE_TILE, (48 * 1024) // per_j))
 
 
 GRAM_PREFETCH = 16  # matrix entries a thread of a routed plan's CUDA loop loads before computing their cells
+# ... of a routed k-best, whose cells are compare-bound and large: each entry in flight is one more copy of the
+# K-list insertion for NVRTC (H200, D = 784, 50,000^2 k-NN: 40.3 ms at 16 and at 2; a new formula's first call
+# 1.86 s at 16, 0.62 s at 2; the Gaussian K @ b needs the 16 at D = 128: 11.0 ms against 13.9 at 2)
+KBEST_GRAM_PREFETCH = 2
 
 
 def gram_prefetch(plan: Plan, rows: int, count: int, guard: bool) -> list[str]:
@@ -595,6 +659,7 @@ def cuda_source(plan: Plan, dtype_name: str, cfg: CudaConfig) -> str:
     binary search and writing their indices to tile_j, then the variables' rows from them."""
     offsets, stride = inner_layout(plan, dtype_name)
     tile = cuda_tile(plan, dtype_name, cfg)
+    layout = chunk_layout(plan)
     slots = range(len(plan.arg_cats))
     params = [f"const T* __restrict__ a{k}" for k in slots]
     if plan.n_numbers:
@@ -657,12 +722,33 @@ def cuda_source(plan: Plan, dtype_name: str, cfg: CudaConfig) -> str:
             lambda n, r=r: f"xnorm{n}[i{r}]",
             lambda n: f"ynorm{n}[j]",
         )
-        hoisted, cell, wide = _cell(plan, read, read_at, f"r{r}_", number, grams)
+        read_sum = (lambda n, r=r: sum_entry(n, r, tile, cfg.rows, cfg.block)) if layout else None
+        hoisted, cell, wide = _cell(plan, read, read_at, f"r{r}_", number, grams, read_sum)
         head.append(f"const long long i{r} = min(i_base + {r * cfg.block}LL, row_hi - 1);")
         head += [f"const T v{k}_r{r}_{c} = p{k}[i{r} * {plan.arg_dims[k]} + {c}];" for k, c in sorted(used)]
         hoisted_rows += hoisted
         cells.append([*wide.scalar, *cell])
     head += hoisted_rows
+    # chunked wide sums (wide_chunks.py): their phase in each tile, their shared arrays, a cell's tile position
+    wide_phase: list[str] = []
+    wide_shared: list[str] = []
+
+    def jq(at: str) -> list[str]:
+        return [f"const int jq = {at};  // the tile position of j (its wide sums)"] if layout is not None else []
+
+    if layout is not None:
+        per16 = 4 if dtype_name == "float32" else 2
+        vector_slots = {v.slot for x in layout.terms for v in _postorder(x) if isinstance(v, Var) and v.dim > 1}
+        head += [
+            f"const bool xal{k} = ((unsigned long long)p{k} & 15) == 0;  // 16-byte loads of its chunks"
+            for k in sorted(vector_slots)
+            if plan.role(k) != "inner" and plan.arg_dims[k] % per16 == 0
+        ]
+        wide_shared = [f"__shared__ __align__(16) T wch{k}[{tile * WIDE_CHUNK}];" for k in layout.chunked]
+        wide_shared.append(f"__shared__ T wsum[{len(layout.terms) * tile * cfg.rows * cfg.block}];")
+        staged = lambda var, d: f"tile[u * {stride} + {offsets[var.slot]} + ({d})]"  # noqa: E731
+        j_of = (lambda u: f"tile_j[{u}]") if plan.ranged else (lambda u: f"j0 + {u}")
+        wide_phase = chunk_phase(plan, layout, cfg.rows, tile, cfg.block, staged, dtype_name, j_of)
     body: list[str] = []
     for r, cell in enumerate(cells):
         body += ["{", *("  " + s for s in cell), f"  red[{r}].add(r{r}_f, j);", "}"]
@@ -670,7 +756,7 @@ def cuda_source(plan: Plan, dtype_name: str, cfg: CudaConfig) -> str:
     # numsj: the number vector, opaque per j in a large formula (loads stay where they are used)
     numsj = 'const T* numsj = nums; asm volatile("" : "+l"(numsj));' if large else "const T* numsj = nums;"
     if plan.grams:  # groups of j whose matrix entries are loaded first, GRAM_PREFETCH in flight per thread
-        group = max(2, GRAM_PREFETCH // cfg.rows)
+        group = max(2, (KBEST_GRAM_PREFETCH if plan.reduction.kind == "kbest" else GRAM_PREFETCH) // cfg.rows)
         loops = [
             "#pragma unroll 1",
             f"for (; jj < nt; jj += {group}) {{",
@@ -678,6 +764,7 @@ def cuda_source(plan: Plan, dtype_name: str, cfg: CudaConfig) -> str:
             "#pragma unroll",
             f"  for (int uq = 0; uq < {group}; ++uq) {{",
             "    if (jj + uq >= nt) break;",
+            *("    " + s for s in jq("jj + uq")),
             f"    const T* row = tile + (jj + uq) * {stride};",
             "    const int32_t j = (int32_t)(j0 + jj + uq);",
             *(["    " + numsj] if plan.n_numbers else []),
@@ -690,6 +777,7 @@ def cuda_source(plan: Plan, dtype_name: str, cfg: CudaConfig) -> str:
             "#pragma unroll 1" if large else "#pragma unroll 4",
             "for (; jj < nt; ++jj) {",
             f"  const T* row = tile + jj * {stride};",
+            *("  " + s for s in jq("jj")),
             "  const int32_t j = tile_j[jj];" if plan.ranged else "  const int32_t j = (int32_t)(j0 + jj);",
             *(["  " + numsj] if plan.n_numbers else []),
             *("  " + s for s in body),
@@ -704,6 +792,7 @@ def cuda_source(plan: Plan, dtype_name: str, cfg: CudaConfig) -> str:
             for u in range(u_max):
                 copy = [f"r{r}_c[{u * fdim + c}] = r{r}_f[{c}];" for c in range(fdim)]
                 chunked += ["{", f"  const T* row = tile + (jj + {u}) * {stride};"]
+                chunked += ["  " + s for s in jq(f"jj + {u}")]
                 chunked += (
                     [f"  const int32_t j = (int32_t)(j0 + jj + {u});", f"  const int uq = {u};"] if plan.grams else []
                 )
@@ -758,7 +847,7 @@ extern "C" __global__ void __launch_bounds__({cfg.block}) lazy_reduce(
     T* __restrict__ vals, int64_t* __restrict__ idx, Reducer* __restrict__ partial, {sig_args},
     long long n_outer, long long n_inner, long long blocks_per_batch, long long j_per_block, long long rows_total) {{
   __shared__ __align__(16) T tile[{tile * stride}];
-{_indent(block_rows, 2)}
+{_indent(wide_shared, 2) + chr(10) if wide_shared else ""}{_indent(block_rows, 2)}
   const long long i_base = row_lo + threadIdx.x;
   const bool live = row_lo + (long long)(threadIdx.x & ~31u) < row_hi;  // warp-uniform
 {_indent(head, 2)}
@@ -774,7 +863,7 @@ extern "C" __global__ void __launch_bounds__({cfg.block}) lazy_reduce(
     __syncthreads();
 {_indent(staging, 4)}
     __syncthreads();
-    int jj = 0;
+{_indent(wide_phase, 4) + chr(10) if wide_phase else ""}    int jj = 0;
     if (live)  // a warp none of whose rows exist stages with the block but computes nothing
     {{
 {_indent(loops, 6)}

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from .block_sparse import mean_terms, segment_rows
-from .codegen import CudaConfig, cuda_config, cuda_source, cuda_tile
+from .codegen import CudaConfig, chunk_layout, cuda_config, cuda_source, cuda_tile
 from .nvrtc import CudaFunction, compile_cuda_module, device_sm_count
 from .plan import CallArgs, Plan, new_outputs
 
@@ -31,6 +31,9 @@ __all__ = ["CudaKernels", "run_cuda"]
 
 MIN_BALANCE = 0.95  # accepted ratio of mean to largest per-multiprocessor work
 WORKSPACE_BYTES = 256 << 20  # the most the split's reducers may park
+# blocks per multiprocessor the split aims at for plans with chunked wide sums (wide_chunks.py): blocks of
+# WIDE_BLOCK = 128 threads and one row each, so 2 blocks (the default) left 14 of 64 warps active (ncu, H200)
+WIDE_BLOCKS_PER_SM = 8
 
 
 @dataclass
@@ -148,7 +151,8 @@ def launch_for(
     blocks = blocks_per_batch * call.nbatch
     if nsplit is None:
         max_split = max(1, WORKSPACE_BYTES // max(1, rows_total * k.reducer_bytes))
-        nsplit, j_per_block = split_count(blocks, call.n_inner, k.tile, sms, min(64, max_split))
+        per_sm = WIDE_BLOCKS_PER_SM if chunk_layout(plan) is not None else 2
+        nsplit, j_per_block = split_count(blocks, call.n_inner, k.tile, sms, min(64, max_split), per_sm)
     else:
         per_range = -(-call.n_inner // nsplit)
         j_per_block = -(-per_range // k.tile) * k.tile

@@ -7,7 +7,9 @@ constants) is instead computed by a loop over the components d, before the cell,
 
 - over a group of lanes: ``T w0[kLanes] = 0; for d: for l: w0[l] += term(d, j0 + l)``, the loop over the lanes
   innermost (contiguous j: it vectorises), then ``w0_v = w0[l]`` in the lane's cell;
-- for one j (tails, the scalar loops, and every cell of the CUDA kernel): ``T w0_v = 0; for d: w0_v += term(d, j)``.
+- for one j (tails and the scalar loops): ``T w0_v = 0; for d: w0_v += term(d, j)``;
+- the CUDA kernel computes them for a tile of j at a time, in chunks of components staged through shared memory
+  (wide_chunks.py), and the cell reads its sum (``read_sum``).
 
 The components are added in increasing d, as the unrolled sum does (starting from 0).
 """
@@ -34,7 +36,7 @@ from .formula import (
     replace_nodes,
 )
 
-__all__ = ["WIDE_SLOT", "WideSums", "wide_sums"]
+__all__ = ["WIDE_SLOT", "WideSums", "component_term", "find_wide_sums", "wide_sums"]
 
 WIDE_SLOT = 1 << 20  # placeholder variables of slot WIDE_SLOT + n stand for wide sum n in the rewritten formula
 _BINARY = (Add, Sub, Mul, Div)
@@ -43,12 +45,14 @@ _BINARY = (Add, Sub, Mul, Div)
 @dataclass
 class WideSums:
     """The formula with its wide sums replaced by placeholders, and the statements that compute them: before
-    a group of lanes (``group``), first in a lane's cell (``lane``), first in a scalar cell (``scalar``)."""
+    a group of lanes (``group``), first in a lane's cell (``lane``), first in a scalar cell (``scalar``);
+    ``terms``: the summed formula of wide sum n (its components are the terms)."""
 
     formula: Formula
     group: list[str] = field(default_factory=list)
     lane: list[str] = field(default_factory=list)
     scalar: list[str] = field(default_factory=list)
+    terms: list[Formula] = field(default_factory=list)
 
     @staticmethod
     def placeholder(var: Var) -> str | None:
@@ -94,19 +98,26 @@ def component_term(x: Formula, read_at: Callable[[Var, str], str], number: Calla
     return em.lines, values[id(x)]
 
 
+def find_wide_sums(formula: Formula, is_inner: Callable[[Var], bool]) -> list[Formula]:
+    """The VecSum nodes of ``formula`` computed as loops (wide sum n is the n-th), in postorder."""
+    return [
+        node
+        for node in _postorder(formula)
+        if isinstance(node, VecSum) and node.children[0].dim > WIDE_COMPONENTS and _loopable(node.children[0], is_inner)
+    ]
+
+
 def wide_sums(
     formula: Formula,
     is_inner: Callable[[Var], bool],
     read_at: Callable[[Var, str], str],
     number: Callable[[int], str],
+    read_sum: Callable[[int], str] | None = None,
 ) -> WideSums:
     """The wide sums of ``formula`` as loops (module docstring): read_at(var, d) is the C expression of
-    component d (a C expression) of a variable at the current j; number(k) that of number k."""
-    found = [
-        node
-        for node in _postorder(formula)
-        if isinstance(node, VecSum) and node.children[0].dim > WIDE_COMPONENTS and _loopable(node.children[0], is_inner)
-    ]
+    component d (a C expression) of a variable at the current j; number(k) that of number k. With
+    ``read_sum``, a scalar cell reads wide sum n from read_sum(n), computed elsewhere (wide_chunks.py)."""
+    found = find_wide_sums(formula, is_inner)
     if not found:
         return WideSums(formula)
     out = WideSums(formula)
@@ -126,13 +137,17 @@ def wide_sums(
             "}",
         ]
         out.lane.append(f"const T w{n}_v = w{n}[l];")
-        out.scalar += [
-            f"T w{n}_v = T(0);",
-            f"for (int64_t d = 0; d < {x.dim}; ++d) {{",
-            *("  " + line for line in lines),
-            f"  w{n}_v += {term};",
-            "}",
-        ]
+        out.terms.append(x)
+        if read_sum is not None:
+            out.scalar.append(f"const T w{n}_v = {read_sum(n)};")
+        else:
+            out.scalar += [
+                f"T w{n}_v = T(0);",
+                f"for (int64_t d = 0; d < {x.dim}; ++d) {{",
+                *("  " + line for line in lines),
+                f"  w{n}_v += {term};",
+                "}",
+            ]
         replaced[id(node)] = Var("j", 1, slot=WIDE_SLOT + n)
     out.formula = replace_nodes(formula, replaced)
     return out

@@ -7,7 +7,7 @@ written the KeOps way (LazyTensor(x[:, None, :]) - LazyTensor(y[None, :, :])); w
 D_ij = (x_i - y_j).abs().sum(-1), which no GEMM computes (the generated kernel's wide sums alone,
 lazy/wide_chunks.py on the GPU; the torch code is torch.cdist(p=1)).
     knn       D_ij.argKmin(10, dim=1)                                 (M, 10) int64
-    gauss E   (-D_ij / D).exp() @ b, b of width E (1 and 16)          (M, E)
+    gauss E   (-D_ij / D).exp() @ b, b of width E (gauss1, gauss16, any gaussE)  (M, E)
     grad      the gradient of gauss 1 wrt x (torch.autograd.grad with a random cotangent)
     torch     |x|^2 + |y|^2 - 2 x y^T materialised by addmm (TF32 off, as torch's default), then topk(10,
               largest=False) / exp_() @ b; rows in chunks of --torch-chunk so that 50,000^2 fits ("the torch code");
@@ -76,7 +76,7 @@ device, kind, metric = sys.argv[1], sys.argv[5], sys.argv[7]
 m, n, d, reps = (int(a) for a in sys.argv[2:5] + sys.argv[6:7])
 g = torch.Generator().manual_seed(0)
 x, y = torch.randn(m, d, generator=g).to(device), torch.randn(n, d, generator=g).to(device)
-b = torch.randn(n, 16 if kind == "gauss16" else 1, generator=g).to(device)
+b = torch.randn(n, int(kind[5:]) if kind.startswith("gauss") else 1, generator=g).to(device)
 diff = LazyTensor(x[:, None, :]) - LazyTensor(y[None, :, :])
 D = diff.abs().sum(-1) if metric == "l1" else (diff ** 2).sum(-1)
 run = (lambda: D.argKmin(10, dim=1)) if kind == "knn" else (lambda: (-D / d).exp() @ b)
@@ -183,7 +183,7 @@ def main() -> None:
         x, y = torch.randn(m, d, generator=g).to(dev), torch.randn(n, d, generator=g).to(dev)
         first = first_call_s(dev, d, args.metric) if args.first_call else None
         for kind in args.kinds:
-            b = torch.randn(n, 16 if kind == "gauss16" else 1, generator=g).to(dev)
+            b = torch.randn(n, int(kind[5:]) if kind.startswith("gauss") else 1, generator=g).to(dev)
             cot = torch.randn(m, 1, generator=g).to(dev)
 
             def ours(x=x, y=y, b=b, kind=kind, cot=cot, d=d, precision="exact"):

@@ -24,9 +24,10 @@ from semiring_ops.lazy.reductions import semiring_reduction
 DEVICES = ["cpu", CUDA]
 
 
-def _counted(monkeypatch, module, name: str) -> dict:
-    """module.name replaced by a wrapper counting its calls (in the returned dict's "n")."""
-    calls = {"n": 0}
+def _counted(monkeypatch, module, name: str, calls: dict | None = None) -> dict:
+    """module.name replaced by a wrapper counting its calls (in the returned dict's "n"; into ``calls``'s if
+    given, so that two functions share a count)."""
+    calls = {"n": 0} if calls is None else calls
     real = getattr(module, name)
 
     def counted(*args, **kwargs):
@@ -39,9 +40,11 @@ def _counted(monkeypatch, module, name: str) -> dict:
 
 @pytest.fixture
 def route(monkeypatch, compiled):
-    """The route forced on for every matching sum, its GEMMs counted."""
+    """The route forced on for every matching sum, its blocks' GEMMs counted: the kernel's matrix blocks, or the
+    linear route's (on the CPU, K @ b of several columns is S @ b, linear_route.py)."""
     monkeypatch.setenv("SEMIRING_OPS_LAZY_GEMM", "on")
-    return _counted(monkeypatch, gemm_route, "_block_matrix")
+    calls = _counted(monkeypatch, gemm_route, "_block_matrix")
+    return _counted(monkeypatch, linear_route, "block_gram", calls)
 
 
 def points(kind: str, m: int, n: int, d: int, device: str, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -357,3 +360,19 @@ def test_weighted_squared_distances(route, device, layout):
     (want,) = torch.autograd.grad((-dense(xd) / 40).exp() @ b.double(), xd, g.double())
     torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-5 * want.abs().max().item())
     assert route["n"] > 0
+
+
+def test_cpu_kernel_product_of_many_columns_takes_the_linear_route(compiled, monkeypatch):
+    """On the CPU, K @ b with b of at least MIN_LINEAR_DIM columns is S @ b (dispatch.execute): it must run
+    there by default (a large enough reduction) and match float64; one column stays in the kernel."""
+    monkeypatch.delenv("SEMIRING_OPS_LAZY_GEMM", raising=False)
+    terms = _counted(monkeypatch, linear_route, "_run_term")
+    x, y = points("random", 300, 260, 40, "cpu", seed=41)
+    b = torch.randn(260, linear_route.MIN_LINEAR_DIM["cpu"], generator=torch.Generator().manual_seed(1))
+    got = (-((Vi(x) - Vj(y)) ** 2).sum(-1) / 40).exp() @ b
+    ref = (-dense_sqdist(x, y) / 40).exp() @ b.double()
+    scale = (-dense_sqdist(x, y) / 40).exp() @ b.double().abs()
+    assert ((got.double() - ref).abs() <= 1e-5 * scale).all()
+    assert terms["n"] == 1
+    (-((Vi(x) - Vj(y)) ** 2).sum(-1) / 40).exp() @ b[:, :1]
+    assert terms["n"] == 1

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from semiring_ops.lazy import Pm, Vi, Vj
 from semiring_ops.lazy.cluster import from_matrix
-from semiring_ops.lazy.codegen import chunk_layout, cuda_config, cuda_source, cuda_tile, inner_layout
+from semiring_ops.lazy.codegen import chunk_layout, cpu_source, cuda_config, cuda_source, cuda_tile, inner_layout
 from semiring_ops.lazy.formula import canonicalize
 from semiring_ops.lazy.plan import Plan
 from semiring_ops.lazy.reductions import kbest, semiring_reduction
@@ -62,6 +62,8 @@ def test_layout_stages_variables_read_only_by_the_sums_in_chunks():
     inner = [k for k in range(len(l1.arg_cats)) if l1.role(k) == "inner"]
     assert layout.chunked == tuple(inner)
     assert inner_layout(l1, "float32")[0] == {}  # nothing else staged whole
+    # the CPU: a pass over a tile of rows (codegen._cpu_tiled_rows) for the same plans, the narrow one unchanged
+    assert "wbuf" in cpu_source(l1, "float32") and "wbuf" not in cpu_source(narrow, "float32")
     # y_j also read outside its sum (the gradient's shape): staged whole, the tile shrinks to fit 48 KiB
     x, y = Vi(torch.randn(5, 700)), Vj(torch.randn(6, 700))
     both = _plan((x - y).abs().sum(-1).exp() * y)
@@ -91,6 +93,32 @@ def test_source_is_a_loop_over_chunks_whatever_d():
     tail = cuda_source(_plan(_l1(97)), "float64", cuda_config(_plan(_l1(97)), "float64"))
     assert "const int d0 = 96;" in tail  # the last component, a chunk of its own
     assert "xal" in small and "double2" not in small and "float4" in small
+
+
+@pytest.mark.parametrize(("batch", "m", "n", "d"), [(2, 37, 1100, 70), (1, 5, 70_001, 65), (1, 17, 15, 130)])
+def test_cpu_tiles_of_rows(compiled, monkeypatch, batch, m, n, d):
+    """The CPU's wide pass over tiles of rows (codegen._cpu_tiled_rows): tiles straddling the rows (16 + 16 + 5)
+    and the batches, panels of j straddling n (512 + 512 + 76, then the lanes' tail), a buffer budget that
+    leaves 3 rows per tile (n = 70,001), fewer terms than a group of lanes; every reduction against float64."""
+    monkeypatch.setenv("SEMIRING_OPS_LAZY_GEMM", "off")
+    g = torch.Generator().manual_seed(m * n)
+    x, y = torch.randn(batch, m, d, generator=g, dtype=F64), torch.randn(batch, n, d, generator=g, dtype=F64)
+    w = torch.rand(d, generator=g, dtype=F64)
+    xi, yj = (Vi(x), Vj(y)) if batch > 1 else (Vi(x[0]), Vj(y[0]))
+    lazy = FORMS["weighted"](xi, yj, Pm(w)) + (xi - yj).abs().sum(-1).sqrt()
+    dense = FORMS["weighted"](x[:, :, None], y[:, None], w) + (x[:, :, None] - y[:, None]).abs().sum(-1).sqrt()
+    dense = dense if batch > 1 else dense[0]
+    axis = dense.dim() - 1
+    torch.testing.assert_close(lazy.sum(axis), dense.sum(axis, keepdim=True), rtol=1e-10, atol=1e-9)
+    torch.testing.assert_close((-lazy / d).logsumexp(axis), (-dense / d).logsumexp(axis, keepdim=True))
+    vals, idx = lazy.min_argmin(axis)
+    torch.testing.assert_close(vals[..., 0], dense.amin(axis))
+    assert torch.equal(idx[..., 0], dense.argmin(axis))
+    k = min(3, n)
+    vals, idx = lazy.Kmin_argKmin(k, axis)
+    want = dense.topk(k, axis, largest=False)
+    torch.testing.assert_close(vals, want.values)
+    assert torch.equal(idx, want.indices)
 
 
 # ---------------------------------------------------------------- on a GPU

@@ -36,7 +36,16 @@ from dataclasses import dataclass
 from .formula import Emitter, Formula, InnerProduct, Var, _postorder, node_count, replace_nodes, strength_reduce
 from .plan import Plan
 from .wide import WIDE_SLOT, WideSums, component_term, find_wide_sums, wide_sums
-from .wide_chunks import WIDE_BLOCK, WIDE_CHUNK, WIDE_SUMS_BYTES, WIDE_TILE, ChunkLayout, chunk_phase, sum_entry
+from .wide_chunks import (
+    WIDE_BLOCK,
+    WIDE_CHUNK,
+    WIDE_SUMS_BYTES,
+    WIDE_TILE,
+    ChunkKernel,
+    ChunkLayout,
+    chunk_phase,
+    sum_entry,
+)
 
 __all__ = ["CPU_LANES", "CudaConfig", "cpu_source", "cuda_config", "cuda_source"]
 
@@ -264,7 +273,10 @@ def cpu_source(plan: Plan, dtype_name: str) -> str:
 
     gram_at = 1 + n_slots if plan.n_numbers else n_slots  # args[gram_at + 3 n + 0, 1, 2]: InnerProduct n's
     grams = GramReads(lambda n: f"gram{n}[i * n_inner + j]", lambda n: f"xnorm{n}[i]", lambda n: f"ynorm{n}[j]")
-    hoisted, cell, wide = _cell(plan, read, read_at, "c", number, grams)
+    # wide sums of a dense vectorised plan: a pass over a tile of rows and all j first (_cpu_tiled_rows)
+    tiled = chunk_layout(plan) if not (plan.ranged or scalar) else None
+    read_sum = (lambda n: f"wt[{n} * wt_stride + j]") if tiled is not None else None
+    hoisted, cell, wide = _cell(plan, read, read_at, "c", number, grams, read_sum)
     loads = [f"const T* a{k} = args[{k}] + b * bstride[{k}];" for k in range(n_slots) if plan.role(k) != "inner"]
     for k, c in sorted(used):
         at = f"i * {plan.arg_dims[k]} + {c}" if plan.role(k) == "outer" else str(c)
@@ -286,9 +298,15 @@ def cpu_source(plan: Plan, dtype_name: str) -> str:
         numbers += [f"const T* {name} = args[{gram_at + 3 * n + k}];" for k, name in enumerate(names)]
     idx_expr = f"idx + row * {plan.index_dim}" if plan.index_dim else "nullptr"
     row_body = [*loads, *loop, f"red.store(vals + row * {plan.value_dim}, {idx_expr});"]
-    rows = _cpu_ranged_rows(plan, row_body) if plan.ranged else _cpu_dense_rows(plan, row_body)
+    if plan.ranged:
+        rows = _cpu_ranged_rows(plan, row_body)
+    elif tiled is not None:
+        rows = _cpu_tiled_rows(plan, row_body, _cpu_wide_pass(tiled, read_at, lambda k: number(k, False)))
+    else:
+        rows = _cpu_dense_rows(plan, row_body)
     return (
         _prelude(plan, dtype_name, "cpu")
+        + ("#include <algorithm>\n" if tiled is not None else "")
         + f"""#include <cstring>
 #include <vector>
 constexpr int kLanes = {CPU_LANES};
@@ -326,6 +344,75 @@ def _cpu_dense_rows(plan: Plan, row_body: list[str]) -> list[str]:
         "  const int64_t b = row / n_outer, i = row - b * n_outer;",
         "  (void)i;",
         *("  " + line for line in inner + row_body),
+        "}",
+    ]
+
+
+CPU_WIDE_ROWS = 16  # rows per tile of a plan with wide sums: each component of y read from memory serves them
+CPU_WIDE_PANEL = 512  # j per panel of the wide pass: a component's panel and the tile's sums stay in L1 / L2
+CPU_WIDE_BYTES = 1 << 20  # a thread's buffer of wide sums (the tile's rows x all j) at most: fewer rows beyond
+
+
+def _cpu_wide_pass(layout: ChunkLayout, read_at: Callable[[Var, str], str], number: Callable[[int], str]) -> list[str]:
+    """The wide sums of the tile's rows i0 .. i0 + nr - 1 at every j into wbuf[(n * tile_rows + r) * n_terms + j]:
+    by panels of j, then components d (in increasing order, as the loops of wide.py), then rows, then the j of
+    the panel (contiguous: vectorised); each panel of a component is read from memory once for the tile."""
+    lines = ["std::fill(wbuf.begin(), wbuf.end(), T(0));"]
+    for n, x in enumerate(layout.terms):
+        term_lines, term = component_term(x, read_at, number, f"wp{n}_")
+        lines += [
+            f"for (int64_t jp = 0; jp < n_terms; jp += {CPU_WIDE_PANEL}) {{",
+            f"  const int64_t je = std::min<int64_t>(n_terms, jp + {CPU_WIDE_PANEL});",
+            f"  for (int64_t d = 0; d < {x.dim}; ++d) {{",
+            "    for (int64_t r = 0; r < nr; ++r) {",
+            "      const int64_t i = i0 + r;",
+            f"      T* const w = wbuf.data() + ({n} * tile_rows + r) * n_terms;",
+            "#pragma GCC ivdep",
+            "      for (int64_t j = jp; j < je; ++j) {",
+            *("        " + line for line in term_lines),
+            f"        w[j] += {term};",
+            "      }",
+            "    }",
+            "  }",
+            "}",
+        ]
+    return lines
+
+
+def _cpu_tiled_rows(plan: Plan, row_body: list[str], wide_pass: list[str]) -> list[str]:
+    """Every output row over every j, for a plan whose wide sums come from _cpu_wide_pass: OpenMP over tiles
+    of rows of one batch; a tile first computes its rows' wide sums at every j (one read of y per tile
+    instead of per row: read per row, a D = 2048 L1 distance streamed y's 16 MB from memory for each of
+    4,000 rows), then runs each row's cells (row_body) reading them (``wt``)."""
+    sums = len(chunk_layout(plan).terms)
+    pointers = [
+        f"const T* g{k} = args[{k}] + b * bstride[{k}];"
+        if plan.role(k) == "inner"
+        else f"const T* a{k} = args[{k}] + b * bstride[{k}];"
+        for k in range(len(plan.arg_cats))
+    ]
+    return [
+        "const int64_t n_terms = n_inner, g_stride = n_inner;",
+        f"const int64_t wide_bytes = {sums} * std::max<int64_t>(1, n_terms) * (int64_t)sizeof(T);",
+        f"const int64_t tile_rows = std::max<int64_t>(1, std::min<int64_t>({CPU_WIDE_ROWS}, "
+        f"{CPU_WIDE_BYTES} / wide_bytes));",
+        "const int64_t tiles_per_batch = (n_outer + tile_rows - 1) / tile_rows;",
+        "#pragma omp parallel num_threads(nthreads)",
+        "{",
+        f"  std::vector<T> wbuf({sums} * tile_rows * n_terms);",
+        "  const int64_t wt_stride = tile_rows * n_terms;",
+        "#pragma omp for schedule(dynamic, 1)",
+        "  for (int64_t t = 0; t < nbatch * tiles_per_batch; ++t) {",
+        "    const int64_t b = t / tiles_per_batch, i0 = (t - b * tiles_per_batch) * tile_rows;",
+        "    const int64_t nr = std::min<int64_t>(tile_rows, n_outer - i0);",
+        *("    " + line for line in pointers),
+        *("    " + line for line in wide_pass),
+        "    for (int64_t r = 0; r < nr; ++r) {",
+        "      const int64_t i = i0 + r, row = b * n_outer + i;",
+        "      const T* const wt = wbuf.data() + r * n_terms;",
+        *("      " + line for line in row_body),
+        "    }",
+        "  }",
         "}",
     ]
 
@@ -748,7 +835,7 @@ def cuda_source(plan: Plan, dtype_name: str, cfg: CudaConfig) -> str:
         wide_shared.append(f"__shared__ T wsum[{len(layout.terms) * tile * cfg.rows * cfg.block}];")
         staged = lambda var, d: f"tile[u * {stride} + {offsets[var.slot]} + ({d})]"  # noqa: E731
         j_of = (lambda u: f"tile_j[{u}]") if plan.ranged else (lambda u: f"j0 + {u}")
-        wide_phase = chunk_phase(plan, layout, cfg.rows, tile, cfg.block, staged, dtype_name, j_of)
+        wide_phase = chunk_phase(ChunkKernel(plan, layout, cfg.rows, tile, cfg.block, dtype_name, staged, j_of))
     body: list[str] = []
     for r, cell in enumerate(cells):
         body += ["{", *("  " + s for s in cell), f"  red[{r}].add(r{r}_f, j);", "}"]

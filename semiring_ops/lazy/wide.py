@@ -9,7 +9,8 @@ constants) is instead computed by a loop over the components d, before the cell,
   innermost (contiguous j: it vectorises), then ``w0_v = w0[l]`` in the lane's cell;
 - for one j (tails and the scalar loops): ``T w0_v = 0; for d: w0_v += term(d, j)``;
 - the CUDA kernel computes them for a tile of j at a time, in chunks of components staged through shared memory
-  (wide_chunks.py), and the cell reads its sum (``read_sum``).
+  (wide_chunks.py), and the CPU kernel for a tile of rows and all j before the rows' cells
+  (codegen._cpu_wide_pass); the cell reads its sum (``read_sum``).
 
 The components are added in increasing d, as the unrolled sum does (starting from 0).
 """
@@ -116,7 +117,8 @@ def wide_sums(
 ) -> WideSums:
     """The wide sums of ``formula`` as loops (module docstring): read_at(var, d) is the C expression of
     component d (a C expression) of a variable at the current j; number(k) that of number k. With
-    ``read_sum``, a scalar cell reads wide sum n from read_sum(n), computed elsewhere (wide_chunks.py)."""
+    ``read_sum``, a cell (lane or scalar) reads wide sum n from read_sum(n), computed elsewhere (the CUDA
+    kernel's chunks, wide_chunks.py; the CPU's pass over a tile of rows, codegen._cpu_wide_pass)."""
     found = find_wide_sums(formula, is_inner)
     if not found:
         return WideSums(formula)
@@ -124,6 +126,12 @@ def wide_sums(
     replaced: dict[int, Formula] = {}
     for n, node in enumerate(found):
         x = node.children[0]
+        out.terms.append(x)
+        replaced[id(node)] = Var("j", 1, slot=WIDE_SLOT + n)
+        if read_sum is not None:  # computed elsewhere, read in every cell
+            out.lane.append(f"const T w{n}_v = {read_sum(n)};")
+            out.scalar.append(f"const T w{n}_v = {read_sum(n)};")
+            continue
         lines, term = component_term(x, read_at, number, f"w{n}_")
         out.group += [
             f"T w{n}[kLanes];",
@@ -137,17 +145,12 @@ def wide_sums(
             "}",
         ]
         out.lane.append(f"const T w{n}_v = w{n}[l];")
-        out.terms.append(x)
-        if read_sum is not None:
-            out.scalar.append(f"const T w{n}_v = {read_sum(n)};")
-        else:
-            out.scalar += [
-                f"T w{n}_v = T(0);",
-                f"for (int64_t d = 0; d < {x.dim}; ++d) {{",
-                *("  " + line for line in lines),
-                f"  w{n}_v += {term};",
-                "}",
-            ]
-        replaced[id(node)] = Var("j", 1, slot=WIDE_SLOT + n)
+        out.scalar += [
+            f"T w{n}_v = T(0);",
+            f"for (int64_t d = 0; d < {x.dim}; ++d) {{",
+            *("  " + line for line in lines),
+            f"  w{n}_v += {term};",
+            "}",
+        ]
     out.formula = replace_nodes(formula, replaced)
     return out

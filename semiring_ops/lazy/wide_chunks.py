@@ -27,7 +27,16 @@ from .formula import Formula, Var, _postorder
 from .plan import Plan
 from .wide import component_term
 
-__all__ = ["WIDE_BLOCK", "WIDE_CHUNK", "WIDE_SUMS_BYTES", "WIDE_TILE", "ChunkLayout", "chunk_phase", "sum_entry"]
+__all__ = [
+    "WIDE_BLOCK",
+    "WIDE_CHUNK",
+    "WIDE_SUMS_BYTES",
+    "WIDE_TILE",
+    "ChunkKernel",
+    "ChunkLayout",
+    "chunk_phase",
+    "sum_entry",
+]
 
 WIDE_TILE = 32  # j per tile of a plan with chunked wide sums: the outer chunk in registers serves this many j
 WIDE_CHUNK = 16  # components per chunk (an unrolled loop of this many terms per j)
@@ -57,83 +66,78 @@ def _vars(x: Formula) -> list[Var]:
     return [node for node in _postorder(x) if isinstance(node, Var)]
 
 
-def chunk_phase(
-    plan: Plan,
-    layout: ChunkLayout,
-    rows: int,
-    tile: int,
-    block: int,
-    staged: Callable[[Var, str], str],
-    dtype_name: str,
-    j_of: Callable[[str], str],
-) -> list[str]:
+@dataclass(frozen=True)
+class ChunkKernel:
+    """What the chunk phase needs of its kernel: the plan and its layout, rows per thread, j per tile, threads
+    per block, the dtype; ``staged(var, d)``: component d (a C expression) of an inner variable staged whole at
+    tile position ``u``; ``j_of(u)``: the index of tile position u."""
+
+    plan: Plan
+    layout: ChunkLayout
+    rows: int
+    tile: int
+    block: int
+    dtype_name: str
+    staged: Callable[[Var, str], str]
+    j_of: Callable[[str], str]
+
+
+def chunk_phase(k: ChunkKernel) -> list[str]:
     """The statements of one tile's chunk phase, after the tile's staging, run by every thread of the block
-    (its synchronisations; only ``live`` warps compute). ``staged(var, d)``: component d (a C expression) of
-    an inner variable staged whole at tile position ``u``; ``j_of(u)``: the index of tile position u."""
+    (its synchronisations; only ``live`` warps compute)."""
     chunk = WIDE_CHUNK
     lines = []
-    for n in range(len(layout.terms)):
-        for r in range(rows):
-            lines += [f"for (int u = 0; u < {tile}; ++u) {sum_entry(n, r, tile, rows, block, 'u')} = T(0);"]
-    for dim in layout.dims():
-        sums = [n for n, x in enumerate(layout.terms) if x.dim == dim]
+    for n in range(len(k.layout.terms)):
+        for r in range(k.rows):
+            lines += [f"for (int u = 0; u < {k.tile}; ++u) {sum_entry(n, r, k.tile, k.rows, k.block, 'u')} = T(0);"]
+    for dim in k.layout.dims():
+        sums = [n for n, x in enumerate(k.layout.terms) if x.dim == dim]
         full = dim - dim % chunk
-        body = lambda length, sums=sums, dim=dim: _chunk_body(  # noqa: E731
-            plan, layout, sums, dim, length, rows, tile, block, staged, dtype_name, j_of
-        )
         if full:
-            lines += [f"for (int d0 = 0; d0 < {full}; d0 += {chunk}) {{", *("  " + s for s in body(chunk)), "}"]
+            body = _chunk_body(k, sums, dim, chunk)
+            lines += [f"for (int d0 = 0; d0 < {full}; d0 += {chunk}) {{", *("  " + s for s in body), "}"]
         if dim % chunk:
-            lines += ["{", f"  const int d0 = {full};", *("  " + s for s in body(dim % chunk)), "}"]
+            body = _chunk_body(k, sums, dim, dim % chunk)
+            lines += ["{", f"  const int d0 = {full};", *("  " + s for s in body), "}"]
     return lines
 
 
-def _chunk_body(
-    plan: Plan,
-    layout: ChunkLayout,
-    sums: list[int],
-    dim: int,
-    length: int,
-    rows: int,
-    tile: int,
-    block: int,
-    staged: Callable[[Var, str], str],
-    dtype_name: str,
-    j_of: Callable[[str], str],
-) -> list[str]:
+def _chunk_body(k: ChunkKernel, sums: list[int], dim: int, length: int) -> list[str]:
     """One chunk of ``length`` components from d0 of the wide sums ``sums`` (all of ``dim`` components)."""
+    plan, layout, rows, tile, block, dtype_name = k.plan, k.layout, k.rows, k.tile, k.block, k.dtype_name
+    staged, j_of = k.staged, k.j_of
     chunk = WIDE_CHUNK
     used = sorted({v.slot for n in sums for v in _vars(layout.terms[n]) if v.dim > 1})
     lines = ["__syncthreads();  // the previous chunk's reads are done"]
-    for k in used:
-        if k in layout.chunked:
-            src = f"p{k}[(long long)({j_of('u')}) * {dim} + d0 + dd]"
+    for slot in used:
+        if slot in layout.chunked:
+            src = f"p{slot}[(long long)({j_of('u')}) * {dim} + d0 + dd]"
             lines += [
                 f"for (int t = threadIdx.x; t < {tile * length}; t += {block}) {{",
                 f"  const int u = t / {length}, dd = t - u * {length};",
-                f"  wch{k}[u * {chunk} + dd] = u < nt ? {src} : T(0);",
+                f"  wch{slot}[u * {chunk} + dd] = u < nt ? {src} : T(0);",
                 "}",
             ]
     lines += ["__syncthreads();", "if (live) {"]
     per16 = 4 if dtype_name == "float32" else 2
     vector = f"float{per16}" if dtype_name == "float32" else "double2"
     fields = "xyzw"[:per16]
-    for k in used:
-        role = plan.role(k)
+    for slot in used:
+        role = plan.role(slot)
         if role == "inner":
             continue
         for r in range(rows if role == "outer" else 1):
-            name = f"xc{k}_r{r}" if role == "outer" else f"pc{k}"
+            name = f"xc{slot}_r{r}" if role == "outer" else f"pc{slot}"
             at = f"{f'i{r} * {dim} + ' if role == 'outer' else ''}d0"
             lines += [f"  T {name}[{length}];"]
-            scalar = ["#pragma unroll", f"for (int dd = 0; dd < {length}; ++dd) {name}[dd] = p{k}[{at} + dd];"]
+            scalar = ["#pragma unroll", f"for (int dd = 0; dd < {length}; ++dd) {name}[dd] = p{slot}[{at} + dd];"]
             if dim % per16 == 0 and length % per16 == 0:  # 16-byte loads where p{k} is aligned (xal{k})
                 loads = [f"{name}[{per16} * q + {c}] = v.{f};" for c, f in enumerate(fields)]
                 lines += [
-                    f"  if (xal{k}) {{",
+                    f"  if (xal{slot}) {{",
                     "#pragma unroll",
                     f"    for (int q = 0; q < {length // per16}; ++q) {{",
-                    f"      const {vector} v = *reinterpret_cast<const {vector}*>(p{k} + {at} + {per16} * q);",
+                    f"      const {vector} v = *reinterpret_cast<const {vector}*>(p{slot} + {at} + {per16} * q);",
                     "      " + " ".join(loads),
                     "    }",
                     "  } else {",
@@ -160,7 +164,7 @@ def _chunk_body(
                     return f"p{var.slot}[i{r}]" if role == "outer" else f"v{var.slot}_0"
                 return f"xc{var.slot}_r{r}[dd]" if role == "outer" else f"pc{var.slot}[dd]"
 
-            term_lines, term = component_term(layout.terms[n], read, lambda k: f"nums[{k}]", f"wc{n}_r{r}_")
+            term_lines, term = component_term(layout.terms[n], read, lambda q: f"nums[{q}]", f"wc{n}_r{r}_")
             lines += ["      {", *("        " + s for s in term_lines), f"        s{n}_r{r} += {term};", "      }"]
     lines += ["    }"]
     for n in sums:

@@ -11,6 +11,7 @@ so.einsum("ai,ij,jk->ak", x, W1, W2, semiring="max")  # any contraction, planned
 
 __version__ = "0.1.0"
 
+from .alignment import CTCLoss, ctc_loss
 from .einsum import einsum
 from .hmm import HMM
 from .info import backend_info
@@ -21,6 +22,7 @@ from .structures import LinearChainCRF, allowed_transitions
 
 __all__ = [
     "HMM",
+    "CTCLoss",
     "LinearChainCRF",
     "LogSemiring",
     "MaxSemiring",
@@ -31,6 +33,7 @@ __all__ = [
     "__version__",
     "allowed_transitions",
     "backend_info",
+    "ctc_loss",
     "einsum",
     "logbmm",
     "maxbmm",

@@ -179,3 +179,26 @@ def label_sequences(N: int, C: int, L: int) -> list[torch.Tensor]:
             parts[n, labels[n + 1], labels[n]] = 1
         out.append(parts)
     return out
+
+
+def ctc_alignments(T: int, K: int, frames: int, labels: list[int]) -> list[torch.Tensor]:
+    """Every CTC alignment (structures/ctc.py) of an item with target ``labels`` over its first ``frames`` of T
+    frames, as parts (T, K): the state of each frame (states 2 s + 1 the labels, the even ones blanks)."""
+    L = len(labels)
+    ext = [None] * (2 * L + 1)
+    ext[1::2] = labels
+    out = []
+    for path in itertools.product(range(2 * L + 1), repeat=frames):
+        if path[0] > 1 or path[-1] < 2 * L - 1:
+            continue
+        ok = True
+        for a, b in itertools.pairwise(path):
+            step = b - a
+            if not (step in (0, 1) or (step == 2 and b % 2 == 1 and ext[b] != ext[a])):
+                ok = False
+                break
+        if ok:
+            parts = torch.zeros(T, K, dtype=torch.float64)
+            parts[torch.arange(frames), torch.tensor(path)] = 1.0
+            out.append(parts)
+    return out

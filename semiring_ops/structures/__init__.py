@@ -6,6 +6,7 @@ from .chain import chain_sum, chain_viterbi
 from .cky import CKYTree
 from .constraints import Constraints, allowed_transitions
 from .crf import LinearChainCRF
+from .ctc import CTC
 from .dependency import DependencyTree
 from .factored import chain_sum_factored, chain_viterbi_factored
 from .linear_chain import LinearChain
@@ -13,6 +14,7 @@ from .nonprojective import NonProjectiveDependencyTree
 from .semimarkov import SemiMarkov
 
 __all__ = [
+    "CTC",
     "Alignment",
     "CKYTree",
     "Constraints",

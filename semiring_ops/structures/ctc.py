@@ -1,0 +1,81 @@
+"""CTC alignments (Graves et al., 2006) as a structure, generic over the semiring.
+
+An item with target labels l_1 .. l_L has the 2L + 1 states of its extended target: blank, l_1, blank, l_2, ...,
+l_L, blank (state s is a label when s is odd). An alignment of its T frames is a state per frame that starts in
+state 0 or 1, moves up by 0 or 1 state a frame, or by 2 from label to label when the two labels differ
+(skipping the blank between them), and ends in state 2L or 2L - 1 at the item's last frame. Its score is the
+semiring product of its frames' potentials ``emission[b, t, z_t]`` (emission: the frame's label scores gathered
+onto the states, :meth:`CTC.emissions`); logpartition sums it over the alignments.
+
+The recursion walks the frames keeping one row of K = 2 S + 1 values per item (S the longest target; states past
+an item's 2L never feed back into its end states), with each item frozen after its last frame. This is the
+reference path: autograd through it stores a row per frame, as torch's ctc_loss stores alpha and beta. The fused
+kernels on the chain engine are the next step of issue 43.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..semirings import Semiring
+from .base import Structure, check_lengths
+
+__all__ = ["CTC"]
+
+
+class CTC(Structure):
+    """The CTC topology of a batch of targets (module docstring).
+
+    targets (B, S) int64, padded past each item's length; target_lengths (B,); ``blank`` the blank label.
+    """
+
+    name = "CTC"
+
+    def __init__(self, targets: Tensor, target_lengths: Tensor, blank: int = 0) -> None:
+        B, S = targets.shape
+        self.blank = blank
+        self.target_lengths = target_lengths.long()
+        ext = torch.full((B, 2 * S + 1), blank, dtype=torch.long, device=targets.device)
+        ext[:, 1::2] = targets.long()
+        self.states = ext  # (B, K): the label of each state
+        # the skip into label state s from s - 2: s a label differing from the previous label
+        skip = torch.zeros_like(ext, dtype=torch.bool)
+        skip[:, 3::2] = ext[:, 3::2] != ext[:, 1:-2:2]
+        self.skip = skip
+
+    def emissions(self, scores: Tensor) -> Tensor:
+        """(..., B, T, K): each frame's scores (..., B, T, V) at the states' labels."""
+        index = self.states[:, None, :].expand(*scores.shape[:-1], self.states.shape[1])
+        return scores.gather(-1, index)
+
+    def logpartition(self, potentials: Tensor, lengths: Tensor | None, semiring: type[Semiring]) -> Tensor:
+        """(*lead, B): the semiring sum over alignments; potentials (*lead, B, T, K) emissions (semiring values:
+        a semiring with leading dims gets them converted, Structure.value), lengths the frames (B,)."""
+        S = semiring
+        value = potentials
+        B, T, K = potentials.shape[-3:]
+        items, states = self.states.shape
+        if states != K or B % max(items, 1) or (B and not items):
+            raise ValueError(
+                f"CTC: potentials must be (B, T, K) with (B, K) = ({items}, {states}), got {tuple(potentials.shape)}"
+            )
+        copies = B // items if items else 1  # Structure.sample folds its draws into the batch: the items repeated
+        skip, target_lengths = self.skip.repeat(copies, 1), self.target_lengths.repeat(copies)
+        lengths = check_lengths(lengths, B, T, potentials.device, "CTC")
+        zero = S.zeros((B, K), like=value)
+        alpha = zero.clone()
+        start = torch.zeros(K, dtype=torch.bool, device=potentials.device)
+        start[: min(2, K)] = True
+        alpha = torch.where(start, value[..., :, 0, :], alpha)
+        for t in range(1, T):
+            stay = alpha
+            step = torch.cat([zero[..., :1], alpha[..., :-1]], -1)
+            skip_from = torch.where(skip, torch.cat([zero[..., :2], alpha[..., :-2]], -1), zero)
+            moved = S.times(S.sum(torch.stack([stay, step, skip_from], -1), -1), value[..., :, t, :])
+            alpha = torch.where((t < lengths)[:, None], moved, alpha)
+        last = 2 * target_lengths  # the final blank; the last label just before it (when there is one)
+        ends = torch.stack([last, (last - 1).clamp(min=0)], -1)  # (B, 2)
+        final = alpha.gather(-1, ends.expand(*alpha.shape[:-1], 2))
+        final = torch.where(torch.stack([torch.ones_like(last, dtype=torch.bool), last > 0], -1), final, zero[..., :2])
+        return S.sum(final, -1)

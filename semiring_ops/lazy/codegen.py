@@ -43,6 +43,7 @@ from .wide_chunks import (
     WIDE_TILE,
     ChunkKernel,
     ChunkLayout,
+    alignment_flags,
     chunk_phase,
     sum_entry,
 )
@@ -301,7 +302,8 @@ def cpu_source(plan: Plan, dtype_name: str) -> str:
     if plan.ranged:
         rows = _cpu_ranged_rows(plan, row_body)
     elif tiled is not None:
-        rows = _cpu_tiled_rows(plan, row_body, _cpu_wide_pass(tiled, read_at, lambda k: number(k, False)))
+        wide_pass = _cpu_wide_pass(tiled, read_at, lambda k: number(k, False))
+        rows = _cpu_tiled_rows(plan, len(tiled.terms), row_body, wide_pass)
     else:
         rows = _cpu_dense_rows(plan, row_body)
     return (
@@ -379,12 +381,11 @@ def _cpu_wide_pass(layout: ChunkLayout, read_at: Callable[[Var, str], str], numb
     return lines
 
 
-def _cpu_tiled_rows(plan: Plan, row_body: list[str], wide_pass: list[str]) -> list[str]:
+def _cpu_tiled_rows(plan: Plan, sums: int, row_body: list[str], wide_pass: list[str]) -> list[str]:
     """Every output row over every j, for a plan whose wide sums come from _cpu_wide_pass: OpenMP over tiles
     of rows of one batch; a tile first computes its rows' wide sums at every j (one read of y per tile
     instead of per row: read per row, a D = 2048 L1 distance streamed y's 16 MB from memory for each of
-    4,000 rows), then runs each row's cells (row_body) reading them (``wt``)."""
-    sums = len(chunk_layout(plan).terms)
+    4,000 rows), then runs each row's cells (row_body) reading them (``wt``); ``sums``: how many."""
     pointers = [
         f"const T* g{k} = args[{k}] + b * bstride[{k}];"
         if plan.role(k) == "inner"
@@ -654,13 +655,17 @@ def cuda_config(plan: Plan, dtype_name: str, max_rows: int = 8) -> CudaConfig:
 
 
 _chunk_layouts: dict[str, ChunkLayout | None] = {}
+MAX_CHUNK_LAYOUTS = 4096  # plans' layouts remembered (the cache is cleared past this)
 
 
 def chunk_layout(plan: Plan) -> ChunkLayout | None:
-    """The plan's wide sums as the CUDA kernel computes them, in chunks (wide_chunks.py); None without any, or
-    when a sum's terms read a routed plan's inner product (those keep a loop per cell)."""
+    """The plan's wide sums as computed apart from the cells: by the CUDA kernel in chunks (wide_chunks.py), by
+    the CPU kernel over tiles of rows (_cpu_tiled_rows); None without any, or when a sum's terms read a routed
+    plan's inner product (those keep a loop per cell)."""
     if plan.key in _chunk_layouts:
         return _chunk_layouts[plan.key]
+    if len(_chunk_layouts) >= MAX_CHUNK_LAYOUTS:
+        _chunk_layouts.clear()
     formula = strength_reduce(plan.formula, _invariant(plan))  # the cell's formula, as _cell has it
     if plan.grams:
         grams = [node for node in _postorder(formula) if isinstance(node, InnerProduct)]
@@ -824,18 +829,13 @@ def cuda_source(plan: Plan, dtype_name: str, cfg: CudaConfig) -> str:
         return [f"const int jq = {at};  // the tile position of j (its wide sums)"] if layout is not None else []
 
     if layout is not None:
-        per16 = 4 if dtype_name == "float32" else 2
-        vector_slots = {v.slot for x in layout.terms for v in _postorder(x) if isinstance(v, Var) and v.dim > 1}
-        head += [
-            f"const bool xal{k} = ((unsigned long long)p{k} & 15) == 0;  // 16-byte loads of its chunks"
-            for k in sorted(vector_slots)
-            if plan.role(k) != "inner" and plan.arg_dims[k] % per16 == 0
-        ]
-        wide_shared = [f"__shared__ __align__(16) T wch{k}[{tile * WIDE_CHUNK}];" for k in layout.chunked]
-        wide_shared.append(f"__shared__ T wsum[{len(layout.terms) * tile * cfg.rows * cfg.block}];")
         staged = lambda var, d: f"tile[u * {stride} + {offsets[var.slot]} + ({d})]"  # noqa: E731
         j_of = (lambda u: f"tile_j[{u}]") if plan.ranged else (lambda u: f"j0 + {u}")
-        wide_phase = chunk_phase(ChunkKernel(plan, layout, cfg.rows, tile, cfg.block, dtype_name, staged, j_of))
+        kernel = ChunkKernel(plan, layout, cfg.rows, tile, cfg.block, dtype_name, staged, j_of)
+        head += alignment_flags(kernel)
+        wide_shared = [f"__shared__ __align__(16) T wch{k}[{tile * WIDE_CHUNK}];" for k in layout.chunked]
+        wide_shared.append(f"__shared__ T wsum[{len(layout.terms) * tile * cfg.rows * cfg.block}];")
+        wide_phase = chunk_phase(kernel)
     body: list[str] = []
     for r, cell in enumerate(cells):
         body += ["{", *("  " + s for s in cell), f"  red[{r}].add(r{r}_f, j);", "}"]

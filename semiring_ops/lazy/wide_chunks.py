@@ -34,6 +34,7 @@ __all__ = [
     "WIDE_TILE",
     "ChunkKernel",
     "ChunkLayout",
+    "alignment_flags",
     "chunk_phase",
     "sum_entry",
 ]
@@ -66,6 +67,11 @@ def _vars(x: Formula) -> list[Var]:
     return [node for node in _postorder(x) if isinstance(node, Var)]
 
 
+def _per16(dtype_name: str) -> int:
+    """Values per 16-byte load."""
+    return 4 if dtype_name == "float32" else 2
+
+
 @dataclass(frozen=True)
 class ChunkKernel:
     """What the chunk phase needs of its kernel: the plan and its layout, rows per thread, j per tile, threads
@@ -80,6 +86,17 @@ class ChunkKernel:
     dtype_name: str
     staged: Callable[[Var, str], str]
     j_of: Callable[[str], str]
+
+
+def alignment_flags(k: ChunkKernel) -> list[str]:
+    """The kernel's head statements ``xal{slot}``: whether an outer variable or parameter of the wide sums, of a
+    whole number of 16-byte groups per row, starts 16-byte aligned (its chunks then take 16-byte loads)."""
+    slots = sorted({v.slot for x in k.layout.terms for v in _vars(x) if v.dim > 1})
+    return [
+        f"const bool xal{slot} = ((unsigned long long)p{slot} & 15) == 0;  // 16-byte loads of its chunks"
+        for slot in slots
+        if k.plan.role(slot) != "inner" and k.plan.arg_dims[slot] % _per16(k.dtype_name) == 0
+    ]
 
 
 def chunk_phase(k: ChunkKernel) -> list[str]:
@@ -119,7 +136,7 @@ def _chunk_body(k: ChunkKernel, sums: list[int], dim: int, length: int) -> list[
                 "}",
             ]
     lines += ["__syncthreads();", "if (live) {"]
-    per16 = 4 if dtype_name == "float32" else 2
+    per16 = _per16(dtype_name)
     vector = f"float{per16}" if dtype_name == "float32" else "double2"
     fields = "xyzw"[:per16]
     for slot in used:

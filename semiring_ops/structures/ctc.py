@@ -53,7 +53,6 @@ class CTC(Structure):
         """(*lead, B): the semiring sum over alignments; potentials (*lead, B, T, K) emissions (semiring values:
         a semiring with leading dims gets them converted, Structure.value), lengths the frames (B,)."""
         S = semiring
-        value = potentials
         B, T, K = potentials.shape[-3:]
         items, states = self.states.shape
         if states != K or B % max(items, 1) or (B and not items):
@@ -63,16 +62,15 @@ class CTC(Structure):
         copies = B // items if items else 1  # Structure.sample folds its draws into the batch: the items repeated
         skip, target_lengths = self.skip.repeat(copies, 1), self.target_lengths.repeat(copies)
         lengths = check_lengths(lengths, B, T, potentials.device, "CTC")
-        zero = S.zeros((B, K), like=value)
-        alpha = zero.clone()
+        zero = S.zeros((B, K), like=potentials)
         start = torch.zeros(K, dtype=torch.bool, device=potentials.device)
         start[: min(2, K)] = True
-        alpha = torch.where(start, value[..., :, 0, :], alpha)
+        alpha = torch.where(start, potentials[..., :, 0, :], zero)
         for t in range(1, T):
             stay = alpha
             step = torch.cat([zero[..., :1], alpha[..., :-1]], -1)
             skip_from = torch.where(skip, torch.cat([zero[..., :2], alpha[..., :-2]], -1), zero)
-            moved = S.times(S.sum(torch.stack([stay, step, skip_from], -1), -1), value[..., :, t, :])
+            moved = S.times(S.sum(torch.stack([stay, step, skip_from], -1), -1), potentials[..., :, t, :])
             alpha = torch.where((t < lengths)[:, None], moved, alpha)
         last = 2 * target_lengths  # the final blank; the last label just before it (when there is one)
         ends = torch.stack([last, (last - 1).clamp(min=0)], -1)  # (B, 2)

@@ -78,9 +78,9 @@ sdist, wheel = next(dist.glob("*.tar.gz")), next(dist.glob("*.whl"))
 names = zipfile.ZipFile(wheel).namelist()
 built = sorted(n.split("/")[-1].split(".")[0] for n in names if n.startswith("semiring_ops/_C_"))
 print(f"{sdist.name}, {wheel.name}: {built}")
-expected = {"_C_cpu_bmm", "_C_cpu_chain", "_C_cpu_span", "_C_cpu_host_writers", "_C_cpu_hmm"}
+expected = {"_C_cpu_bmm", "_C_cpu_chain", "_C_cpu_span", "_C_cpu_host_writers", "_C_cpu_hmm", "_C_cpu_ctc"}
 if WITH_CUDA:
-    expected |= {"_C_cuda_bmm", "_C_cuda_chain", "_C_cuda_span", "_C_cuda_fast_log", "_C_cuda_packed"}
+    expected |= {"_C_cuda_bmm", "_C_cuda_chain", "_C_cuda_span", "_C_cuda_fast_log", "_C_cuda_packed", "_C_cuda_ctc"}
 assert set(built) == expected, built
 assert "semiring_ops/_prebuilt.json" in names and "semiring_ops/csrc/ops.h" in names
 
@@ -143,7 +143,7 @@ assert all(f["kind"] == "prebuilt" for f in families), [(f["device"], f["family"
 if WITH_CUDA:
     load = (
         "import importlib; [importlib.import_module(f'semiring_ops._C_cuda_{n}').semiring_ids() for n in "
-        "('bmm', 'chain', 'span', 'fast_log', 'packed')]; print('CUDA modules load')"
+        "('bmm', 'chain', 'span', 'ctc', 'fast_log', 'packed')]; print('CUDA modules load')"
     )
     print(run([fresh_python, "-c", load], env=user_env, cwd=work, what="CUDA modules").stdout.strip())
 

@@ -345,6 +345,36 @@ def span(light: bool) -> None:
                     _close(grad.cpu(), want_grad, f"span {structure.name} {semiring.name} grad", 1e-8)
 
 
+def ctc(light: bool) -> None:
+    """CTC's kernels: the log program with and without occupancies (and their collection), and the best path,
+    float32 and float64, targets of 0 to 600 labels (repeats included: chains of a label's states), items of 0, 1,
+    odd and full frame counts, an impossible one, 97 states (four warps), 1,201 in float32 and 1,001 in float64
+    (past a block's threads: strided), against the CPU kernels."""
+    from semiring_ops.ops import ctc_ops
+
+    cases = [(23, 5, 6, 7, dtype) for dtype in (torch.float32, torch.float64)]
+    cases += [(9, 3, 30, 48, torch.float32)] if light else [(41, 4, 30, 48, torch.float64)]
+    cases += [] if light else [(700, 2, 9, 600, torch.float32)]
+    cases += [] if light else [(300, 2, 9, 500, torch.float64)]  # (past 512 states: the float64 blocks' width)
+    for T, N, C, S, dtype in cases:
+        g = torch.Generator().manual_seed(T)
+        lp = torch.randn(T, N, C, generator=g, dtype=dtype).log_softmax(-1)
+        targets = torch.randint(1, min(C, 4), (N, S), generator=g)
+        il = torch.tensor([T, 0, 1, T - 2, T // 2][:N])
+        tl = torch.tensor([S, 0, 0, S - 1, S // 2][:N])
+        args = [x.cuda() for x in (lp, targets, il, tl)]
+        for need in (True, False):
+            total, occupancy = ctc_ops.ctc_log(*args, 0, need)
+            want, want_occupancy = ctc_ops.ctc_log(lp, targets, il, tl, 0, need)
+            _close(total, want, f"ctc log {T}", 1e-5)
+            if need:
+                _close(occupancy.cpu(), want_occupancy, f"ctc occupancy {T}", 1e-4)
+        score, states = ctc_ops.ctc_viterbi(*args, 0)
+        want_score, want_states = ctc_ops.ctc_viterbi(lp, targets, il, tl, 0)
+        _close(score, want_score, f"ctc max {T}", 1e-5)
+        assert torch.equal(states.cpu(), want_states), f"ctc best path {T}"
+
+
 FAMILIES: dict[str, Callable[[bool], None]] = {
     "bmm": bmm,
     "packed": packed,
@@ -353,6 +383,7 @@ FAMILIES: dict[str, Callable[[bool], None]] = {
     "lazy": lazy,
     "sequence": sequence,
     "span": span,
+    "ctc": ctc,
 }
 
 

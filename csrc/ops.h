@@ -214,4 +214,17 @@ std::vector<at::Tensor> span_inside(const at::Tensor& potentials, const at::Tens
 at::Tensor span_adjoint(const at::Tensor& potentials, const at::Tensor& lengths, int64_t structure,
                         int64_t semiring_id, bool multiroot, const at::Tensor& charts, const at::Tensor& grad);
 
+// CTC (csrc/ctc_dp.h has the programs): log_probs (T, N, C) float32 or float64, any strides; targets (N, S) int64
+// padded past target_lengths; input_lengths, target_lengths (N,) int64; all on one device; blank in [0, C).
+// An item with a length or label out of range gets a NaN total (the Python layer checks them first).
+// ctc_log: [log Z (N,), occupancy]: with need_occupancy, the (T, N, C) d log Z / d log_probs (each frame's label
+// posteriors; zero past an item's frames and for an item with no path), else an empty tensor.
+std::vector<at::Tensor> ctc_log(const at::Tensor& log_probs, const at::Tensor& targets, const at::Tensor& input_lengths,
+                                const at::Tensor& target_lengths, int64_t blank, bool need_occupancy);
+
+// ctc_viterbi: [best score (N,), states (N, T) int64]: the best path's extended-target state at each frame (ties
+// as torchaudio's forced_align), -1 past the item's frames and everywhere for an item with no path.
+std::vector<at::Tensor> ctc_viterbi(const at::Tensor& log_probs, const at::Tensor& targets,
+                                    const at::Tensor& input_lengths, const at::Tensor& target_lengths, int64_t blank);
+
 }  // namespace semiring_ops

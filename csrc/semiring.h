@@ -33,8 +33,12 @@ typedef unsigned int uint32_t;
 
 #if defined(__CUDACC__)
 #define SR_HD __host__ __device__ __forceinline__
+#define SR_HD_ALWAYS_INLINE __host__ __device__ __forceinline__
 #else
 #define SR_HD inline
+// What a vectorised CPU loop calls: inlined whatever the size of its caller (GCC's inlining budgets of a large
+// function otherwise leave a call, and the loop scalar).
+#define SR_HD_ALWAYS_INLINE inline __attribute__((always_inline))
 #endif
 
 namespace semiring_ops {
@@ -59,7 +63,7 @@ template <class T> SR_HD T sr_abs(T x) { return x < T(0) ? -x : x; }
 // 2^x for the inner loops. GPU fp32: one MUFU.EX2 (ex2.approx: -inf -> 0, +inf -> inf, NaN -> NaN,
 // relative error ~2^-22). CPU fp32: a branch-free Cephes-style polynomial (~2 ulp) that the compiler
 // vectorises (a libm call would not); CPU fp64 likewise (~1 ulp). GPU fp64: the library exp2.
-SR_HD float fast_exp2(float x) {
+SR_HD_ALWAYS_INLINE float fast_exp2(float x) {
 #if defined(__CUDA_ARCH__)
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -89,7 +93,7 @@ SR_HD float fast_exp2(float x) {
   return is_nan(x) ? x : y;
 #endif
 }
-SR_HD double fast_exp2(double x) {
+SR_HD_ALWAYS_INLINE double fast_exp2(double x) {
 #if defined(__CUDA_ARCH__)
   return exp2(x);
 #else

@@ -11,7 +11,7 @@ so.einsum("ai,ij,jk->ak", x, W1, W2, semiring="max")  # any contraction, planned
 
 __version__ = "0.1.0"
 
-from .alignment import CTCLoss, ctc_loss
+from .alignment import CTCLoss, ctc_loss, ctc_posteriors, forced_align
 from .einsum import einsum
 from .hmm import HMM
 from .info import backend_info
@@ -34,7 +34,9 @@ __all__ = [
     "allowed_transitions",
     "backend_info",
     "ctc_loss",
+    "ctc_posteriors",
     "einsum",
+    "forced_align",
     "logbmm",
     "maxbmm",
     "minbmm",

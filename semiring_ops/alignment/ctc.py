@@ -15,8 +15,10 @@ Differences from torch, on purpose:
 - an impossible item's gradient is 0 (not NaN) also without ``zero_infinity``;
 - float16 / bfloat16 and ``semiring="max"`` are accepted.
 
-This is the reference path (a recursion over frames in PyTorch operations, memory of a row of 2 S + 1 states per
-frame for autograd, as torch stores alpha and beta); the fused kernels are the next step of issue 43.
+The log and max semirings run on the fused kernels (csrc/ctc_dp.h through ops/ctc_ops.py: one launch for the
+loss and its occupancies, a second to sum them per label; memory a row of 2 S + 1 states per frame, half of
+torch's alpha and beta) where they apply (fused_ok), else the CTC structure's PyTorch program, which also gives
+the double backward.
 """
 
 from __future__ import annotations
@@ -29,47 +31,99 @@ from torch import Tensor, nn
 from ..semirings import LogSemiring, MaxSemiring
 from ..structures.ctc import CTC
 
-__all__ = ["CTCLoss", "ctc_loss"]
+__all__ = ["CTCLoss", "ctc_loss", "ctc_posteriors"]
 
 _SEMIRINGS = {"log": LogSemiring, "max": MaxSemiring}
 _REDUCTIONS = ("none", "mean", "sum")
 
 
-def _lengths(value: Tensor | Sequence[int] | int, name: str, n: int, device: torch.device) -> Tensor:
-    """``value`` as (n,) int64 on ``device`` (a scalar for one item), or ValueError naming it."""
+def _lengths(value: Tensor | Sequence[int] | int, name: str, n: int, device: torch.device, who: str) -> Tensor:
+    """``value`` as (n,) int64 on ``device`` (a scalar for one item), or ValueError naming it (its values are
+    checked by checked_inputs, with the others' in one device synchronisation)."""
     t = torch.as_tensor(value, device=device)
     if t.dtype.is_floating_point or t.dtype == torch.bool or t.dtype.is_complex:
-        raise ValueError(f"ctc_loss: {name} must be integers, got {t.dtype}")
+        raise ValueError(f"{who}: {name} must be integers, got {t.dtype}")
     t = t.reshape(-1) if t.dim() == 0 else t
     if t.shape != (n,):
-        raise ValueError(f"ctc_loss: {name} must have one entry per batch item ({n}), got shape {tuple(t.shape)}")
-    if n and int(t.min()) < 0:
-        raise ValueError(f"ctc_loss: {name} must be >= 0, got {t.tolist()}")
+        raise ValueError(f"{who}: {name} must have one entry per batch item ({n}), got shape {tuple(t.shape)}")
     return t.long()
 
 
-def _padded_targets(targets: Tensor, target_lengths: Tensor, n: int) -> Tensor:
-    """targets as (n, S) int64, padded with 0 past each item's length (concatenated targets are split)."""
+def _padded_targets(targets: Tensor, target_lengths: Tensor, n: int, who: str) -> Tensor:
+    """targets as (n, S) int64 (concatenated targets split, padded with 0; their lengths' sum and maximum read
+    here, a synchronisation)."""
     if targets.dtype.is_floating_point or targets.dtype == torch.bool:
-        raise ValueError(f"ctc_loss: targets must be integers, got {targets.dtype}")
+        raise ValueError(f"{who}: targets must be integers, got {targets.dtype}")
     if targets.dim() == 2:
         if targets.shape[0] != n:
-            raise ValueError(f"ctc_loss: targets must be (N, S) with N = {n}, got {tuple(targets.shape)}")
-        if n and int(target_lengths.max()) > targets.shape[1]:
-            raise ValueError(
-                f"ctc_loss: target_lengths {target_lengths.tolist()} exceed targets' {targets.shape[1]} columns"
-            )
+            raise ValueError(f"{who}: targets must be (N, S) with N = {n}, got {tuple(targets.shape)}")
         return targets.long()
     if targets.dim() != 1:
-        raise ValueError(f"ctc_loss: targets must be (N, S) or 1-D concatenated, got {tuple(targets.shape)}")
-    total = int(target_lengths.sum()) if n else 0
+        raise ValueError(f"{who}: targets must be (N, S) or 1-D concatenated, got {tuple(targets.shape)}")
+    total, width = torch.stack([target_lengths.sum(), target_lengths.max()]).tolist() if n else (0, 0)
+    if min(target_lengths.tolist(), default=0) < 0:
+        raise ValueError(f"{who}: target_lengths must be >= 0, got {target_lengths.tolist()}")
     if targets.shape[0] < total:
-        raise ValueError(f"ctc_loss: 1-D targets hold {targets.shape[0]} labels, target_lengths sum to {total}")
-    width = int(target_lengths.max()) if n else 0
+        raise ValueError(f"{who}: 1-D targets hold {targets.shape[0]} labels, target_lengths sum to {total}")
     out = torch.zeros((n, width), dtype=torch.long, device=targets.device)
     keep = torch.arange(width, device=targets.device)[None, :] < target_lengths[:, None]
     out[keep] = targets[:total].long()
     return out
+
+
+def checked_inputs(
+    log_probs: Tensor,
+    targets: Tensor,
+    input_lengths: Tensor | Sequence[int] | int,
+    target_lengths: Tensor | Sequence[int] | int,
+    blank: int,
+    who: str,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, bool]:
+    """The inputs as torch's ctc_loss accepts them (module docstring), checked (ValueError naming the argument):
+    (log_probs (T, N, C), targets (N, S) int64 padded with ``blank`` to the longest target, input_lengths (N,),
+    target_lengths (N,) int64, whether the call was unbatched). The values are read in one synchronisation (two
+    for concatenated targets)."""
+    if not isinstance(log_probs, Tensor) or log_probs.dim() not in (2, 3) or not log_probs.is_floating_point():
+        got = tuple(log_probs.shape) if isinstance(log_probs, Tensor) else type(log_probs).__name__
+        raise ValueError(f"{who}: log_probs must be a floating (T, N, C) or (T, C) tensor, got {got}")
+    if not isinstance(targets, Tensor):
+        raise ValueError(f"{who}: targets must be a tensor, got {type(targets).__name__}")
+    unbatched = log_probs.dim() == 2
+    if unbatched:
+        log_probs = log_probs[:, None]
+        targets = targets[None] if targets.dim() == 1 else targets
+    T, N, C = log_probs.shape
+    if not 0 <= blank < C:
+        raise ValueError(f"{who}: blank must be in [0, C = {C}), got {blank}")
+    device = log_probs.device
+    input_lengths = _lengths(input_lengths, "input_lengths", N, device, who)
+    target_lengths = _lengths(target_lengths, "target_lengths", N, device, who)
+    padded = _padded_targets(targets.to(device), target_lengths, N, who)
+    valid = torch.arange(padded.shape[1], device=device)[None, :] < target_lengths[:, None]
+    bad = valid & ((padded < 0) | (padded >= C) | (padded == blank))
+    low_in, low_target, high_in, width, bad_labels = (
+        torch.stack(
+            [input_lengths.min(), target_lengths.min(), input_lengths.max(), target_lengths.max(), bad.sum()]
+        ).tolist()
+        if N
+        else (0, 0, 0, 0, 0)
+    )
+    if low_in < 0 or low_target < 0:
+        name, t = ("input_lengths", input_lengths) if low_in < 0 else ("target_lengths", target_lengths)
+        raise ValueError(f"{who}: {name} must be >= 0, got {t.tolist()}")
+    if high_in > T:
+        raise ValueError(f"{who}: input_lengths must be <= T = {T}, got {input_lengths.tolist()}")
+    if width > padded.shape[1]:
+        raise ValueError(f"{who}: target_lengths {target_lengths.tolist()} exceed targets' {padded.shape[1]} columns")
+    if bad_labels:
+        raise ValueError(f"{who}: target labels must be in [0, C = {C}) and not the blank ({blank})")
+    padded = torch.where(valid, padded, blank)[:, :width]
+    return log_probs, padded, input_lengths, target_lengths, unbatched
+
+
+def in_compute_dtype(log_probs: Tensor) -> Tensor:
+    """float32 and float64 as they are; float16 and bfloat16 in float32."""
+    return log_probs.float() if log_probs.dtype in (torch.float16, torch.bfloat16) else log_probs
 
 
 def ctc_loss(
@@ -85,44 +139,14 @@ def ctc_loss(
 ) -> Tensor:
     """The CTC loss (module docstring): log_probs (T, N, C) or (T, C); targets (N, S), 1-D concatenated, or (S,)
     unbatched; input_lengths, target_lengths (N,) or scalars; returns (N,) for reduction="none", else a scalar."""
-    if not isinstance(log_probs, Tensor) or log_probs.dim() not in (2, 3) or not log_probs.is_floating_point():
-        got = tuple(log_probs.shape) if isinstance(log_probs, Tensor) else type(log_probs).__name__
-        raise ValueError(f"ctc_loss: log_probs must be a floating (T, N, C) or (T, C) tensor, got {got}")
     if reduction not in _REDUCTIONS:
         raise ValueError(f"ctc_loss: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
     if semiring not in _SEMIRINGS:
         raise ValueError(f"ctc_loss: semiring must be one of {tuple(_SEMIRINGS)}, got {semiring!r}")
-    if not isinstance(targets, Tensor):
-        raise ValueError(f"ctc_loss: targets must be a tensor, got {type(targets).__name__}")
-    unbatched = log_probs.dim() == 2
-    if unbatched:
-        log_probs = log_probs[:, None]
-        targets = targets[None] if targets.dim() == 1 else targets
-    T, N, C = log_probs.shape
-    if not 0 <= blank < C:
-        raise ValueError(f"ctc_loss: blank must be in [0, C = {C}), got {blank}")
-    device = log_probs.device
-    input_lengths = _lengths(input_lengths, "input_lengths", N, device)
-    target_lengths = _lengths(target_lengths, "target_lengths", N, device)
-    if N and int(input_lengths.max()) > T:
-        raise ValueError(f"ctc_loss: input_lengths must be <= T = {T}, got {input_lengths.tolist()}")
-    padded = _padded_targets(targets.to(device), target_lengths, N)
-    valid = torch.arange(padded.shape[1], device=device)[None, :] < target_lengths[:, None]
-    labels = padded[valid]
-    if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= C or bool((labels == blank).any())):
-        raise ValueError(f"ctc_loss: target labels must be in [0, C = {C}) and not the blank ({blank})")
-    padded = torch.where(valid, padded, blank)
-
-    compute = torch.float32 if log_probs.dtype in (torch.float16, torch.bfloat16) else log_probs.dtype
-    scores = log_probs.to(compute).transpose(0, 1)  # (N, T, C)
-    structure = CTC(padded, target_lengths, blank)
-    # an item of 0 frames: no alignment unless its target is empty too (then the empty one, score 1)
-    frames = input_lengths.clamp(min=1)
-    if T == 0:
-        scores = scores.new_zeros((N, 1, C))
-    total = structure.logpartition(structure.emissions(scores), frames, _SEMIRINGS[semiring])
-    empty = input_lengths == 0
-    total = torch.where(empty, torch.where(target_lengths == 0, 0.0, -torch.inf).to(total), total)
+    log_probs, padded, input_lengths, target_lengths, unbatched = checked_inputs(
+        log_probs, targets, input_lengths, target_lengths, blank, "ctc_loss"
+    )
+    total = log_partition(in_compute_dtype(log_probs), padded, input_lengths, target_lengths, blank, semiring)
     loss = -total
     if zero_infinity:
         loss = torch.where(torch.isinf(loss), torch.zeros_like(loss), loss)
@@ -133,6 +157,85 @@ def ctc_loss(
     elif unbatched:
         loss = loss[0]
     return loss.to(log_probs.dtype)
+
+
+def fused_ok(log_probs: Tensor, targets: Tensor) -> bool:
+    """Whether CTC's fused kernels take these (T, N, C) float32 / float64 log_probs and (N, S) targets: compiled
+    kernels on the device, no ``generic_only()`` block, and on CUDA targets of at most 1,023 labels in float32 and
+    511 in float64 (the states' rows live in shared memory: csrc/cuda/ctc_launch.h)."""
+    from ..ops.ctc_ops import ctc_kernels
+    from ..structures.fused import generic_active
+
+    if generic_active() or log_probs.dtype not in _CUDA_MAX_LABELS:
+        return False
+    if log_probs.device.type == "cuda" and targets.shape[1] > _CUDA_MAX_LABELS[log_probs.dtype]:
+        return False
+    return ctc_kernels(log_probs.device) is not None
+
+
+_CUDA_MAX_LABELS = {torch.float32: 1023, torch.float64: 511}  # csrc/cuda/ctc_launch.h, ctc_max_states
+
+
+def log_partition(
+    log_probs: Tensor, targets: Tensor, input_lengths: Tensor, target_lengths: Tensor, blank: int, semiring: str
+) -> Tensor:
+    """(N,): each item's semiring sum over its alignments, log_probs (T, N, C) float32 / float64, targets (N, S)
+    int64 padded with ``blank``, lengths (N,) int64 (all checked); by the fused kernels where they apply (one launch
+    each way), else the structure's PyTorch program. Differentiable in log_probs."""
+    if fused_ok(log_probs, targets):
+        from ..ops import ctc_ops
+
+        if semiring == "max":
+            return ctc_ops.ctc_viterbi(log_probs, targets, input_lengths, target_lengths, blank)[0]
+        need = torch.is_grad_enabled() and log_probs.requires_grad
+        return ctc_ops.ctc_log(log_probs, targets, input_lengths, target_lengths, blank, need)[0]
+    return reference_log_partition(log_probs, targets, input_lengths, target_lengths, blank, semiring)
+
+
+def reference_log_partition(
+    log_probs: Tensor, targets: Tensor, input_lengths: Tensor, target_lengths: Tensor, blank: int, semiring: str
+) -> Tensor:
+    """log_partition by the CTC structure's PyTorch program (autograd through it, to any order)."""
+    T, N, C = log_probs.shape
+    scores = log_probs.transpose(0, 1)  # (N, T, C)
+    structure = CTC(targets, target_lengths, blank)
+    # an item of 0 frames: no alignment unless its target is empty too (then the empty one, score 1)
+    frames = input_lengths.clamp(min=1)
+    if T == 0:  # (the sum of no log_probs keeps the result in their graph)
+        scores = scores.new_zeros((N, 1, C)) + log_probs.sum()
+    total = structure.logpartition(structure.emissions(scores), frames, _SEMIRINGS[semiring])
+    empty = input_lengths == 0
+    return torch.where(empty, torch.where(target_lengths == 0, 0.0, -torch.inf).to(total), total)
+
+
+def ctc_posteriors(
+    log_probs: Tensor,
+    targets: Tensor,
+    input_lengths: Tensor | Sequence[int] | int,
+    target_lengths: Tensor | Sequence[int] | int,
+    blank: int = 0,
+) -> Tensor:
+    """Each frame's label posteriors under CTC (arguments as :func:`ctc_loss`): (T, N, C) (or (T, C) unbatched)
+    in log_probs' dtype, entry [t, n, c] the probability that item n's alignment emits label c at frame t, given
+    its target; each frame's entries sum to 1 within the item's frames, and are 0 past them and for an item with
+    no alignment. The same as minus the gradient of the unreduced loss. One launch by the fused kernels (16-bit
+    inputs computed in float32), else the structure's PyTorch program."""
+    lp, padded, input_lengths, target_lengths, unbatched = checked_inputs(
+        log_probs, targets, input_lengths, target_lengths, blank, "ctc_posteriors"
+    )
+    lp = in_compute_dtype(lp).detach()
+    if fused_ok(lp, padded):
+        from ..ops.ctc_ops import ctc_log
+
+        posteriors = ctc_log(lp, padded, input_lengths, target_lengths, blank, True)[1]
+    else:
+        with torch.enable_grad():
+            x = lp.requires_grad_()
+            total = reference_log_partition(x, padded, input_lengths, target_lengths, blank, "log")
+            weight = torch.isfinite(total).to(total)
+            (posteriors,) = torch.autograd.grad(total, x, weight)
+    posteriors = posteriors.to(log_probs.dtype)
+    return posteriors[:, 0] if unbatched else posteriors
 
 
 class CTCLoss(nn.Module):

@@ -48,7 +48,7 @@ class ExtensionSpec:
 class Family:
     """A family of kernels on one device type: the Python module its bindings make, and what the module serves."""
 
-    name: str  # bmm, chain, span, fast_log, packed, host_writers, hmm
+    name: str  # bmm, chain, span, ctc, fast_log, packed, host_writers, hmm
     device_type: str  # cpu | cuda
     sources: tuple[str, ...]  # relative to csrc; the bindings first
     serves: str  # what uses it, for `info`
@@ -99,6 +99,7 @@ FAMILIES: tuple[Family, ...] = (
     ),
     _cpu("chain", "LinearChainCRF, HMM, chain_* (fused chains)", "chain_cpu.cpp", "sequence_cpu.cpp"),
     _cpu("span", "structures: dependency, CKY, semi-Markov, linear chain, alignment", "span_cpu.cpp"),
+    _cpu("ctc", "CTC: ctc_loss, forced_align, ctc_posteriors", "ctc_cpu.cpp"),
     _cpu("host_writers", "the block engine's host writes", "condensed_scatter_cpu.cpp", "stream_copy_cpu.cpp"),
     _cpu(
         "hmm",
@@ -133,6 +134,7 @@ FAMILIES: tuple[Family, ...] = (
         "span_kernels_max.cu",
         "span_kernels_min.cu",
     ),
+    _cuda("ctc", "CTC: ctc_loss, forced_align, ctc_posteriors", "ctc_cuda.cpp", "ctc_kernels.cu"),
     _cuda(
         "fast_log",
         "log matmul, precision='fast' (tensor cores)",

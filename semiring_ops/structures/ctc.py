@@ -8,9 +8,9 @@ semiring product of its frames' potentials ``emission[b, t, z_t]`` (emission: th
 onto the states, :meth:`CTC.emissions`); logpartition sums it over the alignments.
 
 The recursion walks the frames keeping one row of K = 2 S + 1 values per item (S the longest target; states past
-an item's 2L never feed back into its end states), with each item frozen after its last frame. This is the
-reference path: autograd through it stores a row per frame, as torch's ctc_loss stores alpha and beta. The fused
-kernels on the chain engine are the next step of issue 43.
+an item's 2L never feed back into its end states), with each item frozen after its last frame. It is the
+reference of the fused kernels (csrc/ctc_dp.h, through semiring_ops.alignment), which run it for the log and max
+semirings; this program serves every other semiring, double backward, and devices without compiled kernels.
 """
 
 from __future__ import annotations
@@ -77,3 +77,36 @@ class CTC(Structure):
         final = alpha.gather(-1, ends.expand(*alpha.shape[:-1], 2))
         final = torch.where(torch.stack([torch.ones_like(last, dtype=torch.bool), last > 0], -1), final, zero[..., :2])
         return S.sum(final, -1)
+
+    def best_path(self, potentials: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """The best alignment of each item, ties broken as torchaudio's forced_align (a skip only when strictly
+        better than the other two moves, a step only when strictly better than staying; the final blank only
+        when strictly better than the last label): (score (B,), states (B, T) int64, -1 past each item's frames
+        and everywhere for an item without an alignment). potentials (B, T, K) emissions, lengths (B,) in 1..T.
+        The PyTorch reference of the fused kernels' best path (csrc/ctc_dp.h)."""
+        B, T, K = potentials.shape
+        zero = torch.tensor(-torch.inf, dtype=potentials.dtype, device=potentials.device)
+        alpha = torch.full((B, K + 2), -torch.inf, dtype=potentials.dtype, device=potentials.device)
+        alpha[:, 2] = 0  # before the first frame: one at state 0 (states shifted by 2: two -inf columns first)
+        moves = torch.zeros((B, T, K), dtype=torch.long, device=potentials.device)
+        for t in range(T):
+            x0, x1 = alpha[:, 2:], alpha[:, 1:-1]
+            x2 = torch.where(self.skip, alpha[:, :-2], zero)
+            two = (x2 > x1) & (x2 > x0)
+            step = ~two & (x1 > x0)
+            moves[:, t] = torch.where(two, 2, torch.where(step, 1, 0))
+            best = torch.where(two, x2, torch.where(step, x1, x0)) + potentials[:, t]
+            alpha = torch.where((t < lengths)[:, None], torch.cat([alpha[:, :2], best], 1), alpha)
+        last = 2 * self.target_lengths
+        final = alpha[:, 2:]
+        end_blank = final.gather(1, last[:, None])[:, 0]
+        end_label = final.gather(1, (last - 1).clamp(min=0)[:, None])[:, 0]
+        state = torch.where((last > 0) & ~(end_blank > end_label), last - 1, last)
+        score = torch.where(state == last, end_blank, end_label)
+        states = torch.full((B, T), -1, dtype=torch.long, device=potentials.device)
+        reachable = score > -torch.inf
+        for t in range(T - 1, -1, -1):
+            on = (t < lengths) & reachable
+            states[:, t] = torch.where(on, state, -1)
+            state = torch.where(on, state - moves[:, t].gather(1, state[:, None])[:, 0], state)
+        return score, states

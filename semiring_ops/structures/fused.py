@@ -21,7 +21,7 @@ from torch import Tensor
 from ..build.backends import backend_for
 from ..semirings import LogSemiring, MaxSemiring, MinSemiring, Semiring
 
-__all__ = ["generic_only", "generic_totals", "span_fast_path", "span_gradient", "span_totals"]
+__all__ = ["generic_active", "generic_only", "generic_totals", "span_fast_path", "span_gradient", "span_totals"]
 
 _state = threading.local()
 _SPAN_SEMIRINGS = (LogSemiring, MaxSemiring, MinSemiring)
@@ -38,13 +38,18 @@ def generic_only() -> Iterator[None]:
         _state.generic = before
 
 
+def generic_active() -> bool:
+    """Whether this thread is inside a ``generic_only()`` block."""
+    return getattr(_state, "generic", False)
+
+
 def _kernels_for(device: torch.device):
     return backend_for(device).family("span")  # None without the compiled span kernels
 
 
 def span_fast_path(potentials: Tensor, semiring: type[Semiring]) -> bool:
     """Whether the span kernels take ``potentials`` (of a structure that has one) under ``semiring``."""
-    if getattr(_state, "generic", False) or semiring not in _SPAN_SEMIRINGS or potentials.shape[-1] == 0:
+    if generic_active() or semiring not in _SPAN_SEMIRINGS or potentials.shape[-1] == 0:
         return False
     if potentials.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
         return False

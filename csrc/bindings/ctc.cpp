@@ -1,0 +1,17 @@
+// The ctc family's module (CPU or CUDA): CTC's fused programs, the loss with its occupancies and the best path
+// (contracts in ops.h).
+#include "bindings/module.h"
+#include "ops.h"
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  namespace py = pybind11;
+  semiring_ops::bind_common(m, "semiring_ops kernels: CTC (one device type)");
+  m.def("ctc_log", &semiring_ops::ctc_log,
+        "log Z of every item and, with need_occupancy, d log Z / d log_probs -> [total (N,), occupancy (T, N, C)]",
+        py::arg("log_probs"), py::arg("targets"), py::arg("input_lengths"), py::arg("target_lengths"),
+        py::arg("blank"), py::arg("need_occupancy"));
+  m.def("ctc_viterbi", &semiring_ops::ctc_viterbi,
+        "The best path of every item -> [score (N,), states (N, T) int64, -1 past each item's frames]",
+        py::arg("log_probs"), py::arg("targets"), py::arg("input_lengths"), py::arg("target_lengths"),
+        py::arg("blank"));
+}

@@ -1,0 +1,490 @@
+// CTC's dynamic programs (structures/ctc.py has the topology): an item with target labels l_1 .. l_S has the
+// K = 2 S + 1 states blank, l_1, blank, ..., l_S, blank; a frame stays, moves up one state, or skips the blank
+// between two different labels; paths start in state 0 or 1 and end in K - 1 or K - 2. Written once for the CPU
+// and CUDA backends (csrc/cpu/ctc_cpu.cpp, csrc/cuda/ctc_kernels.cu) over a Team of threads that share an item's
+// states (CPU: one thread; CUDA: the block, a thread per state, strided), ATen-free.
+//
+// Log (ctc_log_item): the loss and, when asked, the occupancies d log Z / d log_probs, in one launch whose
+// sequential depth is the item's T frames, not 2 T (torch's alpha then beta):
+//   pass 1, frames meet in the middle: step i computes alpha at frame i and beta at frame L - 1 - i together, and
+//     stores them (alpha below m = ceil(L / 2), beta from m on) in `rows` (N, T, K);
+//   the total: log Z = logsumexp_s alpha(m - 1, s) + beta_ex(m - 1, s);
+//   pass 2, frames move apart: step j continues beta down to frame m - 1 - j and alpha up to frame m + j; at each
+//     the state's occupancy exp(alpha + beta - log Z) uses the direction's exclusive sum (its recursion before the
+//     frame's emission) and the other direction's stored row, so it needs no division by the emission; it is
+//     written over that stored row (read for the last time there).
+// alpha_inc / beta_inc include the frame's emission; alpha_ex(t, s) = (+) of alpha_inc(t - 1, s - k) over the
+// moves k in {0, 1, 2 (a skip)}; beta_ex(t, s) = (+) of beta_inc(t + 1, s + k). A step's inputs from global memory
+// (its frames' emissions, and in pass 2 the stored rows) are staged into the scratch during the step before (the
+// team's copy_async: cp.async on the GPU, a copy on the CPU), so the loops over states read only the scratch (and
+// vectorise on the CPU).
+// Then (ctc_collect_frames, frames in parallel: a second launch on the GPU) the state occupancies are summed per
+// label deterministically, without atomics: the blank's over the even states by a team reduction, each label's
+// by the thread of its first state, walking the chain of its later states (`chain`).
+//
+// Max (ctc_viterbi_item): the best path, forward with 2-bit moves stored per (frame, state), then walked back by
+// the team's lead. Ties as torchaudio.functional.forced_align breaks them: a skip only when strictly better than
+// both other moves, a step only when strictly better than staying; at the end the final blank only when strictly
+// better than the last label.
+#pragma once
+
+#include "semiring.h"
+
+
+// The loops over a frame's states write one row and read others (disjoint): told so on the CPU, which otherwise
+// versions them on a runtime alias check.
+#if defined(__CUDACC__) || !defined(__GNUC__)
+#define SEMIRING_OPS_CTC_IVDEP
+#else
+#define SEMIRING_OPS_CTC_IVDEP _Pragma("GCC ivdep")
+#endif
+
+namespace semiring_ops {
+
+// One batch of CTC problems. log_probs (t, n, c) at t * st + n * sn + c * sc; targets (n, i) at n * ts0 + i * ts1
+// (padded past target_lengths[n]); K = 2 S + 1 with S the targets' width. Outputs as each program says.
+template <class T> struct CtcArgs {
+  const T* lp;
+  int64_t st, sn, sc;
+  const int64_t* targets;
+  int64_t ts0, ts1;
+  const int64_t* input_lengths;
+  const int64_t* target_lengths;
+  int64_t N, T_, C, S, K, blank;
+  T* total;          // (N,)
+  T* occupancy;      // (T, N, C), zeroed by the host, or null (no gradient): d log Z / d log_probs
+  int64_t os0, os1;  // its strides of t and n (c: 1)
+  T* rows;           // (N, T, K) scratch of the log program (with occupancy only)
+  unsigned char* moves;  // (N, T, K) of the max program
+  int64_t* path;     // (N, T) the best path's states (-1 past the item's frames)
+};
+
+// Stage buffers of the steps' inputs: a step's are staged kCtcStages - 1 steps ahead, so that its copies land
+// while the steps before compute. (On the H200 two steps ahead measured as fast as one, within noise: a step
+// waits on its chain of dependent arithmetic and its barrier, not on its copies.)
+constexpr int kCtcStages = 3;
+
+// The item's shared arrays (CUDA: dynamic shared memory; CPU: a thread's buffers). A row holds K states and two
+// -inf entries on each side, so a step reads s - 2 .. s + 2 without tests (it points at its state 0). The shared
+// entries come first: ctc_collect_frames needs only them and the int32 arrays (ctc_scratch_values(K, false)).
+template <class T> struct CtcScratch {
+  int32_t* label;   // (K) the states' labels
+  int32_t* chain;   // (K) odd states: the next state q of the same label (K: none), as q for the label's first
+                    // state and -q - 2 for the others (ctc_chain_next)
+  int32_t* skip;    // (K + 2) 1 where state s may be entered from s - 2 (0 past the item's states)
+  T* values;        // the shared entries, rows, staged inputs and a spare row below
+  int64_t K;
+  SR_HD T* shared() const { return values; }        // the total, a flag, the peak
+  SR_HD T* partial() const { return values + 4; }  // one partial sum per warp of the team (32 entries)
+  // padded row `buf` of direction d (0 alpha, 1 beta), at its state 0 (no arrays of pointers: on the GPU they
+  // would live in local memory)
+  SR_HD T* rows(int d, int buf) const { return values + 36 + (2 * d + buf) * (K + 4) + 2; }
+  // direction d's staged inputs of a step in stage buffer buf (of kCtcStages; K each): its frame's emissions,
+  // and (pass 2) the other direction's stored row at that frame (the module comment)
+  SR_HD T* emit(int d, int buf) const { return values + 36 + 4 * (K + 4) + (kCtcStages * d + buf) * K; }
+  SR_HD T* stored(int d, int buf) const {
+    return values + 36 + 4 * (K + 4) + (2 * kCtcStages + kCtcStages * d + buf) * K;
+  }
+  SR_HD T* spare() const { return values + 36 + 4 * (K + 4) + 4 * kCtcStages * K; }  // (K)
+};
+
+// The scratch's int32 and T entry counts for K states (T entries: of the programs, or only of the collection);
+// ctc_carve lays one out over them.
+SR_HD int64_t ctc_scratch_ints(int64_t K) { return 3 * K + 2; }
+SR_HD int64_t ctc_scratch_values(int64_t K, bool programs = true) {
+  return 36 + (programs ? 4 * (K + 4) + (4 * kCtcStages + 1) * K : 0);
+}
+
+template <class T> SR_HD CtcScratch<T> ctc_carve(int32_t* ints, T* values, int64_t K) {
+  CtcScratch<T> sm;
+  sm.label = ints;
+  sm.chain = ints + K;
+  sm.skip = ints + 2 * K;
+  sm.values = values;
+  sm.K = K;
+  return sm;
+}
+
+// exp and log. exp: fast_exp2 (semiring.h): on the GPU one MUFU.EX2 in float32 (relative error ~2^-22), the
+// library's exp2 in float64; on the CPU a branch-free polynomial the compiler vectorises over a frame's states
+// (libm's is a call per element). log: on the GPU lg2.approx in float32 (absolute error below 2^-22 on the [1, 3]
+// that log_add3 takes it over), the library's log in float64; on the CPU series_log, vectorised likewise.
+// ln x for x >= 0 (0 and subnormals -> -inf, +inf -> inf, NaN and x < 0 -> NaN): x = 2^e m with m in
+// [sqrt(1/2), sqrt(2)), ln m = 2 atanh(u), u = (m - 1) / (m + 1), |u| < 0.172, by its odd series (to u^21 in
+// float64, u^9 in float32: below half an ulp). Branch-free (selects), so that it vectorises.
+SR_HD_ALWAYS_INLINE float series_log(float x) {
+  union {
+    float f;
+    uint32_t u;
+  } v, mv;
+  v.f = x;
+  const int32_t raw_e = int32_t((v.u >> 23) & 0xffu);
+  mv.u = (v.u & 0x7fffffu) | 0x3f800000u;  // [1, 2)
+  const bool high = mv.f > 1.41421356f;
+  const float m = high ? mv.f * 0.5f : mv.f;
+  const float e = float(raw_e - 127 + (high ? 1 : 0));
+  const float u = (m - 1.f) / (m + 1.f), u2 = u * u;
+  float p = 1.f / 9.f;
+  p = p * u2 + 1.f / 7.f;
+  p = p * u2 + 1.f / 5.f;
+  p = p * u2 + 1.f / 3.f;
+  p = p * u2 + 1.f;
+  const float y = e * float(kLn2) + 2.f * u * p;
+  const float special = raw_e == 0 ? -HUGE_VALF : (x == HUGE_VALF ? x : __builtin_nanf(""));
+  return (raw_e != 0 && raw_e != 255 && x > 0.f) ? y : (x < 0.f ? __builtin_nanf("") : special);
+}
+SR_HD_ALWAYS_INLINE double series_log(double x) {
+  union {
+    double f;
+    uint64_t u;
+  } v, mv;
+  v.f = x;
+  const int32_t raw_e = int32_t((v.u >> 52) & 0x7ffu);
+  mv.u = (v.u & 0xfffffffffffffull) | 0x3ff0000000000000ull;
+  const bool high = mv.f > 1.4142135623730951;
+  const double m = high ? mv.f * 0.5 : mv.f;
+  const double e = double(raw_e - 1023 + (high ? 1 : 0));
+  const double u = (m - 1.) / (m + 1.), u2 = u * u;
+  double p = 1. / 21.;
+  p = p * u2 + 1. / 19.;
+  p = p * u2 + 1. / 17.;
+  p = p * u2 + 1. / 15.;
+  p = p * u2 + 1. / 13.;
+  p = p * u2 + 1. / 11.;
+  p = p * u2 + 1. / 9.;
+  p = p * u2 + 1. / 7.;
+  p = p * u2 + 1. / 5.;
+  p = p * u2 + 1. / 3.;
+  p = p * u2 + 1.;
+  const double y = e * kLn2 + 2. * u * p;
+  const double special = raw_e == 0 ? -HUGE_VAL : (x == HUGE_VAL ? x : __builtin_nan(""));
+  return (raw_e != 0 && raw_e != 2047 && x > 0.) ? y : (x < 0. ? __builtin_nan("") : special);
+}
+
+template <class T> SR_HD_ALWAYS_INLINE T ctc_exp(T x) { return fast_exp2(x * T(kLog2e)); }
+#if defined(__CUDA_ARCH__)
+SR_HD float ctc_log(float x) {  // lg2.approx (relative error ~2^-22; x >= 1 here, no subnormal to handle)
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y * float(kLn2);
+}
+SR_HD double ctc_log(double x) { return ::log(x); }
+#else
+template <class T> SR_HD_ALWAYS_INLINE T ctc_log(T x) { return series_log(x); }
+#endif
+
+// log(exp a + exp b + exp c): -inf when all are, NaN when one is. Branch-free.
+template <class T> SR_HD_ALWAYS_INLINE T log_add3(T a, T b, T c) {
+  T m = a > b ? a : b;
+  m = m > c ? m : c;
+  m = m == -pos_inf<T>() ? T(0) : m;
+  return m + ctc_log(ctc_exp<T>(a - m) + ctc_exp<T>(b - m) + ctc_exp<T>(c - m));
+}
+
+// One item's view: its lengths, labels and emissions.
+template <class T> struct CtcItem {
+  const CtcArgs<T>& a;
+  const CtcScratch<T>& sm;
+  int64_t b, L;  // the item, its frames
+  int K;         // its states, 2 S_b + 1
+  SR_HD const T* emission_address(int64_t t, int64_t s) const {
+    return a.lp + t * a.st + b * a.sn + int64_t(sm.label[s]) * a.sc;
+  }
+  SR_HD T* row(int64_t t) const { return a.rows + (b * a.T_ + t) * a.K; }
+  // (+) of a padded row's predecessors of s (alpha_ex) / successors of s (beta_ex), in the log semiring
+  SR_HD_ALWAYS_INLINE T from_before(const T* prev, int64_t s) const {
+    const T two = prev[s - 2];  // (read unconditionally: a select, so the CPU loop vectorises)
+    return log_add3<T>(prev[s], prev[s - 1], sm.skip[s] ? two : -pos_inf<T>());
+  }
+  SR_HD_ALWAYS_INLINE T from_after(const T* next, int64_t s) const {
+    const T two = next[s + 2];
+    return log_add3<T>(next[s], next[s + 1], sm.skip[s + 2] ? two : -pos_inf<T>());
+  }
+  // Stages the team's states' emissions at frame t into out (asynchronously on the GPU: the thread's own
+  // entries, complete after the team's wait for their copy group), and asks L2 for frame t + ahead's.
+  template <class Team> SR_HD void stage_emissions(const Team& team, int64_t t, int64_t ahead, T* out) const {
+    const int64_t later = t + ahead >= 0 && t + ahead < L ? t + ahead : t;
+    const T* now = a.lp + t * a.st + b * a.sn;  // (the frames' rows of this item: one multiply a state)
+    const T* soon = a.lp + later * a.st + b * a.sn;
+    for (int s = team.rank(); s < K; s += team.size()) {
+      const int64_t at = int64_t(sm.label[s]) * a.sc;
+      team.prefetch(soon + at);
+      team.copy_async(out + s, now + at);
+    }
+  }
+  // Stages the team's states' entries of the stored row of frame t into out, likewise.
+  template <class Team> SR_HD void stage_row(const Team& team, int64_t t, int64_t ahead, T* out) const {
+    const int64_t later = t + ahead >= 0 && t + ahead < L ? t + ahead : t;
+    const T* now = row(t);
+    const T* soon = row(later);
+    for (int s = team.rank(); s < K; s += team.size()) {
+      team.prefetch(soon + s);
+      team.copy_async(out + s, now + s);
+    }
+  }
+};
+
+// Fills the item's labels, and for the programs (`programs`) the skips and the rows' padding, else (the
+// collection) the label chains; returns false (on every thread) when a length or label is out of range (the host
+// checks them: NaN rather than a stray access).
+template <class T, class Team>
+SR_HD bool ctc_setup(const Team& team, const CtcArgs<T>& a, const CtcScratch<T>& sm, int64_t b, bool programs) {
+  const int64_t L = a.input_lengths[b], Sb = a.target_lengths[b];
+  if (L < 0 || L > a.T_ || Sb < 0 || Sb > a.S) return false;
+  const int K = int(2 * Sb + 1);
+  if (team.rank() == 0) sm.shared()[1] = T(0);
+  team.barrier();
+  for (int s = team.rank(); s < K; s += team.size()) {
+    const int64_t label = (s & 1) ? a.targets[b * a.ts0 + (s >> 1) * a.ts1] : a.blank;
+    if (label < 0 || label >= a.C) sm.shared()[1] = T(1);
+    sm.label[s] = int32_t(label < 0 || label >= a.C ? 0 : label);
+  }
+  for (int i = team.rank(); programs && i < 16; i += team.size()) {  // the rows' -inf entries around K states
+    const int at = i % 4 < 2 ? i % 4 - 2 : K + i % 4 - 2;
+    sm.rows(i / 8, (i / 4) % 2)[at] = -pos_inf<T>();
+  }
+  team.barrier();
+  const bool ok = sm.shared()[1] == T(0);
+  for (int s = team.rank(); programs && s < K + 2; s += team.size())
+    sm.skip[s] = ok && s < K && (s & 1) && s >= 3 && sm.label[s] != sm.label[s - 2];
+  for (int s = 1 + 2 * team.rank(); !programs && ok && s < K; s += 2 * team.size()) {
+    bool first = true;
+    for (int p = s - 2; p >= 1 && first; p -= 2) first = sm.label[p] != sm.label[s];
+    int next = s + 2;
+    while (next < K && sm.label[next] != sm.label[s]) next += 2;
+    sm.chain[s] = first ? next : -next - 2;
+  }
+  team.barrier();
+  return ok;
+}
+
+// The rows before the first frame and after the last, so that every step is the same recursion: alpha_inc of
+// frame -1 is one at state 0 (then alpha_ex(0) is one at states 0 and 1), beta_inc of frame L one at state K - 1
+// (then beta_ex(L - 1) is one at the end states K - 1 and K - 2: K - 1 is a blank, which no skip enters).
+template <class T, class Team> SR_HD void ctc_virtual_rows(const Team& team, const CtcScratch<T>& sm, int K) {
+  for (int s = team.rank(); s < K; s += team.size()) {
+    sm.rows(0, 0)[s] = s == 0 ? T(0) : -pos_inf<T>();
+    sm.rows(1, 0)[s] = s == K - 1 ? T(0) : -pos_inf<T>();
+  }
+  team.barrier();
+}
+
+// The next state of a chain entry (CtcScratch::chain).
+SR_HD int ctc_chain_next(int32_t link) { return link >= 0 ? link : -link - 2; }
+
+// Sums frame t's state occupancies (the row over which pass 2 wrote them) per label into the occupancy tensor:
+// the blank's over the even states (a reduction over the team: warp sums, then the first warp's), each label's
+// over its chain of states (its first state's thread). The team's labels and chains are the item's (ctc_setup).
+template <class T, class Team>
+SR_HD void ctc_collect_frame(const Team& team, const CtcArgs<T>& a, const CtcScratch<T>& sm, int64_t b, int K,
+                             int64_t t) {
+  const T* occ = a.rows + (b * a.T_ + t) * a.K;
+  T* out = a.occupancy + t * a.os0 + b * a.os1;
+  T v = T(0);
+  for (int s = 2 * team.rank(); s < K; s += 2 * team.size()) v += occ[s];
+  v = team.warp_sum(v);
+  if (team.lane() == 0) sm.partial()[team.warp()] = v;
+  team.barrier();
+  const T blank = team.lead_sum(team.warps(), [&](int64_t w) { return sm.partial()[w]; });
+  if (team.rank() == 0) out[a.blank] = blank;
+  for (int s = 1 + 2 * team.rank(); s < K; s += 2 * team.size()) {
+    if (sm.chain[s] < 0) continue;
+    T sum = occ[s];
+    for (int q = sm.chain[s]; q < K; q = ctc_chain_next(sm.chain[q])) sum += occ[q];
+    out[sm.label[s]] = sum;
+  }
+  team.barrier();  // (the partial sums are rewritten by the next frame)
+}
+
+// The label sums of item b's frames [t0, t1) (after ctc_log_item wrote its state occupancies; none when its total
+// is not finite: no alignment, or bad arguments).
+template <class T, class Team>
+SR_HD void ctc_collect_frames(const Team& team, const CtcArgs<T>& a, const CtcScratch<T>& sm, int64_t b, int64_t t0,
+                              int64_t t1) {
+  const T Z = a.total[b];
+  if (!(Z > -pos_inf<T>() && Z < pos_inf<T>())) return;  // (NaN too)
+  const int64_t L = a.input_lengths[b];
+  if (!ctc_setup<T>(team, a, sm, b, false)) return;
+  const int K = int(2 * a.target_lengths[b] + 1);
+  for (int64_t t = t0; t < t1 && t < L; ++t) ctc_collect_frame<T>(team, a, sm, b, K, t);
+}
+
+// The log program for item b (module comment): its total, and its occupancies when a.occupancy is set.
+template <class T, class Team>
+SR_HD void ctc_log_item(const Team& team, const CtcArgs<T>& a, const CtcScratch<T>& sm, int64_t b) {
+  const bool ok = ctc_setup<T>(team, a, sm, b, true);
+  const bool lead = team.rank() == 0;
+  if (!ok) {
+    if (lead) a.total[b] = pos_inf<T>() - pos_inf<T>();
+    return;
+  }
+  const int64_t L = a.input_lengths[b];
+  const int K = int(2 * a.target_lengths[b] + 1);
+  if (L == 0) {  // no frames: the empty target's one empty path, else none
+    if (lead) a.total[b] = K == 1 ? T(0) : -pos_inf<T>();
+    return;
+  }
+  const CtcItem<T> it{a, sm, b, L, K};
+  const T zero = -pos_inf<T>();
+  const int64_t m = (L + 1) / 2, beta_steps = L - m;
+  const int r0 = team.rank(), dr = team.size();
+  ctc_virtual_rows(team, sm, K);
+  int pa = 0, pb = 0;  // the buffer of each direction's latest row
+  // pass 1: alpha at frame i, beta at frame L - 1 - i; a step's emissions staged kCtcStages - 1 steps ahead
+  auto stage1 = [&](int64_t i) {  // step i's emissions into stage buffer i % kCtcStages (one copy group a step)
+    const int buf = int(i % kCtcStages);
+    if (i < m) it.stage_emissions(team, i, 8, sm.emit(0, buf));
+    if (i < beta_steps) it.stage_emissions(team, L - 1 - i, -8, sm.emit(1, buf));
+    team.commit_copies();
+  };
+  for (int64_t i = 0; i < kCtcStages - 1; ++i) stage1(i);
+  for (int64_t i = 0; i < m; ++i) {
+    const int64_t tb = L - 1 - i;
+    const int buf = int(i % kCtcStages);
+    const bool with_beta = i < beta_steps;
+    team.wait_copies();  // (step i's group: all but the kCtcStages - 2 groups after it)
+    stage1(i + kCtcStages - 1);
+    // both directions in one loop (their chains of dependent work overlap); a step without beta (the last
+    // when L is odd) computes it into its spare buffer, which nothing reads
+    const T* ea = sm.emit(0, buf);
+    const T* eb = sm.emit(1, buf);
+    const T* ap = sm.rows(0, pa);
+    const T* bp = sm.rows(1, pb);
+    T* an = sm.rows(0, pa ^ 1);
+    T* bn = sm.rows(1, pb ^ 1);
+    T* astore = a.rows ? it.row(i) : an;
+    T* bstore = a.rows && with_beta ? it.row(tb) : bn;
+    SEMIRING_OPS_CTC_IVDEP
+    for (int s = r0; s < K; s += dr) {
+      const T va = it.from_before(ap, s) + ea[s];
+      const T vb = it.from_after(bp, s) + eb[s];
+      an[s] = va;
+      bn[s] = vb;
+      astore[s] = va;
+      bstore[s] = vb;
+    }
+    team.barrier();
+    pa ^= 1;
+    if (with_beta) pb ^= 1;
+  }
+  // the total at frame m - 1: alpha_inc there times beta_ex (beta_inc of frame m, or the end states at L - 1)
+  T* prod = sm.spare();
+  for (int s = r0; s < K; s += dr) prod[s] = sm.rows(0, pa)[s] + it.from_after(sm.rows(1, pb), s);
+  team.barrier();
+  const T top = team.lead_max(K, [&](int64_t s) { return prod[s]; });
+  if (lead) sm.shared()[2] = top;
+  team.barrier();
+  const T peak = sm.shared()[2];
+  const T sum = team.lead_sum(K, [&](int64_t s) { return peak == zero ? T(0) : ctc_exp<T>(prod[s] - peak); });
+  if (lead) sm.shared()[0] = (peak == zero || is_nan(peak)) ? peak : peak + ctc_log(sum);
+  team.barrier();
+  const T Z = sm.shared()[0];
+  if (lead) a.total[b] = Z;
+  if (a.occupancy == nullptr || Z == zero || is_nan(Z) || Z == pos_inf<T>()) return;
+  // pass 2: beta from frame m - 1 down (staged: its emissions and alpha's stored row), alpha from frame m up
+  // (its emissions and beta's stored row), each step's inputs staged during the step before; the state
+  // occupancies written over the stored rows. (Those were written by other threads: the barriers since make them
+  // visible.)
+  auto stage2 = [&](int64_t j) {
+    const int buf = int(j % kCtcStages);
+    const int64_t t1 = m - 1 - j, t2 = m + j;
+    if (j < m) {
+      it.stage_emissions(team, t1, -8, sm.emit(1, buf));
+      it.stage_row(team, t1, -8, sm.stored(1, buf));
+    }
+    if (j < m && t2 < L) {
+      it.stage_emissions(team, t2, 8, sm.emit(0, buf));
+      it.stage_row(team, t2, 8, sm.stored(0, buf));
+    }
+    team.commit_copies();
+  };
+  for (int64_t j = 0; j < kCtcStages - 1; ++j) stage2(j);
+  for (int64_t j = 0; j < m; ++j) {
+    const int buf = int(j % kCtcStages);
+    const int64_t t1 = m - 1 - j, t2 = m + j;
+    const bool with_alpha = t2 < L;
+    team.wait_copies();
+    stage2(j + kCtcStages - 1);
+    // both directions in one loop; a step without alpha (the last when L is odd) computes it into buffers
+    // that nothing reads
+    const T* eb = sm.emit(1, buf);
+    const T* ea = sm.emit(0, buf);
+    const T* alpha1 = sm.stored(1, buf);
+    const T* beta2 = sm.stored(0, buf);
+    const T* bp = sm.rows(1, pb);
+    const T* ap = sm.rows(0, pa);
+    T* bn = sm.rows(1, pb ^ 1);
+    T* an = sm.rows(0, pa ^ 1);
+    T* o1 = it.row(t1);
+    T* o2 = with_alpha ? it.row(t2) : sm.spare();
+    SEMIRING_OPS_CTC_IVDEP
+    for (int s = r0; s < K; s += dr) {
+      const T bx = it.from_after(bp, s);
+      const T ax = it.from_before(ap, s);
+      o1[s] = ctc_exp<T>(alpha1[s] + bx - Z);
+      o2[s] = ctc_exp<T>(ax + beta2[s] - Z);
+      bn[s] = bx + eb[s];
+      an[s] = ax + ea[s];
+    }
+    team.barrier();
+    pb ^= 1;
+    if (with_alpha) pa ^= 1;
+  }
+}
+
+// The max program for item b (module comment): the best score into a.total and its states into a.path.
+template <class T, class Team>
+SR_HD void ctc_viterbi_item(const Team& team, const CtcArgs<T>& a, const CtcScratch<T>& sm, int64_t b) {
+  const bool ok = ctc_setup<T>(team, a, sm, b, true);
+  const bool lead = team.rank() == 0;
+  int64_t* path = a.path + b * a.T_;
+  for (int64_t t = team.rank(); t < a.T_; t += team.size()) path[t] = -1;
+  if (!ok) {
+    if (lead) a.total[b] = pos_inf<T>() - pos_inf<T>();
+    return;
+  }
+  const int64_t L = a.input_lengths[b];
+  const int K = int(2 * a.target_lengths[b] + 1);
+  if (L == 0) {
+    if (lead) a.total[b] = K == 1 ? T(0) : -pos_inf<T>();
+    return;
+  }
+  const CtcItem<T> it{a, sm, b, L, K};
+  const T zero = -pos_inf<T>();
+  unsigned char* moves = a.moves + b * a.T_ * a.K;
+  ctc_virtual_rows(team, sm, K);
+  auto stage = [&](int64_t t) {
+    if (t < L) it.stage_emissions(team, t, 8, sm.emit(0, int(t % kCtcStages)));
+    team.commit_copies();
+  };
+  for (int64_t t = 0; t < kCtcStages - 1; ++t) stage(t);
+  int p = 0;
+  for (int64_t t = 0; t < L; ++t) {
+    const int buf = int(t % kCtcStages);
+    team.wait_copies();
+    stage(t + kCtcStages - 1);
+    const T* e = sm.emit(0, buf);
+    const T* prev = sm.rows(0, p);
+    T* next = sm.rows(0, p ^ 1);
+    unsigned char* move = moves + t * a.K;
+    for (int s = team.rank(); s < K; s += team.size()) {
+      const T x0 = prev[s], x1 = prev[s - 1], x2 = sm.skip[s] ? prev[s - 2] : zero;
+      const bool two = x2 > x1 && x2 > x0, step = !two && x1 > x0;
+      next[s] = (two ? x2 : step ? x1 : x0) + e[s];
+      move[s] = two ? 2 : step ? 1 : 0;
+    }
+    team.barrier();
+    p ^= 1;
+  }
+  if (!lead) return;
+  const T* last = sm.rows(0, p);
+  int64_t s = (K >= 2 && !(last[K - 1] > last[K - 2])) ? K - 2 : K - 1;
+  a.total[b] = last[s];
+  if (last[s] == zero) return;  // no path: none to walk
+  for (int64_t t = L - 1; t >= 0; --t) {
+    path[t] = s;
+    s -= moves[t * a.K + s];
+  }
+}
+
+}  // namespace semiring_ops

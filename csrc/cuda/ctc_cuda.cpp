@@ -1,0 +1,46 @@
+// semiring_ops::ctc_log and ctc_viterbi for CUDA tensors (contracts in ops.h): the shared host body (ctc_host.h)
+// with the CUDA launchers (ctc_launch.h; kernels in ctc_kernels.cu).
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <type_traits>
+#include <vector>
+
+#include "ctc_host.h"
+#include "cuda/ctc_launch.h"
+#include "cuda/launch_check.h"
+#include "ops.h"
+
+namespace semiring_ops {
+namespace {
+
+void check_cuda(const at::Tensor& log_probs, const char* who) {
+  TORCH_CHECK_VALUE(log_probs.is_cuda(), who, " (CUDA): got log_probs ", describe(log_probs));
+  TORCH_CHECK_VALUE(log_probs.dim() < 2 || log_probs.size(1) <= 0x7fffffff, who,
+                    " (CUDA): at most 2^31 - 1 items, got log_probs ", describe(log_probs));
+}
+
+}  // namespace
+
+std::vector<at::Tensor> ctc_log(const at::Tensor& log_probs, const at::Tensor& targets, const at::Tensor& input_lengths,
+                                const at::Tensor& target_lengths, int64_t blank, bool need_occupancy) {
+  check_cuda(log_probs, "ctc_log");
+  const c10::cuda::CUDAGuard guard(log_probs.device());
+  return ctc_log_host("ctc_log (CUDA)", log_probs, targets, input_lengths, target_lengths, blank, need_occupancy,
+                      [&](const auto& a) {
+                        cuda::check_launch(cuda::ctc_log_launch(a, c10::cuda::getCurrentCUDAStream()), "ctc_log (CUDA)");
+                      });
+}
+
+std::vector<at::Tensor> ctc_viterbi(const at::Tensor& log_probs, const at::Tensor& targets,
+                                    const at::Tensor& input_lengths, const at::Tensor& target_lengths, int64_t blank) {
+  check_cuda(log_probs, "ctc_viterbi");
+  const c10::cuda::CUDAGuard guard(log_probs.device());
+  return ctc_viterbi_host("ctc_viterbi (CUDA)", log_probs, targets, input_lengths, target_lengths, blank,
+                          [&](const auto& a) {
+                            cuda::check_launch(cuda::ctc_viterbi_launch(a, c10::cuda::getCurrentCUDAStream()),
+                                               "ctc_viterbi (CUDA)");
+                          });
+}
+
+}  // namespace semiring_ops

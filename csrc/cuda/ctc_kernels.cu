@@ -1,0 +1,138 @@
+// CTC's kernels (the programs in ctc_dp.h; host side ctc_cuda.cpp): one block per item, a thread per state
+// (strided past 1,024 states), the item's rows, staged inputs, labels and label chains in dynamic shared memory;
+// then, for the occupancies, the collection: a block per item and 64 frames.
+// A step's inputs from global memory (its frames' emissions and, in pass 2, the stored rows) are copied into
+// shared memory by cp.async during the step before, and L2 is asked for those 8 frames ahead
+// (prefetch.global.L2): the steps' chain of dependent work never waits on global memory.
+#include <cuda_pipeline.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "cuda/ctc_launch.h"
+#include "cuda/device_attributes.h"
+
+namespace semiring_ops {
+namespace cuda {
+namespace {
+
+// The block as ctc_dp.h's team: lead_sum / lead_max reduce on the first warp (their result valid on thread 0).
+struct BlockTeam {
+  __device__ int rank() const { return int(threadIdx.x); }
+  __device__ int size() const { return int(blockDim.x); }
+  __device__ void barrier() const { __syncthreads(); }
+  __device__ void prefetch(const void* p) const { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+  __device__ int lane() const { return int(threadIdx.x % 32); }
+  __device__ int warp() const { return int(threadIdx.x / 32); }
+  __device__ int warps() const { return int((blockDim.x + 31) / 32); }
+  // the thread's own copies global -> shared (cp.async: no register round trip, no stall until the wait)
+  template <class T> __device__ void copy_async(T* dst, const T* src) const {
+    __pipeline_memcpy_async(dst, src, sizeof(T));
+  }
+  __device__ void commit_copies() const { __pipeline_commit(); }
+  // waits for the thread's copy groups but the kCtcStages - 2 latest (a step's, with those of later steps in flight)
+  __device__ void wait_copies() const { __pipeline_wait_prior(kCtcStages - 2); }
+  template <class T> __device__ T warp_sum(T v) const {
+    for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
+    return v;
+  }
+  template <class F> __device__ auto lead_sum(int64_t n, F f) const -> decltype(f(0)) {
+    using T = decltype(f(0));
+    T v = T(0);
+    if (threadIdx.x >= 32) return v;
+    for (int64_t i = threadIdx.x; i < n; i += 32) v += f(i);
+    for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
+    return v;
+  }
+  template <class F> __device__ auto lead_max(int64_t n, F f) const -> decltype(f(0)) {
+    using T = decltype(f(0));
+    T v = -pos_inf<T>();
+    if (threadIdx.x >= 32) return v;
+    for (int64_t i = threadIdx.x; i < n; i += 32) {
+      const T x = f(i);
+      v = (x > v || is_nan(x)) ? x : v;
+    }
+    for (int d = 16; d > 0; d >>= 1) {
+      const T x = __shfl_xor_sync(0xffffffffu, v, d);
+      v = (x > v || is_nan(x)) ? x : v;
+    }
+    return v;
+  }
+};
+
+// The scratch in dynamic shared memory: ctc_dp.h's int32 entries, then (16-byte aligned) its values.
+__host__ __device__ int64_t values_offset(int64_t K) { return (ctc_scratch_ints(K) * 4 + 15) / 16 * 16; }
+
+template <class T> __device__ CtcScratch<T> carve(int64_t K) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  return ctc_carve<T>(reinterpret_cast<int32_t*>(smem), reinterpret_cast<T*>(smem + values_offset(K)), K);
+}
+
+template <class T> size_t scratch_bytes(int64_t K, bool programs) {
+  return values_offset(K) + ctc_scratch_values(K, programs) * sizeof(T);
+}
+
+// Frames a block of the collection takes (its labels and chains set up once for them).
+constexpr int64_t kCollectFrames = 64;
+
+// Threads a block: a state each up to 1,024 (float32) or 512 (float64: its registers, 64 a thread at 1,024).
+template <class T> constexpr int max_threads() { return sizeof(T) == 4 ? 1024 : 512; }
+
+template <class T> __global__ void __launch_bounds__(max_threads<T>()) ctc_log_kernel(CtcArgs<T> a) {
+  ctc_log_item<T>(BlockTeam{}, a, carve<T>(a.K), blockIdx.x);
+}
+
+template <class T> __global__ void __launch_bounds__(max_threads<T>()) ctc_collect_kernel(CtcArgs<T> a) {
+  const int64_t t0 = int64_t(blockIdx.y) * kCollectFrames;
+  ctc_collect_frames<T>(BlockTeam{}, a, carve<T>(a.K), blockIdx.x, t0, t0 + kCollectFrames);
+}
+
+template <class T> __global__ void __launch_bounds__(max_threads<T>()) ctc_viterbi_kernel(CtcArgs<T> a) {
+  ctc_viterbi_item<T>(BlockTeam{}, a, carve<T>(a.K), blockIdx.x);
+}
+
+template <class T> int threads_for(int64_t K) {
+  // as few threads as take the states in the fewest rounds (K = 1,601: 832 threads of 2 states, not 1,024 of
+  // which some have one: the barrier waits for the two-state threads either way)
+  const int64_t rounds = (K + max_threads<T>() - 1) / max_threads<T>();
+  return int(std::max<int64_t>(32, ((K + rounds - 1) / rounds + 31) / 32 * 32));
+}
+
+template <class T, class Kernel>
+LaunchStatus launch(Kernel kernel, const CtcArgs<T>& a, dim3 grid, bool programs, cudaStream_t stream) {
+  const size_t smem = scratch_bytes<T>(a.K, programs);
+  if (smem > 48 * 1024) SEMIRING_OPS_CUDA_TRY(allow_dynamic_smem(reinterpret_cast<const void*>(kernel), int(smem)));
+  kernel<<<grid, threads_for<T>(a.K), smem, stream>>>(a);
+  return last_launch();
+}
+
+template <class T> LaunchStatus check_states(int64_t K) {
+  return K > ctc_max_states<T>() ? refused("targets too long: more than 1,023 labels in float32, 511 in float64 "
+                                           "(the states' rows exceed shared memory)")
+                                 : LaunchStatus{};
+}
+
+}  // namespace
+
+template <class T> LaunchStatus ctc_log_launch(const CtcArgs<T>& a, cudaStream_t stream) {
+  const LaunchStatus states = check_states<T>(a.K);
+  if (states.refusal != nullptr || a.N == 0) return states;
+  const LaunchStatus run = launch(ctc_log_kernel<T>, a, dim3(unsigned(a.N)), true, stream);
+  if (run.error != cudaSuccess || a.occupancy == nullptr || a.T_ == 0) return run;
+  const dim3 grid(unsigned(a.N), unsigned((a.T_ + kCollectFrames - 1) / kCollectFrames));
+  return launch(ctc_collect_kernel<T>, a, grid, false, stream);
+}
+
+template <class T> LaunchStatus ctc_viterbi_launch(const CtcArgs<T>& a, cudaStream_t stream) {
+  const LaunchStatus states = check_states<T>(a.K);
+  if (states.refusal != nullptr || a.N == 0) return states;
+  return launch(ctc_viterbi_kernel<T>, a, dim3(unsigned(a.N)), true, stream);
+}
+
+template LaunchStatus ctc_log_launch<float>(const CtcArgs<float>&, cudaStream_t);
+template LaunchStatus ctc_log_launch<double>(const CtcArgs<double>&, cudaStream_t);
+template LaunchStatus ctc_viterbi_launch<float>(const CtcArgs<float>&, cudaStream_t);
+template LaunchStatus ctc_viterbi_launch<double>(const CtcArgs<double>&, cudaStream_t);
+
+}  // namespace cuda
+}  // namespace semiring_ops

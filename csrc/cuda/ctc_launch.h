@@ -1,0 +1,28 @@
+// CTC's launchers (ctc_kernels.cu), called by ctc_cuda.cpp. ATen-free: CtcArgs (ctc_dp.h) is plain data.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "ctc_dp.h"
+#include "cuda/launch_status.h"
+
+namespace semiring_ops {
+namespace cuda {
+
+// The largest K = 2 S + 1 the kernels take: an item's rows and staged inputs live in shared memory (17 K values
+// and 3 K int32: 160 KiB in float32 at K = 2,047, 148 KiB in float64 at K = 1,023): targets of up to 1,023 labels
+// in float32, 511 in float64, within the A100's, H100's and H200's 163-227 KiB a block. (GPUs of 99 KiB, compute
+// capability 8.6 / 8.9, take about 600 labels in float32; past that the launch fails in cudaFuncSetAttribute.)
+template <class T> constexpr int64_t ctc_max_states() { return sizeof(T) == 4 ? 2047 : 1023; }
+
+// The log program (ctc_dp.h) over a.N items, one block each; T in {float, double}; the host has filled and
+// checked the arguments (a.occupancy zeroed, or null).
+template <class T> LaunchStatus ctc_log_launch(const CtcArgs<T>& a, cudaStream_t stream);
+
+// The max program (best paths), one block an item.
+template <class T> LaunchStatus ctc_viterbi_launch(const CtcArgs<T>& a, cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace semiring_ops

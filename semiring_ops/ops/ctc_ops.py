@@ -1,0 +1,115 @@
+"""CTC's fused programs, registered with torch.library (contracts in csrc/ops.h, programs in csrc/ctc_dp.h):
+
+semiring_ops::ctc_log(log_probs, targets, input_lengths, target_lengths, blank, need_occupancy)
+    -> (log Z (N,), occupancy (T, N, C) or (0,))
+    log_probs (T, N, C) float32 / float64, targets (N, S) int64 padded, lengths (N,) int64; one launch.
+    Differentiable in log_probs (needs need_occupancy): the gradient of log Z is the occupancy, saved by the
+    forward; its own gradient (double backward) comes from the CTC structure's PyTorch program
+semiring_ops::ctc_viterbi(log_probs, targets, input_lengths, target_lengths, blank)
+    -> (best score (N,), states (N, T) int64, -1 past each item's frames)
+    differentiable in log_probs through the score: 1 at the best path's (frame, label) entries
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..build.backends import backend_for
+
+__all__ = ["ctc_kernels", "ctc_log", "ctc_viterbi", "state_labels"]
+
+
+def ctc_kernels(device: torch.device):
+    """The ctc family's module for ``device``, or None (no compiled kernels: callers run the PyTorch program)."""
+    return backend_for(device).family("ctc")
+
+
+def state_labels(targets: Tensor, blank: int) -> Tensor:
+    """(N, 2 S + 1) int64: the label of each extended-target state (blank, l_1, blank, ..., l_S, blank)."""
+    states = torch.full((targets.shape[0], 2 * targets.shape[1] + 1), blank, dtype=torch.long, device=targets.device)
+    states[:, 1::2] = targets
+    return states
+
+
+@torch.library.custom_op("semiring_ops::ctc_log", mutates_args=())
+def ctc_log(
+    log_probs: Tensor, targets: Tensor, input_lengths: Tensor, target_lengths: Tensor, blank: int, need_occupancy: bool
+) -> tuple[Tensor, Tensor]:
+    """(log Z (N,), occupancy): see the module docstring."""
+    module = ctc_kernels(log_probs.device)
+    return tuple(module.ctc_log(log_probs, targets, input_lengths, target_lengths, blank, need_occupancy))
+
+
+@ctc_log.register_fake
+def _(log_probs, targets, input_lengths, target_lengths, blank, need_occupancy):
+    occupancy = log_probs.new_empty(log_probs.shape if need_occupancy else (0,))
+    return log_probs.new_empty(log_probs.shape[1:2]), occupancy
+
+
+def _log_setup_context(ctx, inputs, output):
+    log_probs, targets, input_lengths, target_lengths, blank, _need_occupancy = inputs
+    ctx.blank = blank
+    ctx.mark_non_differentiable(output[1])
+    ctx.save_for_backward(log_probs, targets, input_lengths, target_lengths, output[1])
+
+
+def _log_backward(ctx, grad_total, _grad_occupancy):
+    log_probs, targets, input_lengths, target_lengths, occupancy = ctx.saved_tensors
+    if grad_total is None:
+        return (None,) * 6
+    if torch.is_grad_enabled():  # a graph of the gradient (double backward): the structure's PyTorch program
+        from ..alignment.ctc import reference_log_partition
+
+        with torch.enable_grad():
+            total = reference_log_partition(log_probs, targets, input_lengths, target_lengths, ctx.blank, "log")
+            (grad,) = torch.autograd.grad(total, log_probs, grad_total, create_graph=True)
+        return grad, None, None, None, None, None
+    if occupancy.numel() != log_probs.numel():
+        raise RuntimeError("semiring_ops::ctc_log: backward needs the forward's need_occupancy=True")
+    return occupancy * grad_total.to(occupancy)[None, :, None], None, None, None, None, None
+
+
+ctc_log.register_autograd(_log_backward, setup_context=_log_setup_context)
+
+
+@torch.library.custom_op("semiring_ops::ctc_viterbi", mutates_args=())
+def ctc_viterbi(
+    log_probs: Tensor, targets: Tensor, input_lengths: Tensor, target_lengths: Tensor, blank: int
+) -> tuple[Tensor, Tensor]:
+    """(best score (N,), states (N, T)): see the module docstring."""
+    module = ctc_kernels(log_probs.device)
+    return tuple(module.ctc_viterbi(log_probs, targets, input_lengths, target_lengths, blank))
+
+
+@ctc_viterbi.register_fake
+def _(log_probs, targets, input_lengths, target_lengths, blank):
+    T, N = log_probs.shape[:2]
+    return log_probs.new_empty((N,)), log_probs.new_empty((N, T), dtype=torch.long)
+
+
+def _viterbi_setup_context(ctx, inputs, output):
+    log_probs, targets, _input_lengths, _target_lengths, blank = inputs
+    ctx.blank, ctx.shape = blank, log_probs.shape
+    ctx.mark_non_differentiable(output[1])
+    ctx.save_for_backward(targets, output[1])
+
+
+def _viterbi_backward(ctx, grad_total, _grad_states):
+    if grad_total is None:
+        return (None,) * 5
+    targets, states = ctx.saved_tensors
+    return path_indicator(states, targets, ctx.blank, ctx.shape, grad_total), None, None, None, None
+
+
+def path_indicator(states: Tensor, targets: Tensor, blank: int, shape: torch.Size, weight: Tensor) -> Tensor:
+    """(T, N, C): weight[n] at each frame's label on item n's path (states (N, T), -1: no frame), else 0."""
+    T, N, C = shape
+    labels = state_labels(targets, blank).gather(1, states.clamp(min=0))  # (N, T)
+    on_path = (states >= 0).to(weight.dtype) * weight[:, None]
+    out = weight.new_zeros((N, T, C))
+    out.scatter_(2, labels[..., None], on_path[..., None])
+    return out.transpose(0, 1)
+
+
+ctc_viterbi.register_autograd(_viterbi_backward, setup_context=_viterbi_setup_context)

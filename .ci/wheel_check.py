@@ -121,6 +121,9 @@ SMOKE = textwrap.dedent(
     assert len(crf.decode(em)) == 3
     hmm = so.HMM(2, emission="categorical", n_symbols=3)
     hmm.fit(torch.randint(0, 3, (200,)).numpy(), n_iter=3)
+    lp = torch.randn(8, 2, 5).log_softmax(-1).requires_grad_()
+    so.ctc_loss(lp, torch.tensor([[1, 2], [3, 3]]), [8, 7], [2, 2]).backward()
+    assert so.forced_align(lp.detach().transpose(0, 1), torch.tensor([[1, 2], [3, 4]]))[0].shape == (2, 8)
     arcs = torch.randn(2, 6, 6, dtype=torch.float64)
     assert torch.isfinite(DependencyTree().partition(arcs, lengths=torch.tensor([6, 4]))).all()
     x = torch.randn(300, 2)

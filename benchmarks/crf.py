@@ -57,7 +57,7 @@ from semiring_ops.info import kernel_summary
 from semiring_ops.structures import LinearChainCRF
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing import graphed, release, time_or_failure
+from timing import graphed, peak_mib, release, time_or_failure
 
 GPU_SHAPES = [(32, 128, 8), (32, 128, 32), (32, 128, 128), (32, 512, 32), (8, 128, 512)]
 CPU_SHAPES = [(4, 32, 8), (8, 64, 32)]
@@ -74,25 +74,6 @@ def parse_shape(text: str) -> tuple[int, int, int]:
     if min(B, T, C) < 1:
         raise argparse.ArgumentTypeError(f"B, T, C must be positive, got {text!r}")
     return B, T, C
-
-
-def peak_mib(step: Callable[[], object], device: str) -> float | str | None:
-    """MiB allocated at the peak of one step() above what was allocated before it (CUDA only)."""
-    if device != "cuda":
-        return None
-    try:
-        torch.cuda.synchronize()
-        base = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        step()
-        torch.cuda.synchronize()
-        return (torch.cuda.max_memory_allocated() - base) / 2**20
-    except torch.cuda.OutOfMemoryError:
-        return "OOM"
-    except Exception as exc:
-        return f"ERR {type(exc).__name__}"
-    finally:
-        release(device)
 
 
 # ---------------------------------------------------------------- systems: name -> (train step, decode) or None

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing import time_ms
+from timing import peak_mib, time_ms
 
 import semiring_ops
 
@@ -49,15 +49,8 @@ def _fwd_bwd(loss_fn, lp: torch.Tensor):
     return run
 
 
-def _peak_mb(fn, device: str) -> float:
-    if device != "cuda":
-        return float("nan")
-    torch.cuda.synchronize()
-    base = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    fn()
-    torch.cuda.synchronize()
-    return (torch.cuda.max_memory_allocated() - base) / 2**20
+def _mib(value: float | str | None) -> str:
+    return "—" if value is None else value if isinstance(value, str) else f"{value:.0f}"
 
 
 def ctc_rows(shapes, device: str, reps: int) -> None:
@@ -86,7 +79,7 @@ def _ctc_row(T: int, N: int, C: int, S: int, device: str, reps: int) -> str:
     if device == "cuda" and S <= 256:  # cuDNN's arguments: int32 concatenated targets and lengths on the CPU
         flat, il_list, tl_list = targets.reshape(-1).int(), il.tolist(), tl.tolist()
         t_cudnn = time_ms(_fwd_bwd(lambda x: F.ctc_loss(x, flat, il_list, tl_list), lp), device, reps)
-    peak_ours, peak_native = _peak_mb(ours, device), _peak_mb(native, device)
+    peak_ours, peak_native = (peak_mib(f, device) for f in (ours, native))
     with torch.no_grad():
         mine = semiring_ops.ctc_loss(lp, dev_targets, dev_il, dev_tl, reduction="none")
         with torch.backends.cudnn.flags(enabled=False):
@@ -94,7 +87,7 @@ def _ctc_row(T: int, N: int, C: int, S: int, device: str, reps: int) -> str:
         diff = ((mine - theirs).abs() / theirs.abs()).max().item()
     return (
         f"| {T} | {N} | {C} | {S} | {t_ours:.3f} | {t_native:.3f} | {t_cudnn:.3f} | {t_native / t_ours:.2f} "
-        f"| {t_cudnn / t_ours:.2f} | {t_viterbi:.3f} | {peak_ours:.0f} / {peak_native:.0f} | {diff:.1e} |"
+        f"| {t_cudnn / t_ours:.2f} | {t_viterbi:.3f} | {_mib(peak_ours)} / {_mib(peak_native)} | {diff:.1e} |"
     )
 
 

@@ -114,3 +114,22 @@ def time_or_failure(fn: Callable[[], object], device: str, reps: int) -> float |
         return f"ERR {type(exc).__name__}: {str(exc)[:60]}"
     finally:
         release(device)
+
+
+def peak_mib(step: Callable[[], object], device: str) -> float | str | None:
+    """MiB allocated at the peak of one step() above what was allocated before it (CUDA only)."""
+    if device != "cuda":
+        return None
+    try:
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        step()
+        torch.cuda.synchronize()
+        return (torch.cuda.max_memory_allocated() - base) / 2**20
+    except torch.cuda.OutOfMemoryError:
+        return "OOM"
+    except Exception as exc:
+        return f"ERR {type(exc).__name__}"
+    finally:
+        release(device)

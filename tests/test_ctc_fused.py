@@ -272,3 +272,31 @@ def test_targets_past_the_cuda_limit_run_the_structure(device):
     if device == "cuda":
         with pytest.raises(RuntimeError, match="targets too long"):
             ctc_ops.ctc_kernels(lp.device).ctc_log(lp, targets, il, tl, 0, False)
+
+
+def test_forced_align_top_k_against_every_alignment():
+    """top_k's alignments are the k best of all (enumerated), best first, their per-frame scores summing to
+    each one's score; slot 0 is forced_align's path (no ties on continuous inputs); missing slots are -inf."""
+    from tests.structure_enumeration import ctc_alignments
+
+    g = torch.Generator().manual_seed(3)
+    N, T, C = 3, 6, 4
+    lp = torch.randn(N, T, C, generator=g, dtype=torch.float64).log_softmax(-1)
+    targets = torch.tensor([[1, 2], [3, 3], [2, 0]])
+    il, tl = torch.tensor([6, 5, 4]), torch.tensor([2, 2, 1])
+    alignments, scores = forced_align(lp, targets, il, tl, top_k=40)
+    best, _ = forced_align(lp, targets, il, tl)
+    assert alignments.shape == (N, 40, T) and torch.equal(alignments[:, 0], best)
+    for n in range(N):
+        labels = targets[n, : int(tl[n])].tolist()
+        ext = [0]
+        for c in labels:
+            ext += [c, 0]
+        every = ctc_alignments(T, len(ext), int(il[n]), labels)
+        want = sorted((float((lp[n].T[ext][:, :][parts.T.bool()]).sum()) for parts in every), reverse=True)
+        got = scores[n].sum(-1)
+        k = min(len(want), 40)
+        torch.testing.assert_close(got[:k], torch.tensor(want[:k], dtype=torch.float64))
+        assert torch.isinf(got[k:]).all() and (alignments[n, k:] == 0).all()
+    with pytest.raises(ValueError, match="top_k"):
+        forced_align(lp, targets, il, tl, top_k=0)

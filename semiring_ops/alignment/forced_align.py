@@ -33,9 +33,16 @@ def forced_align(
     input_lengths: Tensor | None = None,
     target_lengths: Tensor | None = None,
     blank: int = 0,
+    *,
+    top_k: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The best CTC alignment of every item (module docstring): log_probs (N, T, C), targets (N, L) ->
-    (alignments (N, T), scores (N, T))."""
+    (alignments (N, T), scores (N, T)).
+
+    ``top_k``: the k best alignments of every item instead, best first: (alignments (N, k, T), scores (N, k, T));
+    an item with fewer than k alignments gets the blank and scores of -inf in the slots past them. By the CTC
+    structure's k-best semiring (structures/base.py, ``topk``), in PyTorch operations; with ties, slot 0 may be
+    another best alignment than the top_k=None one (whose ties are torchaudio's)."""
     if not isinstance(log_probs, Tensor) or log_probs.dim() != 3:
         got = tuple(log_probs.shape) if isinstance(log_probs, Tensor) else type(log_probs).__name__
         raise ValueError(f"forced_align: log_probs must be (N, T, C), got {got}")
@@ -59,6 +66,8 @@ def forced_align(
             f"forced_align: items {items} have fewer frames than their target's labels plus repeats "
             f"(input_lengths {input_lengths[short].tolist()}, needed {(target_lengths + repeats)[short].tolist()})"
         )
+    if top_k is not None:
+        return _top_k(log_probs, lp, padded, input_lengths, target_lengths, blank, top_k, targets.dtype)
     if fused_ok(lp, padded):
         from ..ops.ctc_ops import ctc_viterbi
 
@@ -68,10 +77,47 @@ def forced_align(
 
         structure = CTC(padded, target_lengths, blank)
         states = structure.best_path(structure.emissions(lp.transpose(0, 1)), input_lengths)[1]
-    labels = torch.full((N, 2 * padded.shape[1] + 1), blank, dtype=torch.long, device=lp.device)
+    return _labels_and_scores(log_probs, states, padded, blank, targets.dtype)
+
+
+def _labels_and_scores(
+    log_probs: Tensor, states: Tensor, padded: Tensor, blank: int, dtype: torch.dtype
+) -> tuple[Tensor, Tensor]:
+    """states (N, ..., T) of the extended targets (-1: no frame) -> (their labels in ``dtype``, blank past the
+    frames; log_probs (N, T, C) at them, 0 past the frames)."""
+    N, T = log_probs.shape[:2]
+    labels = torch.full((N, 2 * padded.shape[1] + 1), blank, dtype=torch.long, device=states.device)
     labels[:, 1::2] = padded
     on = states >= 0
-    alignments = torch.where(on, labels.gather(1, states.clamp(min=0)), blank)
-    scores = log_probs.gather(2, alignments[..., None].to(log_probs.device))[..., 0]
+    flat = states.reshape(N, -1)
+    alignments = torch.where(on, labels.gather(1, flat.clamp(min=0)).view_as(states), blank)
+    index = alignments.to(log_probs.device).reshape(N, -1, T).transpose(1, 2)  # (N, T, slots)
+    scores = log_probs.gather(2, index).transpose(1, 2).reshape(states.shape)
     scores = torch.where(on.to(scores.device), scores, torch.zeros((), dtype=scores.dtype, device=scores.device))
-    return alignments.to(targets.dtype), scores
+    return alignments.to(dtype), scores
+
+
+def _top_k(
+    log_probs: Tensor,
+    lp: Tensor,
+    padded: Tensor,
+    input_lengths: Tensor,
+    target_lengths: Tensor,
+    blank: int,
+    k: int,
+    dtype: torch.dtype,
+) -> tuple[Tensor, Tensor]:
+    """forced_align's top_k: (alignments (N, k, T), scores (N, k, T))."""
+    from ..structures.ctc import CTC
+
+    if not isinstance(k, int) or k < 1:
+        raise ValueError(f"forced_align: top_k must be a positive int, got {k!r}")
+    structure = CTC(padded, target_lengths, blank)
+    parts = structure.topk(structure.emissions(lp.transpose(0, 1)), k, input_lengths.clamp(min=1))
+    found = parts.flatten(2).any(-1)  # (k, N): slots holding an alignment
+    states = torch.where(parts.any(-1), parts.argmax(-1), -1).permute(1, 0, 2)  # (N, k, T)
+    alignments, scores = _labels_and_scores(log_probs, states, padded, blank, dtype)
+    missing = ~found.T[..., None]  # (N, k, 1)
+    alignments = torch.where(missing, torch.tensor(blank, dtype=dtype, device=alignments.device), alignments)
+    scores = torch.where(missing.to(scores.device), float("-inf"), scores)
+    return alignments, scores

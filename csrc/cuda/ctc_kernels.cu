@@ -2,7 +2,7 @@
 // (strided past 1,024 states), the item's rows, staged inputs, labels and label chains in dynamic shared memory;
 // then, for the occupancies, the collection: a block per item and 64 frames.
 // A step's inputs from global memory (its frames' emissions and, in pass 2, the stored rows) are copied into
-// shared memory by cp.async during the step before, and L2 is asked for those 8 frames ahead
+// shared memory by cp.async kCtcStages - 1 steps before (ctc_dp.h), and L2 is asked for those 8 frames ahead
 // (prefetch.global.L2): the steps' chain of dependent work never waits on global memory.
 #include <cuda_pipeline.h>
 

@@ -17,8 +17,9 @@ namespace cuda {
 // capability 8.6 / 8.9, take about 600 labels in float32; past that the launch fails in cudaFuncSetAttribute.)
 template <class T> constexpr int64_t ctc_max_states() { return sizeof(T) == 4 ? 2047 : 1023; }
 
-// The log program (ctc_dp.h) over a.N items, one block each; T in {float, double}; the host has filled and
-// checked the arguments (a.occupancy zeroed, or null).
+// The log program (ctc_dp.h) over a.N items, one block each, then (with a.occupancy) the collection of the
+// occupancies per label, a block per item and 64 frames; T in {float, double}; the host has filled and checked
+// the arguments (a.occupancy zeroed, or null).
 template <class T> LaunchStatus ctc_log_launch(const CtcArgs<T>& a, cudaStream_t stream);
 
 // The max program (best paths), one block an item.

@@ -85,9 +85,10 @@ def _labels_and_scores(
 ) -> tuple[Tensor, Tensor]:
     """states (N, ..., T) of the extended targets (-1: no frame) -> (their labels in ``dtype``, blank past the
     frames; log_probs (N, T, C) at them, 0 past the frames)."""
+    from ..structures.ctc import state_labels
+
     N, T = log_probs.shape[:2]
-    labels = torch.full((N, 2 * padded.shape[1] + 1), blank, dtype=torch.long, device=states.device)
-    labels[:, 1::2] = padded
+    labels = state_labels(padded, blank)
     on = states >= 0
     flat = states.reshape(N, -1)
     alignments = torch.where(on, labels.gather(1, flat.clamp(min=0)).view_as(states), blank)

@@ -2,7 +2,8 @@
 
 semiring_ops::ctc_log(log_probs, targets, input_lengths, target_lengths, blank, need_occupancy)
     -> (log Z (N,), occupancy (T, N, C) or (0,))
-    log_probs (T, N, C) float32 / float64, targets (N, S) int64 padded, lengths (N,) int64; one launch.
+    log_probs (T, N, C) float32 / float64, targets (N, S) int64 padded, lengths (N,) int64; one launch (two
+    with the occupancies: the program, then their sums per label).
     Differentiable in log_probs (needs need_occupancy): the gradient of log Z is the occupancy, saved by the
     forward; its own gradient (double backward) comes from the CTC structure's PyTorch program
 semiring_ops::ctc_viterbi(log_probs, targets, input_lengths, target_lengths, blank)
@@ -17,19 +18,12 @@ from torch import Tensor
 
 from ..build.backends import backend_for
 
-__all__ = ["ctc_kernels", "ctc_log", "ctc_viterbi", "state_labels"]
+__all__ = ["ctc_kernels", "ctc_log", "ctc_viterbi", "path_indicator"]
 
 
 def ctc_kernels(device: torch.device):
     """The ctc family's module for ``device``, or None (no compiled kernels: callers run the PyTorch program)."""
     return backend_for(device).family("ctc")
-
-
-def state_labels(targets: Tensor, blank: int) -> Tensor:
-    """(N, 2 S + 1) int64: the label of each extended-target state (blank, l_1, blank, ..., l_S, blank)."""
-    states = torch.full((targets.shape[0], 2 * targets.shape[1] + 1), blank, dtype=torch.long, device=targets.device)
-    states[:, 1::2] = targets
-    return states
 
 
 @torch.library.custom_op("semiring_ops::ctc_log", mutates_args=())
@@ -104,6 +98,8 @@ def _viterbi_backward(ctx, grad_total, _grad_states):
 
 def path_indicator(states: Tensor, targets: Tensor, blank: int, shape: torch.Size, weight: Tensor) -> Tensor:
     """(T, N, C): weight[n] at each frame's label on item n's path (states (N, T), -1: no frame), else 0."""
+    from ..structures.ctc import state_labels
+
     T, N, C = shape
     labels = state_labels(targets, blank).gather(1, states.clamp(min=0))  # (N, T)
     on_path = (states >= 0).to(weight.dtype) * weight[:, None]

@@ -21,7 +21,15 @@ from torch import Tensor
 from ..semirings import Semiring
 from .base import Structure, check_lengths
 
-__all__ = ["CTC"]
+__all__ = ["CTC", "state_labels"]
+
+
+def state_labels(targets: Tensor, blank: int) -> Tensor:
+    """(B, 2 S + 1) int64: the label of each extended-target state (blank, l_1, blank, ..., l_S, blank) of targets
+    (B, S)."""
+    states = torch.full((targets.shape[0], 2 * targets.shape[1] + 1), blank, dtype=torch.long, device=targets.device)
+    states[:, 1::2] = targets
+    return states
 
 
 class CTC(Structure):
@@ -33,11 +41,9 @@ class CTC(Structure):
     name = "CTC"
 
     def __init__(self, targets: Tensor, target_lengths: Tensor, blank: int = 0) -> None:
-        B, S = targets.shape
         self.blank = blank
         self.target_lengths = target_lengths.long()
-        ext = torch.full((B, 2 * S + 1), blank, dtype=torch.long, device=targets.device)
-        ext[:, 1::2] = targets.long()
+        ext = state_labels(targets, blank)
         self.states = ext  # (B, K): the label of each state
         # the skip into label state s from s - 2: s a label differing from the previous label
         skip = torch.zeros_like(ext, dtype=torch.bool)

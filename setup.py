@@ -76,7 +76,9 @@ def ahead_of_time_extensions():
         if fam.device_type == "cuda" and cuda is None:
             continue
         spec = fam.spec(ahead_of_time=True)
-        cflags = [f for f in spec.cflags if x86 or not f.startswith("-march=")]
+        # setuptools compiles with Python's own -g: -g0 after it, as no debug information ships in a wheel (a third
+        # of its size) and generating it cost a fifth of the compile time of the files that include torch
+        cflags = [*(f for f in spec.cflags if x86 or not f.startswith("-march=")), "-g0"]
         kind, extra = (CUDAExtension, {"nvcc": list(spec.cuda_cflags)}) if spec.is_cuda else (CppExtension, {})
         exts.append(
             kind(
@@ -84,7 +86,6 @@ def ahead_of_time_extensions():
                 [f"{rel}/{s}" for s in spec.sources],
                 include_dirs=[str(CSRC)],
                 extra_compile_args={"cxx": cflags, **extra},
-                # setuptools compiles with Python's own -g: no debug information in a wheel (a third of its size)
                 extra_link_args=[*spec.ldflags, "-Wl,--strip-debug"],
             )
         )

@@ -91,3 +91,24 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "extended" in item.keywords:
             item.add_marker(skip)
+
+
+_file_seconds: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    """Each test file's time (setup, call and teardown of its tests), for the summary below; with xdist the reports
+    reach the controlling process, so it sums every worker's."""
+    path = report.nodeid.split("::")[0]
+    _file_seconds[path] = _file_seconds.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The slowest test files: where CI's time goes (its limit is 30 minutes, README's test command included)."""
+    if not _file_seconds:
+        return
+    total = sum(_file_seconds.values())
+    terminalreporter.section("slowest test files")
+    for path, seconds in sorted(_file_seconds.items(), key=lambda kv: -kv[1])[:30]:
+        terminalreporter.write_line(f"{seconds:8.1f} s  {100 * seconds / total:4.1f}%  {path}")
+    terminalreporter.write_line(f"{total:8.1f} s  in {len(_file_seconds)} files (the sum over workers)")

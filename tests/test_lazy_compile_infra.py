@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import multiprocessing
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -145,6 +146,74 @@ def test_host_compile_error_carries_the_compiler_log(cache):
 def test_host_library_rejects_a_missing_function(cache):
     with pytest.raises(AttributeError, match="no_such_function"):
         host_compiler.compile_host_library(_fresh_lse_source(), ["lazy_test_lse", "no_such_function"])
+
+
+PRELUDE_SOURCE = """// {tag}
+#include "lazy/host_prelude.h"
+extern "C" double lazy_test_max(const double* x, int64_t n) {{
+  semiring_ops::MaxSemiring::Accumulator<double, false> acc;
+  acc.init();
+  for (int64_t k = 0; k < n; ++k) acc.add(x[k], static_cast<int32_t>(k));
+  return acc.result();
+}}
+"""
+
+
+def _max_of(source: str, x: torch.Tensor) -> float:
+    lib = host_compiler.compile_host_library(source, ["lazy_test_max"])
+    fn = lib.function("lazy_test_max", [ctypes.c_void_p, ctypes.c_int64], ctypes.c_double)
+    return fn.call(x.data_ptr(), x.numel())
+
+
+@needs_compiler
+def test_kernels_including_the_prelude_compile_with_one_precompiled_header_per_cache(cache, capfd):
+    """The generated kernels' first include is taken precompiled: built once per cache in the background (the first
+    kernel does not wait for it), then found by g++ ahead of the header (its -H trace marks a used precompiled
+    header with "!"); the libraries compute the same either way."""
+    cmd = host_compiler._compiler()
+    if not host_compiler._is_gcc(cmd):
+        pytest.skip("precompiled headers are used with GCC only")
+    x = torch.randn(77, dtype=torch.float64)
+    assert _max_of(PRELUDE_SOURCE.format(tag=uuid.uuid4().hex), x) == x.max().item()  # starts the header's build
+    folder = host_compiler.precompiled_prelude(cmd, wait=True)
+    assert folder is not None and folder.parent == cache
+    header = folder / "lazy" / "host_prelude.h.gch"
+    source = PRELUDE_SOURCE.format(tag=uuid.uuid4().hex)
+    assert _max_of(source, x) == x.max().item()
+    err = capfd.readouterr().err
+    assert err.count("precompiling lazy/host_prelude.h") == 1 and err.count(CPU_MESSAGE) == 2, err
+    assert list(cache.glob("pch-*/lazy/*")) == [header], "no temporary file is left"
+    src = cache / f"{host_compiler.source_key(source)}.cpp"
+    src.write_text(source)
+    out = cache / "traced.so"
+    trace = subprocess.run(
+        [*host_compiler.compile_command(cmd, src, out, uses_prelude=True), "-H"], capture_output=True, text=True
+    )
+    assert trace.returncode == 0 and f"! {header}" in trace.stderr.splitlines()[0], trace.stderr[:500]
+
+
+@needs_compiler
+def test_a_precompiled_header_that_cannot_be_built_leaves_the_kernels_compiling_without(cache, capfd, monkeypatch):
+    cmd = host_compiler._compiler()
+    if not host_compiler._is_gcc(cmd):
+        pytest.skip("precompiled headers are used with GCC only")
+    monkeypatch.setattr(host_compiler, "_PCH_FLAGS", (*host_compiler._PCH_FLAGS, "-fno-such-option-xyz"))
+    assert host_compiler.precompiled_prelude(cmd, wait=True) is None
+    assert host_compiler.precompiled_prelude(cmd, wait=True) is None, "not tried again in this process"
+    x = torch.randn(9, dtype=torch.float64)
+    assert _max_of(PRELUDE_SOURCE.format(tag=uuid.uuid4().hex), x) == x.max().item()
+    err = capfd.readouterr().err
+    assert err.count("precompiling") == 1 and err.count("no precompiled header") == 1, err
+    assert "fno-such-option-xyz" in err, "the compiler's complaint is quoted"
+    assert not list(cache.glob("pch-*/lazy/*.gch*")), "no header, no temporary file"
+
+
+@needs_compiler
+def test_no_precompiled_header_when_the_environment_says_so(cache, monkeypatch):
+    monkeypatch.setenv("SEMIRING_OPS_LAZY_PCH", "0")
+    assert host_compiler.precompiled_prelude(host_compiler._compiler(), wait=True) is None
+    _max_of(PRELUDE_SOURCE.format(tag=uuid.uuid4().hex), torch.randn(3, dtype=torch.float64))
+    assert not list(cache.glob("pch-*"))
 
 
 def _compile_in_child(source: str, barrier, results) -> None:

@@ -53,10 +53,13 @@ __all__ = ["CPU_LANES", "CudaConfig", "cpu_source", "cuda_config", "cuda_source"
 CPU_LANES = 16
 CPU_BLOCK_GROUPS = 64  # block sums (csrc/lazy/reducers.h): the lanes are folded every 64 groups (1,024 terms)
 
-_PRELUDE = """#include "semiring.h"
-#include "lazy/math.h"
-#include "lazy/reducers.h"
-using namespace semiring_ops;
+# The headers a kernel includes: on the CPU one header, first and alone, which the host compiler takes precompiled
+# (host_compiler.py); NVRTC compiles the CUDA source whole.
+_INCLUDES = {
+    "cpu": '#include "lazy/host_prelude.h"\n',
+    "cuda": '#include "semiring.h"\n#include "lazy/math.h"\n#include "lazy/reducers.h"\n',
+}
+_PRELUDE = """using namespace semiring_ops;
 using namespace semiring_ops::lazy;
 typedef {ctype} T;
 typedef {reducer} Reducer;
@@ -70,7 +73,11 @@ def _ctype(dtype_name: str) -> str:
 def _prelude(plan: Plan, dtype_name: str, target: str) -> str:
     ctype = _ctype(dtype_name)
     reducer = plan.reduction.cpp_reducer(ctype, plan.formula.dim, plan.with_arg, target)
-    return f"// semiring_ops.lazy kernel for: {plan.key}\n" + _PRELUDE.format(ctype=ctype, reducer=reducer)
+    return (
+        f"// semiring_ops.lazy kernel for: {plan.key}\n"
+        + _INCLUDES[target]
+        + _PRELUDE.format(ctype=ctype, reducer=reducer)
+    )
 
 
 @dataclass(frozen=True)
@@ -308,10 +315,7 @@ def cpu_source(plan: Plan, dtype_name: str) -> str:
         rows = _cpu_dense_rows(plan, row_body)
     return (
         _prelude(plan, dtype_name, "cpu")
-        + ("#include <algorithm>\n" if tiled is not None else "")
-        + f"""#include <cstring>
-#include <vector>
-constexpr int kLanes = {CPU_LANES};
+        + f"""constexpr int kLanes = {CPU_LANES};
 constexpr int64_t kBlockTerms = {CPU_BLOCK_GROUPS * CPU_LANES};  // terms of a block of a block sum (reducers.h)
 
 // A block of a block sum done: each lane's sum goes into its total, and the lane starts the next block at 0.

@@ -5,13 +5,21 @@ The source includes semiring.h (and csrc/lazy/*.h) but no torch header, and expo
 functions; the caller declares each function's signature once (``HostLibrary.function``) and calls it with
 ctypes values or Python ints / floats (pointers as ints, e.g. ``tensor.data_ptr()``).
 
+Every generated source includes one header first, csrc/lazy/host_prelude.h. With GCC it is precompiled once per
+cache and compiler (``<lazy cache>/pch-<key>/lazy/host_prelude.h.gch``, found ahead of the header by the include
+path; built in the background while the first kernels compile without it), which takes a kernel's compile from
+0.71 s to 0.38 s (the mean over 30 of the test suite's kernels, g++ 12, idle 2-core machine); when it cannot be
+built, or with another compiler, the header is parsed as usual.
+
 Environment:
     CXX   the C++ compiler (default: g++); the library is built with -fopenmp, so it needs GCC's
           OpenMP runtime (libgomp, which torch's CPU wheels load anyway)
+    SEMIRING_OPS_LAZY_PCH=0   no precompiled header
 """
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import functools
 import os
@@ -28,7 +36,14 @@ from typing import Any
 from ..build.jit import source_root
 from .kernel_cache import LazyCompileError, cached_artifact, headers_fingerprint, lazy_cache_dir, source_key
 
-__all__ = ["HostFunction", "HostLibrary", "compile_host_library", "host_compiler_available"]
+__all__ = [
+    "HostFunction",
+    "HostLibrary",
+    "compile_command",
+    "compile_host_library",
+    "host_compiler_available",
+    "precompiled_prelude",
+]
 
 HOST_FLAGS = (
     "-O3",
@@ -40,6 +55,9 @@ HOST_FLAGS = (
     "-fno-trapping-math",
     "-fopenmp",
 )
+
+
+PRELUDE_HEADER = "lazy/host_prelude.h"  # the header every generated CPU source includes first (codegen.py)
 
 
 def _compiler() -> tuple[str, ...]:
@@ -59,6 +77,14 @@ def _compiler_version(cmd: tuple[str, ...]) -> str:
     proc = subprocess.run([*cmd, "--version"], capture_output=True, text=True, check=False)
     lines = (proc.stdout or proc.stderr).strip().splitlines()
     return f"{' '.join(cmd)}: {lines[0] if lines else 'unknown version'}"
+
+
+@functools.cache
+def _is_gcc(cmd: tuple[str, ...]) -> bool:
+    """Whether ``cmd`` is GCC (whose precompiled headers ``#include`` finds beside the header), not clang."""
+    proc = subprocess.run([*cmd, "--version"], capture_output=True, text=True, check=False)
+    text = proc.stdout + proc.stderr
+    return "Free Software Foundation" in text and "clang" not in text
 
 
 @functools.lru_cache(maxsize=1)
@@ -140,6 +166,109 @@ def _load(path: Path) -> HostLibrary:
     return HostLibrary(path, cdll)
 
 
+_PCH_FLAGS = tuple(f for f in HOST_FLAGS if f != "-shared")  # a link flag, which GCC's check of a header ignores
+_pch_lock = threading.Lock()
+_pch_builds: dict[Path, threading.Thread] = {}  # a precompiled header's path -> its build in this process
+_pch_failed: set[Path] = set()  # headers whose build failed in this process: not tried again
+_pch_children: dict[subprocess.Popen, Path] = {}  # running header compiles -> their temporary output
+_exiting = False
+
+
+def _prelude_pch_path(cmd: tuple[str, ...]) -> Path | None:
+    """Where the precompiled PRELUDE_HEADER for ``cmd`` lives in the cache (built or not), or None when none is
+    used (not GCC, or SEMIRING_OPS_LAZY_PCH=0)."""
+    if os.environ.get("SEMIRING_OPS_LAZY_PCH", "1") == "0" or not _is_gcc(cmd):
+        return None
+    key = source_key("pch", "\0".join(_PCH_FLAGS), _compiler_version(cmd), _cpu_identity(), headers_fingerprint())
+    return lazy_cache_dir() / f"pch-{key}" / f"{PRELUDE_HEADER}.gch"
+
+
+def precompiled_prelude(cmd: tuple[str, ...], wait: bool = False) -> Path | None:
+    """The include folder holding ``lazy/host_prelude.h.gch`` for ``cmd`` when it is built, else None.
+
+    A cache without one gets it built in the background (once per process and cache; other processes wait on
+    its lock in their own background thread): the first kernels of a fresh cache parse the header meanwhile
+    (about 1.4 s of building, once), so no call waits for it. ``wait=True`` waits for the build. A failed build
+    is said once and the kernels go on parsing the header."""
+    gch = _prelude_pch_path(cmd)
+    if gch is None or gch in _pch_failed:
+        return None
+    if not gch.is_file():
+        with _pch_lock:
+            job = _pch_builds.get(gch)
+            if job is None:
+                job = _pch_builds[gch] = threading.Thread(
+                    target=_build_prelude, args=(cmd, gch), name="semiring_ops.lazy precompiled header", daemon=True
+                )
+                job.start()
+        if not wait:
+            return None
+        job.join()
+        if not gch.is_file():
+            return None
+    return gch.parents[len(Path(PRELUDE_HEADER).parts) - 1]
+
+
+def _build_prelude(cmd: tuple[str, ...], gch: Path) -> None:
+    """Builds the precompiled header at ``gch`` through the cache's lock (the background thread's work)."""
+    folder = gch.parents[len(Path(PRELUDE_HEADER).parts) - 1]
+    header = source_root() / PRELUDE_HEADER
+
+    def build(tmp: Path) -> None:
+        print(f"semiring_ops.lazy: precompiling {PRELUDE_HEADER} for cpu into {lazy_cache_dir()}", file=sys.stderr)
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        args = [*cmd, *_PCH_FLAGS, "-I", str(source_root()), "-x", "c++-header", str(header), "-o", str(tmp)]
+        with _pch_lock:
+            if _exiting:
+                raise OSError("the process is exiting")
+            proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            _pch_children[proc] = tmp
+        try:
+            _, err = proc.communicate()
+        finally:
+            with _pch_lock:
+                _pch_children.pop(proc, None)
+        if proc.returncode != 0:
+            if _exiting:
+                raise OSError("stopped as the process exits")
+            raise LazyCompileError.save(f"{cmd[0]} (exit {proc.returncode})", folder.name, header.read_text(), err)
+
+    try:
+        cached_artifact(folder.name, f"/{gch.relative_to(folder)}", build)
+    except (LazyCompileError, OSError, RuntimeError) as exc:
+        _pch_failed.add(gch)
+        if not _exiting:
+            log = exc.log.splitlines() if isinstance(exc, LazyCompileError) else []
+            why = next((line.strip() for line in log if "error" in line), _first_line(exc))
+            print(f"semiring_ops.lazy: no precompiled header ({why}); kernels compile without", file=sys.stderr)
+
+
+@atexit.register
+def _abandon_prelude_builds() -> None:
+    """A process that exits while a header compiles stops the compiler and leaves no partial file; the next
+    process starts the build again."""
+    global _exiting
+    with _pch_lock:
+        _exiting = True
+        children = list(_pch_children.items())
+    for proc, tmp in children:
+        proc.kill()
+        proc.wait()
+        tmp.unlink(missing_ok=True)
+
+
+def compile_command(cmd: tuple[str, ...], src: Path, out: Path, uses_prelude: bool) -> list[str]:
+    """The command compiling ``src`` into the library ``out``; a source that includes PRELUDE_HEADER first gets the
+    precompiled header's folder ahead of csrc on the include path (building it if the cache has none)."""
+    pch = precompiled_prelude(cmd) if uses_prelude else None
+    includes = [*(["-I", str(pch)] if pch is not None else []), "-I", str(source_root())]
+    return [*cmd, *HOST_FLAGS, *includes, str(src), "-o", str(out)]
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 def _build(cmd: tuple[str, ...], key: str, source: str) -> Callable[[Path], None]:
     def build(tmp: Path) -> None:
         print(
@@ -147,7 +276,7 @@ def _build(cmd: tuple[str, ...], key: str, source: str) -> Callable[[Path], None
         )
         src = tmp.parent / f"{key}.cpp"  # kept beside the library, for reading the generated code
         src.write_text(source)
-        args = [*cmd, *HOST_FLAGS, "-I", str(source_root()), str(src), "-o", str(tmp)]
+        args = compile_command(cmd, src, tmp, uses_prelude=f'#include "{PRELUDE_HEADER}"' in source)
         try:
             proc = subprocess.run(args, capture_output=True, text=True, check=False)
         except OSError as exc:

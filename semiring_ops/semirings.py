@@ -23,6 +23,11 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
+from .hooks import Hook
+
+# The semiring matrix product behind Semiring.matmul (ops/matmul.py installs semiring_matmul, a layer above).
+semiring_matmul = Hook("Semiring.matmul", "semiring_ops.ops.matmul")
+
 __all__ = [
     "SEMIRINGS",
     "LogSemiring",
@@ -68,8 +73,6 @@ class Semiring:
     @classmethod
     def matmul(cls, a: Tensor, b: Tensor) -> Tensor:
         """Semiring matrix product with torch.matmul's shape rules: (..., n, k), (..., k, m) -> (..., n, m)."""
-        from .ops.matmul import semiring_matmul
-
         return semiring_matmul(a, b, semiring=cls)
 
     @classmethod

@@ -13,7 +13,7 @@ from brute import chain_path_scores
 from hypothesis import given
 from hypothesis import strategies as st
 
-from semiring_ops.ops import reference
+from semiring_ops.build import reference
 from semiring_ops.ops.chain_ops import chain_scan
 from semiring_ops.semirings import resolve_semiring
 from semiring_ops.structures import chain_sum, chain_sum_factored, chain_viterbi_factored

@@ -12,7 +12,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from semiring_ops.ops import reference
+from semiring_ops.build import reference
 from semiring_ops.ops.chain_ops import chain_scan, chain_viterbi_eager, sequence_lengths_eager
 from semiring_ops.semirings import LogSemiring, MaxSemiring
 from semiring_ops.structures import LinearChainCRF, chain_sum

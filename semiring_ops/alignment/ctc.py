@@ -28,6 +28,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from ..ops import ctc_ops
 from ..semirings import LogSemiring, MaxSemiring
 from ..structures.ctc import CTC
 
@@ -192,6 +193,7 @@ def log_partition(
     return reference_log_partition(log_probs, targets, input_lengths, target_lengths, blank, semiring)
 
 
+@ctc_ops.reference_log_partition.install
 def reference_log_partition(
     log_probs: Tensor, targets: Tensor, input_lengths: Tensor, target_lengths: Tensor, blank: int, semiring: str
 ) -> Tensor:

@@ -85,7 +85,7 @@ def _labels_and_scores(
 ) -> tuple[Tensor, Tensor]:
     """states (N, ..., T) of the extended targets (-1: no frame) -> (their labels in ``dtype``, blank past the
     frames; log_probs (N, T, C) at them, 0 past the frames)."""
-    from ..structures.ctc import state_labels
+    from ..ops.ctc_ops import state_labels
 
     N, T = log_probs.shape[:2]
     labels = state_labels(padded, blank)

@@ -14,9 +14,11 @@ from typing import Any
 
 import torch
 
+from ..lazy import lazy_tensor
 from ..lazy.formula import variables
+from ..ops import matmul as matmul_ops
 from . import host_memory
-from .engine import plan_for, resolve_devices, run_blocks
+from .engine import home_devices, plan_for, resolve_devices, run_blocks
 from .policies import LazyDensePolicy, MatmulPolicy
 from .scheduler import condensed_size
 from .writers import CondensedWriter, DenseWriter
@@ -43,9 +45,7 @@ def _host_out(out: torch.Tensor | None, shape: tuple[int, ...], dtype: torch.dty
 
 
 def _lazy_parts(K: Any, what: str):
-    from ..lazy.lazy_tensor import LazyTensor
-
-    if not isinstance(K, LazyTensor):
+    if not isinstance(K, lazy_tensor.LazyTensor):
         raise TypeError(f"{what}: K must be a semiring_ops.lazy LazyTensor, got {type(K).__name__}")
     if K.device is None:
         raise ValueError(f"{what}: K is a formula of constants only; it has no rows or columns")
@@ -146,3 +146,18 @@ def matmul(
     devs = resolve_devices(devices)
     run_blocks(policy, DenseWriter(out), plan_for(policy, devs, max_device_bytes), devs, progress)
     return out
+
+
+@lazy_tensor.blocks_dense.install
+def _lazy_dense(
+    K: Any, out: torch.Tensor | None, devices: Devices, max_device_bytes: int | None, progress: bool | None
+) -> torch.Tensor:
+    """LazyTensor.dense's route to the host: on the formula's GPU (or the CPU workers) unless devices are named."""
+    devices = home_devices(K.device) if devices is None else devices
+    return dense(K, out, devices=devices, max_device_bytes=max_device_bytes, progress=progress)
+
+
+@matmul_ops.blocks_matmul_into.install
+def _matmul_into(a: torch.Tensor, b: torch.Tensor, semiring: Any, out: torch.Tensor) -> torch.Tensor:
+    """semiring_matmul(out=<a host tensor>)'s route: blocks on the operands' device."""
+    return matmul(a, b, semiring, out, devices=home_devices(a.device))

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 import torch
 
+from ..devices import cpu_workers, resolve_devices
 from .scheduler import Block, BlockGrid, plan_blocks
 
 __all__ = [
@@ -87,47 +88,9 @@ class BlockError(RuntimeError):
         self.block, self.device = block, device
 
 
-def cpu_workers() -> list[torch.device]:
-    """The CPU path's workers: one per 2 cores, at most 4 (each block's torch operations are multi-threaded)."""
-    return [torch.device("cpu")] * max(1, min(4, (os.cpu_count() or 1) // 2))
-
-
 def home_devices(device: torch.device) -> list[torch.device]:
     """The workers for data on ``device`` when the caller names none: that GPU, or the CPU workers."""
     return [device] if device.type == "cuda" else cpu_workers()
-
-
-def resolve_devices(devices: Sequence[torch.device | str | int] | str | None) -> list[torch.device]:
-    """``None``: every visible GPU, or without one the CPU (one worker per 2 cores, at most 4: each block's
-    torch operations are multi-threaded already); ``"all"``: every visible GPU; else the list (ints are CUDA
-    indices; ``"cpu"`` twice is two CPU workers). Raises ValueError for a device that is not there."""
-    if devices is None or devices == "all":
-        if torch.cuda.is_available():
-            return [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
-        if devices == "all":
-            raise ValueError("devices='all' asks for every visible GPU, and none is available")
-        return cpu_workers()
-    if isinstance(devices, (str, int, torch.device)):
-        devices = [devices]
-    out = []
-    for d in devices:
-        try:
-            dev = torch.device("cuda", d) if isinstance(d, int) else torch.device(d)
-        except (RuntimeError, TypeError):
-            raise ValueError(f"devices: {d!r} is not a device (e.g. 'cuda:1', 1 or 'cpu')") from None
-        if dev.type == "cuda":
-            if not torch.cuda.is_available():
-                raise ValueError(f"devices: {dev} asked for, and no CUDA GPU is available")
-            index = torch.cuda.current_device() if dev.index is None else dev.index
-            if index >= torch.cuda.device_count():
-                raise ValueError(f"devices: {dev}, but there are {torch.cuda.device_count()} CUDA devices")
-            dev = torch.device("cuda", index)
-        elif dev.type != "cpu":
-            raise ValueError(f"devices: {dev} is neither a CUDA device nor the CPU")
-        out.append(dev)
-    if not out:
-        raise ValueError("devices: an empty list")
-    return out
 
 
 def plan_for(

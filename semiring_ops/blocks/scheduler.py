@@ -28,7 +28,7 @@ The rules (:func:`plan_blocks` applies them in this order):
    over the hint: bands are never longer than ``side_limit``, and shorter than ``min_side`` only when memory
    needs it.
 6. **Bands.** E is split into k bands whose sizes differ by at most one, the longer bands first
-   (:func:`split_bands`): ``E % k`` bands of ``E // k + 1``, then bands of ``E // k``.
+   (:func:`semiring_ops.devices.split_bands`): ``E % k`` bands of ``E // k + 1``, then bands of ``E // k``.
 
 7. **Full rows** (``full_rows=True``, full outputs only). When a band of ``min(M, min_side)`` whole rows
    (all N columns) meets rule 1, the rows are cut into ``k = max(ceil(M / row_cap), min(target, max(1,
@@ -58,6 +58,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
+
+from ..devices import split_bands
 
 __all__ = [
     "BLOCKS_PER_GPU",
@@ -164,26 +166,6 @@ class BlockGrid:
         if self.triangle is None:
             return self.m * self.n
         return condensed_size(self.n, self.diagonal)
-
-
-def split_bands(extent: int, count: int) -> tuple[tuple[int, int], ...]:
-    """Cuts [0, extent) into ``count`` bands (start, stop) whose sizes differ by at most one, the longer
-    first: ``extent % count`` bands of ``extent // count + 1``, then ``extent // count``. Needs
-    0 < count <= extent (extent = 0 with count = 0 gives no bands)."""
-    _check_int("extent", extent, 0)
-    _check_int("count", count, 0)
-    if extent == 0 and count == 0:
-        return ()
-    if not 0 < count <= extent:
-        raise ValueError(f"count={count} must be in [1, extent={extent}] (each band holds at least one index)")
-    size, extra = divmod(extent, count)
-    bands = []
-    start = 0
-    for b in range(count):
-        stop = start + size + (1 if b < extra else 0)
-        bands.append((start, stop))
-        start = stop
-    return tuple(bands)
 
 
 def plan_blocks(

@@ -3,7 +3,7 @@
 A Backend serves one device type. Each kernel family (families.py) is loaded the first time one of its entry
 points is called: the wheel's prebuilt module when it matches this torch (prebuilt.py), else the JIT build from
 the cache, compiled then if needed (jit.py; CUDA with the toolkit toolkit.py finds). A family that cannot be had
-falls back: the bmm and chain families to the blocked PyTorch reference (semiring_ops/ops/reference.py), the
+falls back: the bmm and chain families to the blocked PyTorch reference (build/reference.py), the
 others to None, which their callers replace with PyTorch code or the generic path. One warning per device type
 says why, what it costs and the fix (a missing compiler or CUDA toolkit), or one per family whose build failed.
 
@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from ..semirings import MaxSemiring, MinSemiring
-from . import jit, prebuilt, toolkit
+from . import jit, prebuilt, reference, toolkit
 from .families import Family, families_for, family
 
 __all__ = [
@@ -74,7 +74,7 @@ class Backend:
                 fam = _family_or_none(self.device_type, name)
                 if fam is None:  # no such family on this device type (fast_log on the CPU, any on meta)
                     state = (
-                        FamilyState("reference", _reference_module(), self.forced)
+                        FamilyState("reference", reference, self.forced)
                         if (name in _REFERENCE_FAMILIES)
                         else FamilyState("none", None, f"no {name} kernels for {self.device_type}")
                     )
@@ -186,12 +186,6 @@ def _family_or_none(device_type: str, name: str) -> Family | None:
         return None
 
 
-def _reference_module():
-    from ..ops import reference  # imported here: ops imports this module
-
-    return reference
-
-
 def _fallback(fam: Family, reason: str, warn_key: str) -> FamilyState:
     """The family's fallback (the reference or None), with one warning per device type and cause."""
     key = (fam.device_type, warn_key)
@@ -199,7 +193,7 @@ def _fallback(fam: Family, reason: str, warn_key: str) -> FamilyState:
         _warned.add(key)
         warnings.warn(f"semiring_ops: {reason}", RuntimeWarning, stacklevel=5)
     if fam.name in _REFERENCE_FAMILIES:
-        return FamilyState("reference", _reference_module(), reason)
+        return FamilyState("reference", reference, reason)
     return FamilyState("none", None, reason)
 
 
@@ -220,7 +214,7 @@ def _device_index(device_type: str) -> int | None:
 def _load_family(backend: Backend, fam: Family) -> FamilyState:
     if backend.forced:  # chosen, not a failure: no warning
         if fam.name in _REFERENCE_FAMILIES:
-            return FamilyState("reference", _reference_module(), backend.forced)
+            return FamilyState("reference", reference, backend.forced)
         return FamilyState("none", None, backend.forced)
     module = prebuilt.load_prebuilt(fam, _device_index(fam.device_type))
     if module is not None:

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from ..hooks import Hook
 from . import formula as F
 from . import formula_math as FM
 from .autograd import Extent, evaluate_dense, matmul_formula, reduce_formula
@@ -34,6 +35,10 @@ from .options import ReduceOptions, auto_gpu, parse_options
 from .reductions import Reduction, kbest, semiring_reduction, weighted_logsumexp
 from .solve import LinearSystem, solve_system
 from .symbolic import deferrable, is_placeholder, symbolic_var, symbolic_variables
+
+# A formula's values into a host tensor, block by block (blocks/api.py installs it): (K, out, devices, max_device_bytes,
+# progress) -> out, devices None meaning the formula's GPU or the CPU workers.
+blocks_dense = Hook("LazyTensor.dense(out=..., devices=...)", "semiring_ops.blocks")
 
 __all__ = ["LazyTensor", "Pm", "Vi", "Vj"]
 
@@ -1300,14 +1305,9 @@ class LazyTensor:
             cells = extent.n_i * extent.n_j * self.formula.dim
             routed = 3 * cells * self.dtype.itemsize > torch.cuda.mem_get_info(self.device)[0]
         if routed:
-            from ..blocks.api import dense as blocks_dense
-            from ..blocks.engine import home_devices
-
             d = self.formula.dim
-            if devices is None:
-                devices = home_devices(self.device)
             target = out[..., 0] if out is not None and d == 1 and out.dim() == 3 else out
-            got = blocks_dense(self, target, devices=devices, max_device_bytes=max_device_bytes, progress=progress)
+            got = blocks_dense(self, target, devices, max_device_bytes, progress)
             return out if out is not None else (got[..., None] if d == 1 else got)
         like = torch.empty(0, dtype=self.dtype, device=self.device)
         return evaluate_dense(self.formula, extent, like)

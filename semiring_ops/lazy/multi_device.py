@@ -1,7 +1,7 @@
 """Lazy reductions spread over several devices of one process: ``K.sum(1, devices=["cuda:0", "cuda:1"])``.
 
 The output axis (i when reducing over j, j when reducing over i) is cut into one band per device
-(blocks.scheduler.split_bands: sizes differing by at most one); each device reduces its band with the
+(devices.split_bands: sizes differing by at most one); each device reduces its band with the
 one-device kernels, from its own thread (so the GPUs run at once), on copies of the band's rows of the
 output-axis variables and of every other tensor of the formula (each tensor copied once per device, every
 copy queued before any kernel); the bands' results come back to the formula's device and are concatenated.
@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from ..devices import resolve_devices, split_bands
 from .autograd import Extent, reduce_formula
 from .formula import Formula, Var, substitute, variables
 from .reductions import Reduction
@@ -30,8 +31,6 @@ __all__ = ["reduce_on_devices", "resolve"]
 
 def resolve(devices: Sequence[Any] | str, what: str) -> list[torch.device]:
     """The devices of ``devices=``: "all" is every visible GPU; a list names devices (ints: CUDA indices)."""
-    from ..blocks.engine import resolve_devices
-
     if devices == "all" and not torch.cuda.is_available():
         raise ValueError(f"{what}: devices='all' asks for every visible GPU, and none is available")
     try:
@@ -76,8 +75,6 @@ def reduce_on_devices(
         if not devices or devices[0] == home or n_outer == 0:
             return reduce_formula(formula, reduction, outer, extent, with_arg)
         count = 1
-    from ..blocks.scheduler import split_bands
-
     bands = split_bands(n_outer, count)
     results: list[tuple[torch.Tensor, torch.Tensor | None] | None] = [None] * count
     errors: list[BaseException] = []

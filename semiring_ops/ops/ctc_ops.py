@@ -17,6 +17,20 @@ import torch
 from torch import Tensor
 
 from ..build.backends import backend_for
+from ..hooks import Hook
+
+# log_partition by the CTC structure's PyTorch program, (log_probs, targets, input_lengths, target_lengths, blank,
+# semiring) -> (N,): what ctc_log's double backward differentiates (alignment/ctc.py installs it).
+reference_log_partition = Hook("ctc_log's double backward", "semiring_ops.alignment")
+
+
+def state_labels(targets: Tensor, blank: int) -> Tensor:
+    """(B, 2 S + 1) int64: the label of each extended-target state (blank, l_1, blank, ..., l_S, blank) of targets
+    (B, S)."""
+    states = torch.full((targets.shape[0], 2 * targets.shape[1] + 1), blank, dtype=torch.long, device=targets.device)
+    states[:, 1::2] = targets
+    return states
+
 
 __all__ = ["ctc_kernels", "ctc_log", "ctc_viterbi", "path_indicator"]
 
@@ -53,8 +67,6 @@ def _log_backward(ctx, grad_total, _grad_occupancy):
     if grad_total is None:
         return (None,) * 6
     if torch.is_grad_enabled():  # a graph of the gradient (double backward): the structure's PyTorch program
-        from ..alignment.ctc import reference_log_partition
-
         with torch.enable_grad():
             total = reference_log_partition(log_probs, targets, input_lengths, target_lengths, ctx.blank, "log")
             (grad,) = torch.autograd.grad(total, log_probs, grad_total, create_graph=True)
@@ -98,8 +110,6 @@ def _viterbi_backward(ctx, grad_total, _grad_states):
 
 def path_indicator(states: Tensor, targets: Tensor, blank: int, shape: torch.Size, weight: Tensor) -> Tensor:
     """(T, N, C): weight[n] at each frame's label on item n's path (states (N, T), -1: no frame), else 0."""
-    from ..structures.ctc import state_labels
-
     T, N, C = shape
     labels = state_labels(targets, blank).gather(1, states.clamp(min=0))  # (N, T)
     on_path = (states >= 0).to(weight.dtype) * weight[:, None]

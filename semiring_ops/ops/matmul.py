@@ -7,10 +7,15 @@ import math
 import torch
 from torch import Tensor
 
+from .. import semirings
+from ..build.reference import generic_bmm
+from ..hooks import Hook
 from ..semirings import LogSemiring, Semiring, StdSemiring, resolve_semiring
 from . import fast_log, registry
-from .reference import generic_bmm
 from .validation import check_same_device_and_dtype, check_tensor, matmul_shapes
+
+# A 2-D product into a host output, block by block on the operands' device (blocks/api.py installs it).
+blocks_matmul_into = Hook("semiring_matmul(out=<a host tensor>)", "semiring_ops.blocks")
 
 __all__ = ["PRECISIONS", "logbmm", "maxbmm", "minbmm", "semiring_matmul", "stdbmm"]
 
@@ -108,10 +113,7 @@ def _matmul_into(out: Tensor, a: Tensor, b: Tensor, S: type[Semiring], fn: str, 
     if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or out.requires_grad):
         raise RuntimeError(f"{fn}: out= does not support automatic differentiation (torch's rule for out=)")
     if out.device.type == "cpu" and a.dim() == 2 and b.dim() == 2 and a.device == b.device:
-        from ..blocks.api import matmul as blocks_matmul
-        from ..blocks.engine import home_devices
-
-        return blocks_matmul(a, b, S, out, devices=home_devices(a.device))
+        return blocks_matmul_into(a, b, S, out)
     result = semiring_matmul(a, b, S, precision=precision)
     if out.shape != result.shape or out.dtype != result.dtype:
         raise ValueError(
@@ -158,3 +160,6 @@ def stdbmm(a: Tensor, b: Tensor) -> Tensor:
     if type(a) is Tensor and type(b) is Tensor and a.dim() == 3 and b.dim() == 3 and a.shape[0] == b.shape[0]:
         return torch.bmm(a, b)
     return semiring_matmul(a, b, "std")
+
+
+semirings.semiring_matmul.install(semiring_matmul)

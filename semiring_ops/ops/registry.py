@@ -23,8 +23,8 @@ import torch
 from torch import Tensor
 
 from ..build.backends import backend_for
+from ..build.reference import accumulation_dtype
 from ..semirings import SEMIRINGS
-from .reference import accumulation_dtype
 
 __all__ = ["bmm_forward", "bmm_forward_eager", "log_bmm_backward", "log_contract", "plain_eager"]
 

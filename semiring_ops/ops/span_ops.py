@@ -22,6 +22,11 @@ from torch import Tensor
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from ..build.backends import backend_for
+from ..hooks import Hook
+
+# The totals by the structure's PyTorch dynamic program, (potentials, lengths, structure, semiring_id, multiroot) ->
+# (B,): what the double backward differentiates (structures/fused.py installs it).
+generic_totals = Hook("the span kernels' double backward", "semiring_ops.structures")
 
 __all__ = [
     "ALIGNMENT",
@@ -106,8 +111,6 @@ def _adjoint_setup_context(ctx, inputs, output):
 def _adjoint_backward(ctx, v):
     """Second derivatives by the structure's PyTorch dynamic program (structures/fused.py): with t the totals,
     d <v, grad . dt/dp> / dp = d^2 (grad . t) / dp^2 v, and / d grad_b = <v_b, dt_b / dp_b>."""
-    from ..structures.fused import generic_totals
-
     potentials, lengths, grad = ctx.saved_tensors
     with torch.enable_grad():
         p = potentials.detach().requires_grad_()

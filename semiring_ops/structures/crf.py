@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from ..build.backends import backend_for
-from ..ops.reference import gold_path_score
+from ..build.reference import gold_path_score
 from ..semirings import LogSemiring
 from .chain import chain_entropy, chain_sample, chain_topk, resolve_lengths
 from .constraints import Constraints

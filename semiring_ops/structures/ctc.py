@@ -18,18 +18,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..ops.ctc_ops import state_labels
 from ..semirings import Semiring
 from .base import Structure, check_lengths
 
-__all__ = ["CTC", "state_labels"]
-
-
-def state_labels(targets: Tensor, blank: int) -> Tensor:
-    """(B, 2 S + 1) int64: the label of each extended-target state (blank, l_1, blank, ..., l_S, blank) of targets
-    (B, S)."""
-    states = torch.full((targets.shape[0], 2 * targets.shape[1] + 1), blank, dtype=torch.long, device=targets.device)
-    states[:, 1::2] = targets
-    return states
+__all__ = ["CTC"]
 
 
 class CTC(Structure):

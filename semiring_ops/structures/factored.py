@@ -18,8 +18,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..build.reference import accumulation_dtype
 from ..ops.chain_ops import chain_scan, chain_viterbi_eager, crf_log_likelihood_eager
-from ..ops.reference import accumulation_dtype
 from ..semirings import LogSemiring, MaxSemiring, Semiring, resolve_semiring
 from .chain import chain_sum, resolve_lengths
 

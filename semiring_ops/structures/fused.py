@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from ..build.backends import backend_for
+from ..ops import span_ops
 from ..semirings import LogSemiring, MaxSemiring, MinSemiring, Semiring
 
 __all__ = ["generic_active", "generic_only", "generic_totals", "span_fast_path", "span_gradient", "span_totals"]
@@ -65,9 +66,7 @@ def span_totals(
     potentials: Tensor, lengths: Tensor, structure: int, semiring: type[Semiring], multiroot: bool
 ) -> Tensor:
     """The span kernel's totals (B,) (16-bit potentials computed in float32)."""
-    from ..ops.span_ops import span_total
-
-    return span_total(_in_kernel_dtype(potentials), lengths, structure, semiring.kernel_id, multiroot)
+    return span_ops.span_total(_in_kernel_dtype(potentials), lengths, structure, semiring.kernel_id, multiroot)
 
 
 def span_gradient(
@@ -75,8 +74,6 @@ def span_gradient(
 ) -> Tensor:
     """d sum_b total_b / d potentials (the potentials' shape and dtype) by span_inside then span_adjoint, with no
     autograd graph (16-bit potentials computed in float32, the gradient cast back)."""
-    from ..ops import span_ops
-
     # eager: the extension itself (no dispatch layers); traced by torch.compile: the custom ops
     kernels = _kernels_for(potentials.device) if span_ops.direct_call_ok(potentials) else span_ops
     span_inside, span_adjoint = kernels.span_inside, kernels.span_adjoint
@@ -87,9 +84,9 @@ def span_gradient(
     return grad.to(potentials.dtype)
 
 
+@span_ops.generic_totals.install
 def generic_totals(potentials: Tensor, lengths: Tensor, structure: int, semiring_id: int, multiroot: bool) -> Tensor:
     """The same totals by the structure's PyTorch dynamic program (the span kernels' double backward)."""
-    from ..ops.span_ops import ALIGNMENT, EISNER, LINEARCHAIN, SEMIMARKOV
     from .alignment import Alignment
     from .cky import CKYTree
     from .dependency import DependencyTree
@@ -98,12 +95,12 @@ def generic_totals(potentials: Tensor, lengths: Tensor, structure: int, semiring
 
     semiring = next(s for s in _SPAN_SEMIRINGS if s.kernel_id == semiring_id)
     with generic_only():
-        if structure == ALIGNMENT:  # (a band is already in the potentials, as the semiring's zero)
+        if structure == span_ops.ALIGNMENT:  # (a band is already in the potentials, as the semiring's zero)
             return Alignment(local=multiroot).logpartition(potentials, lengths, semiring)
-        if structure == LINEARCHAIN:
+        if structure == span_ops.LINEARCHAIN:
             return LinearChain().logpartition(potentials, lengths, semiring)
-        if structure == SEMIMARKOV:
+        if structure == span_ops.SEMIMARKOV:
             return SemiMarkov().logpartition(potentials, lengths, semiring)
-        if structure == EISNER:
+        if structure == span_ops.EISNER:
             return DependencyTree(multiroot).inside(potentials, lengths, semiring)
         return CKYTree().inside(potentials, lengths, semiring)

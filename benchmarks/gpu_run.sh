@@ -8,7 +8,8 @@
 #   unset, /usr/local/cuda renamed), NVIDIA's pip layout of the compiler made from its files
 #   (pip_toolkit_from_system.sh: the machine reaches no registry for the wheels) on PYTHONPATH; first-use times
 #   from cold caches (first_use.py), then the stages after it in the list run in that environment; the toolkit
-#   is restored at the end. E.g. STAGES="notoolkit tests" PYTEST_ARGS="-n 4".
+#   is restored at the end. E.g. STAGES="notoolkit tests" PYTEST_ARGS="-n 4"; FIRST_USE=0 skips the cold first
+#   uses (a second call on the warm machine). PYTEST_ARGS="--shuffle 7": the tests in a shuffled order (conftest.py).
 #   SANITIZE_ARGS="--families bmm" narrows the sanitize stage;
 #   BENCH="bmm crf ..." picks benchmarks; run the sanitize stage in every session that changes a kernel.
 set -uo pipefail
@@ -41,10 +42,13 @@ if [[ " $STAGES " == *" notoolkit "* ]]; then
   export PYTHONPATH="/tmp/pip_cuda${PYTHONPATH:+:$PYTHONPATH}"
   { echo "nvcc on PATH: $(command -v nvcc || echo none); CUDA_HOME=${CUDA_HOME-unset}"; python3 -m semiring_ops info; } \
     2>&1 | tee -a "$OUT/notoolkit.log"
-  # cold first uses, then every family built into the test cache from cold (first_use.py's 'build all')
-  rm -rf "$SEMIRING_OPS_CACHE"
-  timeout 500 python3 benchmarks/first_use.py --json "$OUT/first_use.json" --build-into "$SEMIRING_OPS_CACHE" 2>&1 \
-    | tee -a "$OUT/notoolkit.log"
+  # cold first uses, then every family built into the test cache from cold (first_use.py's 'build all');
+  # FIRST_USE=0 skips them (a second call on the warm machine, its cache built)
+  if [ "${FIRST_USE:-1}" = 1 ]; then
+    rm -rf "$SEMIRING_OPS_CACHE"
+    timeout 500 python3 benchmarks/first_use.py --json "$OUT/first_use.json" --build-into "$SEMIRING_OPS_CACHE" 2>&1 \
+      | tee -a "$OUT/notoolkit.log"
+  fi
 fi
 t0=$(date +%s)
 python3 -m semiring_ops build 2>&1 | tee "$OUT/build.log"

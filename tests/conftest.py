@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 
 import pytest
 import torch
@@ -82,9 +83,24 @@ def compiled(monkeypatch) -> None:
     _lazy_backend(monkeypatch, "compiled")
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--shuffle",
+        type=int,
+        default=None,
+        metavar="SEED",
+        help="run the tests in an order shuffled by SEED (every xdist worker draws the same), so that a test which "
+        "depends on what ran before it shows",
+    )
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``extended`` (a peer's scripts run on the peer too, tutorials of a minute, compiles of dozens of
-    kernels) are skipped unless SEMIRING_OPS_EXTENDED_TESTS=1 or the -m expression names them."""
+    """``--shuffle SEED``: the collected tests in a shuffled order. Tests marked ``extended`` (a peer's scripts run
+    on the peer too, tutorials of a minute, compiles of dozens of kernels) are skipped unless
+    SEMIRING_OPS_EXTENDED_TESTS=1 or the -m expression names them."""
+    seed = config.getoption("--shuffle")
+    if seed is not None:
+        random.Random(seed).shuffle(items)
     if os.environ.get("SEMIRING_OPS_EXTENDED_TESTS") == "1" or "extended" in (config.getoption("-m") or ""):
         return
     skip = pytest.mark.skip(reason="extended test: SEMIRING_OPS_EXTENDED_TESTS=1 (or -m extended) runs it")

@@ -9,6 +9,7 @@ Usage:
     python benchmarks/lazy_first_call.py --d 784 --n 3000                 # routed squared-distance k-NN
     python benchmarks/lazy_first_call.py --d 784 --n 3000 --kind gauss    # routed Gaussian K @ b
     python benchmarks/lazy_first_call.py --d 784 --metric l1              # wide sums in chunks (no GEMM)
+    SEMIRING_OPS_LAZY_TIERS=1 python benchmarks/lazy_first_call.py ...    # a quick compile first (nvrtc.py's tiers)
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ def main() -> None:
     args = parser.parse_args()
     cache = tempfile.mkdtemp()
     os.environ["SEMIRING_OPS_CACHE"] = os.environ["SEMIRING_OPS_LAZY_CACHE"] = cache
+    # NVRTC's results are kept across processes by the driver's compute cache (~/.nv/ComputeCache): without this a
+    # formula compiled by an earlier run (the tests, another benchmark) would be timed as a cache hit
+    os.environ.setdefault("CUDA_CACHE_DISABLE", "1")
     import torch
 
     from semiring_ops.lazy import LazyTensor, cuda_kernels, gemm_route, nvrtc

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import multiprocessing
 import subprocess
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -262,15 +263,16 @@ MANY_ARGTYPES = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int
 MANY_ARGTYPES += [ctypes.c_double, ctypes.c_int64, ctypes.c_int32, ctypes.c_float, ctypes.c_double, ctypes.c_int64]
 
 
-def _run_axpi(module: nvrtc.CudaModule, n: int) -> None:
+def _run_axpi(module: nvrtc.CudaModule, n: int) -> torch.Tensor:
     fn = module.function("lazy_test_axpi", AXPI_ARGTYPES)
-    x = torch.randn(n, device="cuda")
+    x = torch.randn(n, device="cuda", generator=torch.Generator(device="cuda").manual_seed(n))
     out = torch.full_like(x, float("nan"))
     block = 256
     grid = ((n + block - 1) // block, 1, 1)
     fn.launch(grid, (block, 1, 1), 0, torch.cuda.current_stream().cuda_stream, [x.data_ptr(), out.data_ptr(), n])
     expected = x * 2 + torch.arange(n, device="cuda", dtype=torch.float32)
     torch.testing.assert_close(out, expected)
+    return out
 
 
 def test_nvrtc_available_says_why_not():
@@ -296,6 +298,8 @@ def test_nvrtc_kernel_launches_and_a_second_compile_is_a_cache_hit(cache, capfd,
     start = time.perf_counter()
     assert nvrtc.compile_cuda_module(source, ["lazy_test_axpi"], "cuda") is module
     assert time.perf_counter() - start < 0.01
+    nvrtc.wait_for_optimized()  # the optimised tier lands in the cache
+    assert module.tier == "optimized" and module.path.is_file()
     monkeypatch.setattr(nvrtc, "_compiled", {})
     monkeypatch.setattr(nvrtc, "_loaded", {})
     reloaded = nvrtc.compile_cuda_module(source, ["lazy_test_axpi"], torch.device("cuda", 0))
@@ -310,6 +314,46 @@ def test_nvrtc_kernel_launches_and_a_second_compile_is_a_cache_hit(cache, capfd,
         module.function("no_such_kernel", AXPI_ARGTYPES)
     with pytest.raises(TypeError, match="bad arguments"):
         fn.launch((1, 1, 1), (1, 1, 1), 0, 0, [0, 0])
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_a_new_source_runs_its_quick_tier_then_its_functions_move_to_the_optimised_kernels(cache, monkeypatch):
+    """A source not in the cache: compiled with --Ofast-compile first (the module's tier "quick", nothing on disk),
+    the full compile in the background; once done, the functions already made launch the optimised kernels (their
+    handles change, their dynamic shared memory setting carries over), the cubin is cached, results are equal."""
+    monkeypatch.setenv("SEMIRING_OPS_LAZY_TIERS", "1")
+    if not nvrtc._tiers_on():
+        pytest.skip("this NVRTC has no --Ofast-compile")
+    release = threading.Event()
+    real = nvrtc._optimize
+
+    def held(*args):
+        release.wait(60)
+        real(*args)
+
+    monkeypatch.setattr(nvrtc, "_optimize", held)
+    module = nvrtc.compile_cuda_module(AXPI_SOURCE.format(tag=uuid.uuid4().hex), ["lazy_test_axpi"], "cuda")
+    fn = module.function("lazy_test_axpi", AXPI_ARGTYPES)
+    fn.set_max_dynamic_shared(64 * 1024)
+    quick_handle = fn.handle
+    assert module.tier == "quick" and not module.path.exists(), "nothing is cached before the full compile"
+    quick_out = _run_axpi(module, 513)
+    release.set()
+    nvrtc.wait_for_optimized()
+    assert module.tier == "optimized" and module.path.is_file()
+    assert fn.handle != quick_handle and fn.dynamic_shared_limit == 64 * 1024
+    assert fn.attribute(nvrtc.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) == 64 * 1024
+    torch.testing.assert_close(_run_axpi(module, 513), quick_out, rtol=0, atol=0)
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_without_tiers_a_new_source_is_compiled_fully_before_its_first_launch(cache, monkeypatch):
+    monkeypatch.delenv("SEMIRING_OPS_LAZY_TIERS", raising=False)  # the default
+    module = nvrtc.compile_cuda_module(AXPI_SOURCE.format(tag=uuid.uuid4().hex), ["lazy_test_axpi"], "cuda")
+    assert module.tier == "optimized" and module.path.is_file()
+    _run_axpi(module, 65)
 
 
 @pytest.mark.cuda
@@ -343,6 +387,9 @@ def test_nvrtc_ptx_fallback_loads_and_runs(cache, monkeypatch):
     monkeypatch.setattr(nvrtc, "_target", lambda index: (f"compute_{arch}", False))
     module = nvrtc.compile_cuda_module(AXPI_SOURCE.format(tag="ptx"), ["lazy_test_axpi"], "cuda")
     assert module.path.suffix == ".ptx"
+    _run_axpi(module, 300)
+    nvrtc.wait_for_optimized()
+    assert module.tier == "optimized" and module.path.is_file()
     _run_axpi(module, 300)
 
 

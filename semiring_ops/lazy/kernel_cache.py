@@ -23,7 +23,14 @@ from pathlib import Path
 
 from ..build.jit import _exclusive, cache_root, source_root
 
-__all__ = ["LazyCompileError", "cached_artifact", "headers_fingerprint", "lazy_cache_dir", "source_key"]
+__all__ = [
+    "LazyCompileError",
+    "artifact_path",
+    "cached_artifact",
+    "headers_fingerprint",
+    "lazy_cache_dir",
+    "source_key",
+]
 
 _LOG_LINES = 40  # lines of the compiler's log quoted in a LazyCompileError's message
 
@@ -60,15 +67,23 @@ def headers_fingerprint() -> str:
     return h.hexdigest()[:24]
 
 
-def cached_artifact(key: str, suffix: str, build: Callable[[Path], None]) -> tuple[Path, bool]:
+def artifact_path(key: str, suffix: str, folder: Path | None = None) -> Path:
+    """Where the artefact ``key`` + ``suffix`` lives in the cache ``folder`` (default: lazy_cache_dir()), built or
+    not."""
+    return (lazy_cache_dir() if folder is None else folder) / f"{key}{suffix}"
+
+
+def cached_artifact(
+    key: str, suffix: str, build: Callable[[Path], None], folder: Path | None = None
+) -> tuple[Path, bool]:
     """``(<dir>/<key><suffix>, built_now)``: the cached file, or one ``build(tmp)`` writes now.
 
     ``build`` writes the artefact to the path it is given (a temporary file in the same folder, unique to
     this process and thread) and raises on failure; the file is then renamed into place. Concurrent callers
     for one key, in any process, build once: the others wait on the lock and find the file.
     """
-    folder = lazy_cache_dir()
-    final = folder / f"{key}{suffix}"
+    folder = lazy_cache_dir() if folder is None else folder
+    final = artifact_path(key, suffix, folder)
     if final.is_file():
         return final, False
     folder.mkdir(parents=True, exist_ok=True)

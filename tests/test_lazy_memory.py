@@ -1,4 +1,5 @@
-"""A lazy sum reduction with M = N = 200,000 on the CPU (the dense float32 matrix would take 160 GB) runs with
+"""A lazy sum reduction with M = N = 100,000 on the CPU (the dense float32 matrix would take 40 GB, more than CI's
+machine has) runs with
 memory linear in N: the peak resident memory of a fresh process grows by far less than 200 MB, and sampled
 rows agree with float64 sums computed by hand."""
 
@@ -20,7 +21,7 @@ SCRIPT = textwrap.dedent(
     from semiring_ops.lazy import Vi, Vj, dispatch
 
     dispatch._choice["cpu"] = ("compiled", "test")  # the generated C++ kernel, never the PyTorch fallback
-    n, d = 200_000, 3
+    n, d = 100_000, 3
     g = torch.Generator().manual_seed(7)
     x = torch.rand(n, d, generator=g)
     y = torch.rand(n, d, generator=g)
@@ -48,7 +49,7 @@ SCRIPT = textwrap.dedent(
     seconds = time.perf_counter() - t
     # the instrument sees a 256 MiB allocation (so a small figure above is a measurement, not a blind spot)
     _, control_mib = peak_growth(lambda: torch.ones(64 * 2**20).sum())
-    rows = torch.tensor([0, 1, 15, 16, 17, 99_999, 131_071, 199_998, 199_999])
+    rows = torch.tensor([0, 1, 15, 16, 17, 49_999, 65_535, 99_998, 99_999])
     d2 = ((x[rows].double()[:, None, :] - y.double()[None, :, :]) ** 2).sum(-1)
     ref = torch.exp(-d2 * 20) @ b.double()
     scale = torch.exp(-d2 * 20) @ b.double().abs()
@@ -61,14 +62,14 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def test_a_200k_by_200k_sum_reduction_runs_in_linear_memory():
+def test_a_100k_by_100k_sum_reduction_runs_in_linear_memory():
     proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     res = json.loads(proc.stdout.split("RESULT", 1)[1])
     print(res)
-    assert res["shape"] == [200_000, 2] and res["dtype"] == "torch.float32" and res["finite"]
-    assert res["err"] < 1e-4, res  # float32 accumulation over 200,000 terms, relative to sum |terms|
-    # the inputs and the output take ~8 MB; the dense matrix 160 GB, a dense row block of 1000 rows 800 MB
+    assert res["shape"] == [100_000, 2] and res["dtype"] == "torch.float32" and res["finite"]
+    assert res["err"] < 1e-4, res  # float32 accumulation over 100,000 terms, relative to sum |terms|
+    # the inputs and the output take ~4 MB; the dense matrix 40 GB, a dense row block of 1000 rows 400 MB
     assert 200 < res["control_mib"] < 400, res
     assert res["grown_mib"] < 200, res
 

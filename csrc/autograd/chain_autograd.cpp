@@ -73,7 +73,9 @@ struct CrfLogLikelihoodBackward final : torch::autograd::Node {
     const at::Tensor log_z = log_z_.unpack();
     const at::Tensor grad = llh_gradient(grads[0], reduction_, em.size(0), tokens_).to(em.scalar_type());
     std::vector<at::Tensor> g;
-    if (records_graph({grad})) {
+    // create_graph=True with a gradient wanted of the inputs or of grad (second derivatives, differentiable
+    // marginals): the registered op, whose own autograd formula differentiates the PyTorch chain program
+    if (records_graph({grad, em, trans, start, end})) {
       g = chain_log_backward_op(em, trans, start, end, lengths, alpha, log_z, grad, tags);
     } else {
       g = chain_log_backward(em, trans, start, end, lengths, alpha, log_z, grad, tags);

@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 
 from ..build.backends import backend_for
+from ..hooks import Hook
 from ..semirings import LogSemiring
 from .registry import plain_eager
 
@@ -122,6 +123,40 @@ def _(em, trans, start, end, lengths, alpha, log_z, grad, tags=None):
     return em.new_empty(em.shape), trans.new_empty(trans.shape), start.new_empty(start.shape), end.new_empty(end.shape)
 
 
+# Each chain's objective by the PyTorch chain program, differentiable to any order: (em, trans, start, end, lengths,
+# tags or None) -> (B,) log_z, or gold - log_z with tags (0 for a chain whose log_z or gold score is -inf, as the
+# kernels' gradient); structures/factored.py installs it.
+generic_chain_objective = Hook("chain_log_backward's own backward (second derivatives)", "semiring_ops.structures")
+
+
+def _log_backward_setup_context(ctx, inputs, output):
+    em, trans, start, end, lengths, _alpha, _log_z, grad, tags = inputs
+    ctx.has_tags = tags is not None
+    ctx.save_for_backward(em, trans, start, end, lengths, grad, tags)
+
+
+def _log_backward_backward(ctx, v_em, v_trans, v_start, v_end):
+    """Second derivatives: the outputs are g = d (sum_b grad_b F_b) / d params, so the gradient of <v, g> is the
+    Hessian of sum_b grad_b F_b times v for the parameters, and <v, dF_b / d params> for grad_b, both by autograd
+    through generic_chain_objective (alpha and log_z are the forward's caches of the parameters: no gradient)."""
+    em, trans, start, end, lengths, grad, tags = ctx.saved_tensors
+    with torch.enable_grad():
+        params = [x.detach().requires_grad_() for x in (em, trans, start, end)]
+        weight = grad.detach().requires_grad_()
+        objective = generic_chain_objective(*params, lengths, tags if ctx.has_tags else None)
+        first = torch.autograd.grad((weight * objective).sum(), params, create_graph=True)
+        pairs = [(f, v) for f, v in zip(first, (v_em, v_trans, v_start, v_end), strict=True) if v is not None]
+        dot = sum((f * v).sum() for f, v in pairs)
+        found = torch.autograd.grad(dot, [*params, weight], allow_unused=True) if pairs else [None] * 5
+    g_em, g_trans, g_start, g_end, g_grad = (
+        torch.zeros_like(x) if g is None else g for g, x in zip(found, (*params, weight), strict=True)
+    )
+    return g_em, g_trans, g_start, g_end, None, None, None, g_grad, None
+
+
+chain_log_backward.register_autograd(_log_backward_backward, setup_context=_log_backward_setup_context)
+
+
 # ---------------------------------------------------------------- the CRF's loss
 
 
@@ -176,9 +211,11 @@ def crf_log_likelihood_eager(
 
 
 def chain_log_backward_eager(em, trans, start, end, lengths, alpha, log_z, grad, tags=None):
-    """chain_log_backward, skipping the op's dispatch when no graph is recorded (no double backward)."""
+    """chain_log_backward, skipping the op's dispatch when no graph is recorded (a backward without
+    create_graph=True runs in no-grad mode); with create_graph=True the op, for its second derivatives."""
     args = (em, trans, start, end, lengths, alpha, log_z, grad, tags)
-    if not plain_eager(*args) or (torch.is_grad_enabled() and grad.requires_grad):
+    records = torch.is_grad_enabled() and any(x.requires_grad for x in (em, trans, start, end, grad))
+    if records or not plain_eager(*args):
         return chain_log_backward(*args)
     return _chain_log_backward(*args)
 

@@ -259,14 +259,21 @@ class LinearChainCRF(nn.Module):
     def marginals(self, emissions: Tensor, mask: Tensor | None = None, lengths: Tensor | None = None) -> Tensor:
         """Posterior probability of each tag at each position -> (B, T, C) batch-major, 0 past the length.
 
-        The gradient of log Z with respect to the emissions (forward-backward by autograd).
+        The gradient of log Z with respect to the emissions (forward-backward by autograd), itself differentiable
+        when the emissions or the CRF's parameters need a gradient (structured attention, expected-count and
+        posterior-regularisation losses): the fused kernels' second derivatives differentiate the PyTorch chain
+        program, so a backward through the marginals costs that program's double backward.
         """
         em, _, L = self._inputs(emissions, mask, lengths, raise_errors=self.validate)
-        em = em.detach().requires_grad_()
+        differentiable = torch.is_grad_enabled() and (
+            em.requires_grad or any(p.requires_grad for p in self.parameters())
+        )
         if em.shape[1] == 0:
             return torch.zeros_like(em)
+        if not em.requires_grad:
+            em = em.detach().requires_grad_()
         with torch.enable_grad():
-            (marg,) = torch.autograd.grad(self._log_partition(em, L).sum(), (em,))
+            (marg,) = torch.autograd.grad(self._log_partition(em, L).sum(), (em,), create_graph=differentiable)
         return marg
 
     # ------------------------------------------------------------ decoding

@@ -18,7 +18,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..build.reference import accumulation_dtype
+from ..build.reference import accumulation_dtype, gold_path_score
+from ..ops import chain_ops
 from ..ops.chain_ops import chain_scan, chain_viterbi_eager, crf_log_likelihood_eager
 from ..semirings import LogSemiring, MaxSemiring, Semiring, resolve_semiring
 from .chain import chain_sum, resolve_lengths
@@ -154,3 +155,20 @@ def chain_viterbi_factored(
 
 def _detach(x: Tensor | None) -> Tensor | None:
     return None if x is None else x.detach()
+
+
+@chain_ops.generic_chain_objective.install
+def generic_chain_objective(
+    em: Tensor, trans: Tensor, start: Tensor, end: Tensor, lengths: Tensor, tags: Tensor | None
+) -> Tensor:
+    """Each chain's log-partition (B,), or with tags (B, T) its log-likelihood gold - log_z, by the generic engine
+    on explicit edges (autograd to any order): what the fused kernels' second derivatives differentiate. The
+    kernels' inputs (start and end given, lengths (B,) int64); a chain whose log_z or gold score is -inf gives 0
+    (its gradient is 0 in the kernels too)."""
+    if em.shape[1] == 0:
+        log_z = em.sum((1, 2)) * 0  # empty chains: log_z = 0, still in the graph of em
+    else:
+        log_z = chain_sum(*factored_to_edges(em, trans, start, end, LogSemiring), lengths, LogSemiring)
+    objective = log_z if tags is None else gold_path_score(em, trans, start, end, lengths, tags) - log_z
+    finite = torch.isfinite(log_z.detach()) & torch.isfinite(objective.detach())
+    return torch.where(finite, objective, objective.new_zeros(()))

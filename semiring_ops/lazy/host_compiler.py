@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..build.jit import source_root
+from ..build.jit import _first_line, source_root
 from .kernel_cache import LazyCompileError, cached_artifact, headers_fingerprint, lazy_cache_dir, source_key
 
 __all__ = [
@@ -72,18 +72,22 @@ def host_compiler_available() -> bool:
 
 
 @functools.cache
+def _version_output(cmd: tuple[str, ...]) -> tuple[str, str]:
+    """(stdout, stderr) of ``<cmd> --version``, run once per process."""
+    proc = subprocess.run([*cmd, "--version"], capture_output=True, text=True, check=False)
+    return proc.stdout, proc.stderr
+
+
 def _compiler_version(cmd: tuple[str, ...]) -> str:
     """The first line of ``<cmd> --version`` (part of the cache key)."""
-    proc = subprocess.run([*cmd, "--version"], capture_output=True, text=True, check=False)
-    lines = (proc.stdout or proc.stderr).strip().splitlines()
+    out, err = _version_output(cmd)
+    lines = (out or err).strip().splitlines()
     return f"{' '.join(cmd)}: {lines[0] if lines else 'unknown version'}"
 
 
-@functools.cache
 def _is_gcc(cmd: tuple[str, ...]) -> bool:
     """Whether ``cmd`` is GCC (whose precompiled headers ``#include`` finds beside the header), not clang."""
-    proc = subprocess.run([*cmd, "--version"], capture_output=True, text=True, check=False)
-    text = proc.stdout + proc.stderr
+    text = "".join(_version_output(cmd))
     return "Free Software Foundation" in text and "clang" not in text
 
 
@@ -183,6 +187,11 @@ def _prelude_pch_path(cmd: tuple[str, ...]) -> Path | None:
     return lazy_cache_dir() / f"pch-{key}" / f"{PRELUDE_HEADER}.gch"
 
 
+def _pch_folder(gch: Path) -> Path:
+    """The include folder a precompiled ``<folder>/lazy/host_prelude.h.gch`` is found from."""
+    return gch.parents[len(Path(PRELUDE_HEADER).parts) - 1]
+
+
 def precompiled_prelude(cmd: tuple[str, ...], wait: bool = False) -> Path | None:
     """The include folder holding ``lazy/host_prelude.h.gch`` for ``cmd`` when it is built, else None.
 
@@ -206,12 +215,12 @@ def precompiled_prelude(cmd: tuple[str, ...], wait: bool = False) -> Path | None
         job.join()
         if not gch.is_file():
             return None
-    return gch.parents[len(Path(PRELUDE_HEADER).parts) - 1]
+    return _pch_folder(gch)
 
 
 def _build_prelude(cmd: tuple[str, ...], gch: Path) -> None:
     """Builds the precompiled header at ``gch`` through the cache's lock (the background thread's work)."""
-    folder = gch.parents[len(Path(PRELUDE_HEADER).parts) - 1]
+    folder = _pch_folder(gch)
     header = source_root() / PRELUDE_HEADER
 
     def build(tmp: Path) -> None:
@@ -263,10 +272,6 @@ def compile_command(cmd: tuple[str, ...], src: Path, out: Path, uses_prelude: bo
     pch = precompiled_prelude(cmd) if uses_prelude else None
     includes = [*(["-I", str(pch)] if pch is not None else []), "-I", str(source_root())]
     return [*cmd, *HOST_FLAGS, *includes, str(src), "-o", str(out)]
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def _build(cmd: tuple[str, ...], key: str, source: str) -> Callable[[Path], None]:

@@ -43,7 +43,6 @@ from .kernel_cache import (
     artifact_path,
     cached_artifact,
     headers_fingerprint,
-    lazy_cache_dir,
     source_key,
 )
 
@@ -608,36 +607,38 @@ def compile_cuda_module(source: str, kernel_names: Sequence[str], device: torch.
         key = source_key(source, "\0".join(options), target, f"nvrtc {nv.version}", headers_fingerprint())
         full_options = (*options, f"--include-path={source_root()}")
         suffix = ".cubin" if cubin else ".ptx"
+        final = artifact_path(key, suffix)
+        tiers = not final.is_file() and _tiers_on()
 
-        def build(tmp: Path) -> None:
-            tmp.write_bytes(_nvrtc_compile(source, full_options, cubin, key))
-
-        if artifact_path(key, suffix).is_file():
-            module = _load_module(artifact_path(key, suffix), index)
-        else:
-            tiers = _tiers_on()
+        def announce(how: str = "") -> None:
             print(
-                f"semiring_ops.lazy: compiling a new formula for cuda ({target}) into {lazy_cache_dir()}"
-                + (" (quickly, then optimised in the background)" if tiers else ""),
+                f"semiring_ops.lazy: compiling a new formula for cuda ({target}) into {final.parent}{how}",
                 file=sys.stderr,
                 flush=True,
             )
-            if tiers:
-                image = _nvrtc_compile(source, (*full_options, QUICK_OPTION), cubin, key)
-                handle, ctx = _load_image(image, not cubin, index, artifact_path(key, suffix))
-                module = CudaModule(artifact_path(key, suffix), index, handle, ctx, tier="quick")
-                job = threading.Thread(
-                    target=_optimize,
-                    args=(module, key, suffix, build, index, lazy_cache_dir()),
-                    name="semiring_ops.lazy optimise",
-                )
-                with _module_lock:
-                    _upgrades[:] = [j for j in _upgrades if j.is_alive()]
-                    _upgrades.append(job)
-                job.start()
-            else:
-                path, _ = cached_artifact(key, suffix, build)
-                module = _load_module(path, index)
+
+        def build(tmp: Path) -> None:
+            if not tiers:  # the tiers' background compile was announced with the quick one
+                announce()
+            tmp.write_bytes(_nvrtc_compile(source, full_options, cubin, key))
+
+        if tiers:
+            announce(" (quickly, then optimised in the background)")
+            image = _nvrtc_compile(source, (*full_options, QUICK_OPTION), cubin, key)
+            handle, ctx = _load_image(image, not cubin, index, final)
+            module = CudaModule(final, index, handle, ctx, tier="quick")
+            job = threading.Thread(
+                target=_optimize,
+                args=(module, key, suffix, build, index, final.parent),
+                name="semiring_ops.lazy optimise",
+            )
+            with _module_lock:
+                _upgrades[:] = [j for j in _upgrades if j.is_alive()]
+                _upgrades.append(job)
+            job.start()
+        else:
+            path, _ = cached_artifact(key, suffix, build)
+            module = _load_module(path, index)
         with _module_lock:
             module = _compiled.setdefault(memo, module)
     for name in kernel_names:

@@ -63,7 +63,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing import release, timed_runs
+from timing import release, settle, timed_runs
 
 SIGMA, EPS, K_NN = 0.5, 0.1, 10
 KINDS = ("fwd", "fb", "lse", "argmin", "argk", "compile", "compile_size", "overhead")
@@ -176,6 +176,7 @@ def bench(fn: Callable[[], object], device: str, reps: int, budget_s: float) -> 
             fn()
             sync(device)
             t_call = time.perf_counter() - t0
+        settle(device)
         n = min(reps, max(1, int(budget_s / max(t_call, 1e-9))))
         return statistics.median(timed_runs(fn, device, n))
     except Exception as exc:

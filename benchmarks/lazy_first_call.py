@@ -9,7 +9,7 @@ Usage:
     python benchmarks/lazy_first_call.py --d 784 --n 3000                 # routed squared-distance k-NN
     python benchmarks/lazy_first_call.py --d 784 --n 3000 --kind gauss    # routed Gaussian K @ b
     python benchmarks/lazy_first_call.py --d 784 --metric l1              # wide sums in chunks (no GEMM)
-    SEMIRING_OPS_LAZY_TIERS=1 python benchmarks/lazy_first_call.py ...    # a quick compile first (nvrtc.py's tiers)
+    SEMIRING_OPS_LAZY_TIERS=0 python benchmarks/lazy_first_call.py ...    # no quick compile first (nvrtc.py's tiers)
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from semiring_ops.lazy import host_compiler, nvrtc
+from semiring_ops.lazy import LazyTensor, cuda_kernels, host_compiler, nvrtc
 from semiring_ops.lazy.kernel_cache import LazyCompileError, cached_artifact, lazy_cache_dir, source_key
 
 HAS_CUDA = torch.cuda.is_available()
@@ -349,11 +349,101 @@ def test_a_new_source_runs_its_quick_tier_then_its_functions_move_to_the_optimis
 
 @pytest.mark.cuda
 @needs_cuda
+def test_the_optimised_tier_landing_during_a_cuda_graph_capture_leaves_the_capture_valid(cache, monkeypatch):
+    """The background compile's module load happens while another thread captures a CUDA graph (torch's global
+    capture mode forbids such calls and would invalidate the capture): the graph still captures and replays
+    the quick kernels it holds; launches after it run the optimised ones."""
+    monkeypatch.setenv("SEMIRING_OPS_LAZY_TIERS", "1")
+    if not nvrtc._tiers_on():
+        pytest.skip("this NVRTC has no --Ofast-compile")
+    release, real = threading.Event(), nvrtc._optimize
+    monkeypatch.setattr(nvrtc, "_optimize", lambda *args: (release.wait(60), real(*args)))
+    module = nvrtc.compile_cuda_module(AXPI_SOURCE.format(tag=uuid.uuid4().hex), ["lazy_test_axpi"], "cuda")
+    fn = module.function("lazy_test_axpi", AXPI_ARGTYPES)
+    n = 1000
+    x = torch.randn(n, device="cuda")
+    out = torch.full_like(x, float("nan"))
+
+    def launch() -> None:
+        stream = torch.cuda.current_stream().cuda_stream
+        fn.launch((4, 1, 1), (256, 1, 1), 0, stream, [x.data_ptr(), out.data_ptr(), n])
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        launch()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        launch()
+        release.set()
+        nvrtc.wait_for_optimized()
+    assert module.tier == "optimized"
+    expected = x * 2 + torch.arange(n, device="cuda", dtype=torch.float32)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, expected)
+    out.fill_(float("nan"))
+    launch()
+    torch.testing.assert_close(out, expected)
+
+
+@pytest.mark.cuda
+@needs_cuda
 def test_without_tiers_a_new_source_is_compiled_fully_before_its_first_launch(cache, monkeypatch):
-    monkeypatch.delenv("SEMIRING_OPS_LAZY_TIERS", raising=False)  # the default
+    monkeypatch.delenv("SEMIRING_OPS_LAZY_TIERS", raising=False)  # the default: as the caller asks
     module = nvrtc.compile_cuda_module(AXPI_SOURCE.format(tag=uuid.uuid4().hex), ["lazy_test_axpi"], "cuda")
     assert module.tier == "optimized" and module.path.is_file()
     _run_axpi(module, 65)
+    monkeypatch.setenv("SEMIRING_OPS_LAZY_TIERS", "0")  # off even where the caller would take the quick compile
+    source = AXPI_SOURCE.format(tag=uuid.uuid4().hex)
+    module = nvrtc.compile_cuda_module(source, ["lazy_test_axpi"], "cuda", quick_first=True)
+    assert module.tier == "optimized" and module.path.is_file()
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize(
+    "dtype, deterministic, quick",
+    [
+        (torch.float32, False, True),
+        (torch.float16, False, True),
+        (torch.float64, False, False),
+        (torch.float32, True, False),
+    ],
+)
+def test_lazy_kernels_take_the_quick_compile_first_unless_float64_or_deterministic(
+    cache, monkeypatch, dtype, deterministic, quick
+):
+    """The lazy reductions ask for the tiers where a last-bit change after the swap is harmless: not in float64
+    (gradcheck's reentrancy) nor under torch.use_deterministic_algorithms."""
+    monkeypatch.delenv("SEMIRING_OPS_LAZY_TIERS", raising=False)
+    if not nvrtc._tiers_on():
+        pytest.skip("this NVRTC has no --Ofast-compile")
+    asked = []
+    real = nvrtc.compile_cuda_module
+
+    def spy(source, names, device, quick_first=False):
+        asked.append(quick_first)
+        return real(source, names, device, quick_first)
+
+    monkeypatch.setattr(cuda_kernels, "compile_cuda_module", spy)
+    monkeypatch.setattr(cuda_kernels, "_kernels", {})  # compiled anew, into the test's empty cache
+    monkeypatch.setattr(nvrtc, "_compiled", {})
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(deterministic)
+    try:
+        x = torch.randn(300, 1, 7, device="cuda", dtype=dtype)
+        y = torch.randn(1, 200, 7, device="cuda", dtype=dtype)
+        c = 0.37
+        got = (-((LazyTensor(x) - LazyTensor(y)) ** 2).sum(-1) * c).exp().sum(1)
+    finally:
+        torch.use_deterministic_algorithms(was)
+    nvrtc.wait_for_optimized()
+    want = (-((x.double() - y.double()) ** 2).sum(-1) * c).exp().sum(1, keepdim=True)
+    torch.testing.assert_close(got.double(), want, rtol=1e-2 if dtype == torch.float16 else 1e-5, atol=1e-3)
+    assert asked == [quick]
 
 
 @pytest.mark.cuda

@@ -363,12 +363,12 @@ def test_weighted_squared_distances(route, device, layout):
 
 
 def test_cpu_kernel_product_of_many_columns_takes_the_linear_route(compiled, monkeypatch):
-    """On the CPU, K @ b with b of at least MIN_LINEAR_DIM columns is S @ b (dispatch.execute): it must run
+    """On the CPU, K @ b with b of at least MIN_PRODUCT_DIM columns is S @ b (dispatch.execute): it must run
     there by default (a large enough reduction) and match float64; one column stays in the kernel."""
     monkeypatch.delenv("SEMIRING_OPS_LAZY_GEMM", raising=False)
     terms = _counted(monkeypatch, linear_route, "_run_term")
     x, y = points("random", 300, 260, 40, "cpu", seed=41)
-    b = torch.randn(260, linear_route.MIN_LINEAR_DIM["cpu"], generator=torch.Generator().manual_seed(1))
+    b = torch.randn(260, linear_route.MIN_PRODUCT_DIM["cpu"], generator=torch.Generator().manual_seed(1))
     got = (-((Vi(x) - Vj(y)) ** 2).sum(-1) / 40).exp() @ b
     ref = (-dense_sqdist(x, y) / 40).exp() @ b.double()
     scale = (-dense_sqdist(x, y) / 40).exp() @ b.double().abs()
@@ -376,3 +376,51 @@ def test_cpu_kernel_product_of_many_columns_takes_the_linear_route(compiled, mon
     assert terms["n"] == 1
     (-((Vi(x) - Vj(y)) ** 2).sum(-1) / 40).exp() @ b[:, :1]
     assert terms["n"] == 1
+
+
+def test_cpu_gradient_terms_below_the_linear_minimum_stay_in_the_kernel(compiled, monkeypatch):
+    """A term with an outer part (the gradients' a x_i + b y_j) takes the linear route from MIN_LINEAR_DIM
+    components only, though S @ b does from MIN_PRODUCT_DIM."""
+    monkeypatch.delenv("SEMIRING_OPS_LAZY_GEMM", raising=False)
+    terms = _counted(monkeypatch, linear_route, "_run_term")
+    d = linear_route.MIN_PRODUCT_DIM["cpu"] * 2
+    assert d < linear_route.MIN_LINEAR_DIM["cpu"]
+    x, y = points("random", 300, 260, d, "cpu", seed=43)
+    xs = x.clone().requires_grad_()
+    out = (-((Vi(xs) - Vj(y)) ** 2).sum(-1) / d).exp().sum(1)
+    (gx,) = torch.autograd.grad(out.sum(), xs)
+    xd = x.double().requires_grad_()
+    (want,) = torch.autograd.grad((-dense_sqdist(xd, y) / d).exp().sum(), xd)
+    torch.testing.assert_close(gx.double(), want, rtol=1e-4, atol=1e-5 * want.abs().max().item())
+    assert terms["n"] == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cpu_distance_blocks_sum_again_only_the_cells_that_cancel_and_keep_nan_and_inf(route, monkeypatch, dtype):
+    """The CPU's distance blocks (one GEMM with the norms folded in, then each row's minimum against a bound of
+    its cut-off): rows of near-duplicates beside rows of far points, a NaN and an infinite coordinate; each block
+    the linear route reads against float64 of the dense matrix (inf and NaN where the dense form has them)."""
+    x, y = points("near_duplicate", 300, 90, 48, "cpu", seed=5)
+    x[::2] += 40  # every other row far from every y: no cell of it is summed again
+    x, y = x.to(dtype), y.to(dtype)
+    x[3, 7] = float("nan")
+    y[11, 2] = float("inf")
+    blocks = []
+    real = linear_route.block_gram
+
+    def kept(spec, call, lo, n, fast=False):
+        blocks.append((lo, n, real(spec, call, lo, n, fast)))
+        return blocks[-1][2]
+
+    monkeypatch.setattr(linear_route, "block_gram", kept)
+    monkeypatch.setattr(gemm_route, "BLOCK_BYTES", {"cpu": 256 * 90 * 8 * x.element_size()})  # blocks of 256 rows
+    b = torch.randn(90, 16, dtype=dtype)
+    (-((Vi(x) - Vj(y)) ** 2).sum(-1) / 48).exp() @ b
+    want = dense_sqdist(x, y)
+    assert [(lo, n) for lo, n, _ in blocks] == [(0, 256), (256, 44)]
+    for lo, n, got in blocks:
+        ref = want[lo : lo + n]
+        finite = torch.isfinite(ref)
+        assert torch.isnan(got[ref.isnan()]).all() and (got[ref == float("inf")] == float("inf")).all()
+        tol = 2e-5 if dtype == torch.float32 else 1e-12
+        torch.testing.assert_close(got[finite].double(), ref[finite], rtol=tol, atol=0)

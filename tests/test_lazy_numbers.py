@@ -156,9 +156,9 @@ def test_formulas_differing_only_in_numbers_share_one_cuda_kernel(compiled, monk
     builds: list[str] = []
     real = cuda_kernels.compile_cuda_module
 
-    def counting(source, names, device):
+    def counting(source, names, device, *rest):
         builds.append(source)
-        return real(source, names, device)
+        return real(source, names, device, *rest)
 
     monkeypatch.setattr(cuda_kernels, "_kernels", {})
     monkeypatch.setattr(cuda_kernels, "_launches", {})

@@ -71,7 +71,10 @@ bool launch(const at::Tensor& em, const at::Tensor& trans, const at::Tensor& sta
   p.boundary_out = (reverse ? start_c : end_c).data_ptr<T>();
   p.lengths = lengths.data_ptr<int64_t>();
   p.total = total.data_ptr<T>();
-  p.scores = scores && !(kGrad && xi) ? scores->data_ptr<T>() : nullptr;  // with xi, beta is not needed
+  // the backward's beta (B, T, C) is made here, once the plan says the pair marginals are summed off chip (the
+  // caller passes it undefined); with xi it is not needed
+  if (kGrad && scores && !xi && !scores->defined()) *scores = em.new_empty({B, Tn, C});
+  p.scores = scores && !(kGrad && xi) ? scores->data_ptr<T>() : nullptr;
   p.pointers = ptr_scratch.defined() ? ptr_scratch.data_ptr<int16_t>() : nullptr;
   p.tags = tags ? tags->data_ptr<int64_t>() : nullptr;
   p.steps = Tn;
@@ -156,7 +159,7 @@ std::vector<at::Tensor> chain_log_backward(const at::Tensor& emissions, const at
   at::Tensor g_trans = emissions.new_empty({C, C}), g_start = emissions.new_empty({C}), g_end = emissions.new_empty({C});
   for (at::Tensor* sum : {&g_trans, &g_start, &g_end})
     C10_CUDA_CHECK(cudaMemsetAsync(sum->data_ptr(), 0, sum->nbytes(), c10::cuda::getCurrentCUDAStream()));
-  at::Tensor beta = emissions.new_empty({B, T_len, C});
+  at::Tensor beta;  // made by launch only when the pair marginals are summed off chip
   // grad may be a broadcast scalar (stride 0: the backward of a sum): read in place
   const at::Tensor alpha_c = alpha.contiguous(), log_z_c = log_z.contiguous();
   const at::Tensor grad_c = grad.stride(0) == 0 ? grad : grad.contiguous();

@@ -26,9 +26,6 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <map>
-#include <mutex>
-#include <tuple>
 #include <type_traits>
 
 #include "cuda/chain_launch.h"
@@ -558,21 +555,10 @@ struct ClusterLaunch {
   ClusterLaunch& operator=(const ClusterLaunch&) = delete;
 };
 
-// How many K-block clusters of `kernel` the GPU runs at once (0: it cannot launch them), cached.
+// How many K-block clusters of `kernel` the GPU runs at once (0: it cannot launch them), cached per device.
 template <class Kernel> int max_active_clusters(Kernel kernel, int K, int threads, size_t smem, int device) {
-  static std::mutex mutex;
-  static std::map<std::tuple<const void*, int, int, size_t, int>, int> cache;
-  const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), K, threads, smem, device);
-  const std::lock_guard<std::mutex> lock(mutex);
-  const auto found = cache.find(key);
-  if (found != cache.end()) return found->second;
   const ClusterLaunch launch(K, dim3(K), dim3(threads), smem, nullptr);
-  int n = 0;
-  if (cudaOccupancyMaxActiveClusters(&n, kernel, &launch.cfg) != cudaSuccess) {
-    (void)cudaGetLastError();  // an unsupported size: clear the error, report none
-    n = 0;
-  }
-  return cache[key] = n;
+  return cuda::max_active_clusters(reinterpret_cast<const void*>(kernel), launch.cfg, K, device);
 }
 
 template <class S, class T, bool kArg, bool kGrad> using ChainKernel = void (*)(ChainParams<T>);

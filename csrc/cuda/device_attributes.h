@@ -1,12 +1,14 @@
 // Device queries the host code makes on every call, answered once per device: attributes (multiprocessors,
-// capability, shared memory) and a kernel's dynamic shared memory allowance. Each is a driver call otherwise, on
+// capability, shared memory), a kernel's dynamic shared memory allowance and its cluster occupancy. Each is a driver call otherwise, on
 // every launch. ATen-free (the launchers include it); thread-safe (one mutex, held only around the lookups).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <utility>
 
 namespace semiring_ops {
@@ -59,6 +61,26 @@ inline cudaError_t allow_dynamic_smem(const void* kernel, int bytes) {
     now = now > bytes ? now : bytes;
   }
   return e;
+}
+
+// cudaOccupancyMaxActiveClusters(kernel, config) for clusters of `cluster` blocks (config carries the cluster
+// attribute), asked of the driver once per (kernel, cluster, threads, shared memory, device); 0 where the GPU
+// cannot launch such clusters (the error is cleared).
+inline int max_active_clusters(const void* kernel, const cudaLaunchConfig_t& config, int cluster, int device) {
+  static std::map<std::tuple<const void*, int, unsigned, size_t, int>, int> known;
+  const auto key = std::make_tuple(kernel, cluster, config.blockDim.x, config.dynamicSmemBytes, device);
+  {
+    const std::lock_guard<std::mutex> lock(detail::device_query_mutex());
+    const auto it = known.find(key);
+    if (it != known.end()) return it->second;
+  }
+  int n = 0;
+  if (cudaOccupancyMaxActiveClusters(&n, kernel, &config) != cudaSuccess) {
+    (void)cudaGetLastError();
+    n = 0;
+  }
+  const std::lock_guard<std::mutex> lock(detail::device_query_mutex());
+  return known[key] = n;
 }
 
 }  // namespace cuda

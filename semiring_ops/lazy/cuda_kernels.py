@@ -61,7 +61,10 @@ def kernels_for(plan: Plan, dtype: torch.dtype, device: torch.device, cfg: CudaC
             dtype_name = str(dtype).removeprefix("torch.")
             source = cuda_source(plan, dtype_name, cfg)
             names = ["lazy_reduce", "lazy_merge", "lazy_sizeof"]
-            module = compile_cuda_module(source, names, torch.device("cuda", index))
+            # a quick compile first where the last bits may change once (nvrtc's tiers): not for float64's
+            # numerical checks, nor under torch.use_deterministic_algorithms
+            quick_first = dtype != torch.float64 and not torch.are_deterministic_algorithms_enabled()
+            module = compile_cuda_module(source, names, torch.device("cuda", index), quick_first)
             n = len(plan.arg_cats)
             p, i64 = ctypes.c_void_p, ctypes.c_int64
             # the variables, the number vector, a routed plan's matrices, a ranged plan's chunks, offsets and ranges

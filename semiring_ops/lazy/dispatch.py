@@ -62,8 +62,7 @@ def execute(plan: Plan, call: CallArgs, device: torch.device) -> tuple[torch.Ten
         from .linear_route import run_linear
 
         # vector terms: the gradients' form, a repeated scalar cell; on the CPU also K @ b with b of at least
-        # linear_route.MIN_LINEAR_DIM columns (2-core CPU, 4,000 x 2,000 Gaussian, D = 32-784: b of 64 columns
-        # 175-330 ms in the kernel, 60-206 ms as S @ b; 16 columns about even; on CUDA the kernel is faster)
+        # linear_route.MIN_PRODUCT_DIM columns (S @ b; on CUDA the kernel is faster)
         vector = "Repeat" in plan.key or (device.type == "cpu" and plan.formula.dim > 1)
         routed = run_linear(plan, call, device) if vector else None
         routed = routed if routed is not None else run_routed(plan, call, device)

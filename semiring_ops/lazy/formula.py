@@ -1398,15 +1398,35 @@ def _invariant_of(node: Formula, inv: dict[int, bool], invariant: Callable[[Var]
 
 
 def evaluate(
-    root: Formula, read: Callable[[Var], torch.Tensor], like: torch.Tensor, numbers: torch.Tensor | None = None
+    root: Formula,
+    read: Callable[[Var], torch.Tensor],
+    like: torch.Tensor,
+    numbers: torch.Tensor | None = None,
+    owned_slots: frozenset[int] = frozenset(),
 ) -> torch.Tensor:
     """The formula's value with torch: ``read(var)`` gives each variable as a tensor whose last dimension is
     the variable's and whose leading dimensions broadcast; constants take ``like``'s dtype and device, and
-    ``Num(k)`` is ``numbers[k]`` (the number vector of a canonical formula, shape (n,))."""
+    ``Num(k)`` is ``numbers[k]`` (the number vector of a canonical formula, shape (n,)).
+
+    ``owned_slots``: variables whose tensors the caller hands over (a block's matrix made for this call): with
+    them, and outside autograd, an elementwise node whose first operand is a temporary used by it alone (such a
+    variable, or an earlier node's fresh result) writes its result into that operand's memory rather than a new
+    tensor: one pass over a large block instead of an allocation and a pass."""
+    order = _postorder(root)
+    reuse = bool(owned_slots) and not torch.is_grad_enabled()
+    uses: dict[int, int] = {}
+    if reuse:  # readers of each node's value; an owned variable's by slot (two nodes may read one slot)
+        for node in order:
+            for c in node.children:
+                key = ("slot", c.slot) if isinstance(c, Var) else id(c)
+                uses[key] = uses.get(key, 0) + 1
     values: dict[int, torch.Tensor] = {}
-    for node in _postorder(root):
+    spare: set[int] = set()  # ids of the nodes whose value is a temporary that only its one reader sees
+    for node in order:
         if isinstance(node, Var):
             values[id(node)] = read(node)
+            if reuse and node.slot in owned_slots and uses.get(("slot", node.slot), 0) == 1:
+                spare.add(id(node))
         elif isinstance(node, Const):
             values[id(node)] = torch.full((1,), node.value, dtype=like.dtype, device=like.device)
         elif isinstance(node, Num):
@@ -1414,8 +1434,51 @@ def evaluate(
                 raise FormulaError(f"Num({node.index}): no such entry in the number vector")
             values[id(node)] = numbers[node.index : node.index + 1]
         else:
-            values[id(node)] = node.evaluate_node([values[id(c)] for c in node.children])
+            args = [values[id(c)] for c in node.children]
+            first = node.children[0] if node.children else None
+            out = _in_place(node, args) if first is not None and id(first) in spare else None
+            value = values[id(node)] = out if out is not None else node.evaluate_node(args)
+            # a fresh tensor, or an operand handed through that was itself spare (never a caller's tensor)
+            fresh = value._base is None and not any(value is a for a in args)
+            handed = any(value is a and id(c) in spare for a, c in zip(args, node.children, strict=True))
+            if reuse and uses.get(id(node), 0) == 1 and (fresh or handed):
+                spare.add(id(node))
     return values[id(root)]
+
+
+_IN_PLACE_UNARY = frozenset(
+    (
+        torch.neg,
+        torch.exp,
+        torch.log,
+        torch.sqrt,
+        torch.rsqrt,
+        torch.abs,
+        torch.reciprocal,
+        torch.exp2,
+        torch.sin,
+        torch.cos,
+    )
+)
+_IN_PLACE_BINARY = {"Add": torch.add, "Sub": torch.sub, "Mul": torch.mul, "Div": torch.div}
+
+
+def _in_place(node: Formula, args: list[torch.Tensor]) -> torch.Tensor | None:
+    """The node's value written over its first operand (a spare temporary, evaluate), or None when the node is not
+    an elementwise one of the same shape and dtype as that operand."""
+    target = args[0]
+    if not target.is_contiguous():
+        return None
+    if isinstance(node, Unary):
+        fn = node.tfun
+        return fn(target, out=target) if fn in _IN_PLACE_UNARY else None
+    op = _IN_PLACE_BINARY.get(node.op)
+    if op is None or len(args) != 2:
+        return None
+    other = args[1]
+    if torch.broadcast_shapes(target.shape, other.shape) != target.shape or other.dtype != target.dtype:
+        return None
+    return op(target, other, out=target)
 
 
 # ---------------------------------------------------------------- differentiation

@@ -149,9 +149,26 @@ def block_gram(spec: GramSpec, call: CallArgs, lo: int, n: int, fast: bool = Fal
     shift = y.mean(0)
     xs, ys = x - shift, y - shift
     nx, ny = (xs * xs * ones).sum(1, keepdim=True), (ys * ys * ones).sum(1)
-    total = nx + ny
-    values = total - 2 * precise_mm(xs, (ys * ones).t(), fast)
-    rows, cols = (~(values >= total / GRAM_CANCEL)).nonzero(as_tuple=True)
+    if _tf32_split(x.device.type, x.dtype):
+        total = nx + ny
+        values = total - 2 * precise_mm(xs, (ys * ones).t(), fast)
+        rows, cols = (~(values >= total / GRAM_CANCEL)).nonzero(as_tuple=True)
+    else:
+        # one GEMM gives the whole distance, [xs, nx, 1] . [-2 w ys, 1, ny]: no pass over the block for the norms;
+        # then each row's minimum against a bound of its cut-off, (|x|^2 + max |y|^2) / GRAM_CANCEL: one read of
+        # the block; the exact test only in the rows under it (NaN fails the comparison, so it is summed again too,
+        # as on CUDA)
+        one = torch.ones_like(nx)
+        values = torch.mm(
+            torch.cat([xs, nx, one], 1), torch.cat([ys * (-2 * ones), one.new_ones(len(ny), 1), ny[:, None]], 1).t()
+        )
+        if not len(ny):
+            return values
+        low = (~(values.amin(1) >= (nx[:, 0] + ny.max()) / GRAM_CANCEL)).nonzero()[:, 0]
+        if not len(low):
+            return values
+        rows, cols = (~(values[low] >= (nx[low] + ny) / GRAM_CANCEL)).nonzero(as_tuple=True)
+        rows = low[rows]
     if rows.numel():
         values[rows, cols] = ((x[rows] - y[cols]) ** 2 * ones).sum(1)
     return values

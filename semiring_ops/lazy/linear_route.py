@@ -44,6 +44,10 @@ __all__ = ["LinearTerm", "match_linear", "run_linear"]
 # vector terms of fewer components: the plain kernel. H200, the gradient of a 20,000^2 Gaussian kernel product: at
 # D = 128 the plain kernel 22.2 ms, this route 27.4; at D = 784 1,351 ms against 44.5
 MIN_LINEAR_DIM = {"cpu": 32, "cuda": 256}
+# a product S @ b (no outer term: K @ b with b of E columns): on the 2-core CPU (4,000 x 2,000 Gaussian, D = 64-784)
+# from E = 8 this route (GEMM, the cell in place, GEMM) is as fast as the kernel's E running sums per lane and
+# faster from E = 16 (37-126 against 70-164 ms); on CUDA the kernel is faster
+MIN_PRODUCT_DIM = {"cpu": 8}
 _PAIR_SLOT = -3  # the placeholder variables standing for a routed inner product in S's torch evaluation
 
 
@@ -164,8 +168,11 @@ def run_linear(plan: Plan, call: CallArgs, device: torch.device) -> tuple[torch.
     if mode == "off" or (mode == "auto" and call.n_outer * call.n_inner < MIN_PAIRS.get(kind, 1 << 62)):
         return None
     on = mode == "on"
-    terms = match_linear(plan, 2 if on else MIN_LINEAR_DIM.get(kind, 1 << 30), 1 if on else MIN_DIM.get(kind, 1 << 30))
+    linear, product = MIN_LINEAR_DIM.get(kind, 1 << 30), MIN_PRODUCT_DIM.get(kind, 1 << 30)
+    terms = match_linear(plan, 2 if on else min(linear, product), 1 if on else MIN_DIM.get(kind, 1 << 30))
     if terms is None:
+        return None
+    if not on and plan.formula.dim < linear and any(t.outer_coef is not None for t in terms):
         return None
     rows = block_rows(call, device, copies=8)  # S, its 3xTF32 split, the cell's temporaries
     if rows is None:
@@ -186,14 +193,17 @@ def _run_term(term: LinearTerm, plan: Plan, call: CallArgs, rows: int, vals: tor
         return evaluate(c, lambda v: None, vals, numbers).reshape(())
 
     # a x + b y = a (x - c) + b (y - c) + (a + b) c with c the inner terms' mean: far from the origin, x S.sum(1)
-    # and S y would cancel to the digits of |x| otherwise
+    # and S y would cancel to the digits of |x| otherwise. Without an outer term (K @ b) there is nothing to cancel
+    # against: S b as it stands, as the torch form computes it
     y = call.tensors[term.inner_slot].reshape(call.n_inner, -1)
-    shift = y.mean(0) if call.n_inner else y.new_zeros(y.shape[1])
-    y = y - shift
-    inner_coef = coef(term.inner_coef)
     outer_coef = coef(term.outer_coef) if term.outer_coef is not None else None
+    shift = y.mean(0) if call.n_inner and outer_coef is not None else None
+    if shift is not None:
+        y = y - shift
+    inner_coef = coef(term.inner_coef)
     both = inner_coef + (outer_coef if outer_coef is not None else 0)
     pairs = {id(node): Var("i", 1, slot=_PAIR_SLOT - n) for n, (node, _) in enumerate(term.grams)}
+    owned = frozenset(v.slot for v in pairs.values())  # the blocks' matrices, made for the cell alone
     cell = replace_nodes(term.cell, pairs)
     for lo in range(0, call.n_outer, rows):
         n = min(rows, call.n_outer - lo)
@@ -209,10 +219,13 @@ def _run_term(term: LinearTerm, plan: Plan, call: CallArgs, rows: int, vals: tor
             t = t.reshape(-1, t.shape[-1])
             return t[lo : lo + n, None, :] if role == "outer" else t[None, :, :]
 
-        s = evaluate(cell, read, vals, numbers).expand(n, call.n_inner, 1)[:, :, 0]
-        total = s.sum(1, keepdim=True)
-        out = precise_mm(s, y, plan.fast) * inner_coef + total * (shift * both)
-        if outer_coef is not None:
+        s = evaluate(cell, read, vals, numbers, owned).expand(n, call.n_inner, 1)[:, :, 0]
+        out = precise_mm(s, y, plan.fast)
+        if not (isinstance(term.inner_coef, Const) and term.inner_coef.value == 1.0):
+            out *= inner_coef
+        if shift is not None:
+            total = s.sum(1, keepdim=True)
+            out += total * (shift * both)
             x = call.tensors[term.outer_slot].reshape(call.n_outer, -1)[lo : lo + n]
             out += (x - shift) * (total * outer_coef)
         vals[lo : lo + n, term.offset : term.offset + term.dim] = out

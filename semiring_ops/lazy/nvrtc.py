@@ -8,13 +8,16 @@ or a toolkit under $CUDA_HOME).
 The source exports ``extern "C"`` kernels and may include the csrc headers that NVRTC can compile
 (``--include-path=<csrc>``); it is compiled with -std=c++17 -default-device -lineinfo and no fast-math flag.
 
-Tiers (opt-in, SEMIRING_OPS_LAZY_TIERS=1; NVRTC 12.8 on): a source not yet in the disk cache is first compiled
-quickly (``--Ofast-compile=mid``: about 0.14 s against 0.75 s for the D = 784 kernels, whose launches then take up
-to 1.4x longer, 3.4x for the smallest ones) and runs at once, while a background thread compiles it fully into the
-cache and swaps the optimised kernels in (the module's functions point at them from their next launch). A process
-that exits waits for the compiles in flight, so that the next finds them cached. Off by default: the two compiles
-contract multiply-adds differently, so a call's results can change in the last bits when the swap happens (torch's
-gradcheck then reports a backward that is not reentrant); with tiers off every call of a formula gives the same bits.
+Tiers (NVRTC 12.8 on): a source not yet in the disk cache is first compiled quickly (``--Ofast-compile=mid``:
+about 0.14 s against 0.75 s for the D = 784 kernels, whose launches then take up to 1.4x longer, 3.4x for the
+smallest ones) and runs at once, while a background thread compiles it fully into the cache and swaps the
+optimised kernels in (the module's functions point at them from their next launch). A process that exits waits
+for the compiles in flight, so that the next finds them cached. The two compiles contract multiply-adds
+differently, so a formula's results can change in the last bits when the swap happens. The caller says whether
+that is acceptable (``quick_first``): the lazy reductions ask for it in float32, float16 and bfloat16, not in
+float64 (numerical checks: torch's gradcheck would report a backward that is not reentrant) nor under
+``torch.use_deterministic_algorithms(True)``; there every call of a formula gives the same bits.
+SEMIRING_OPS_LAZY_TIERS=0 turns the tiers off, =1 on for every kernel.
 
 A launch packs its arguments with one ``struct.pack_into`` into a per-thread buffer whose ``void**``
 parameter array is built once per function, so it costs a few microseconds of Python.
@@ -62,6 +65,7 @@ CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1
 CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES = 3
 CU_FUNC_ATTRIBUTE_NUM_REGS = 4
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+CU_STREAM_CAPTURE_MODE_RELAXED = 2  # CUstreamCaptureMode
 
 _c_int_p = ctypes.POINTER(ctypes.c_int)
 _c_size_t_p = ctypes.POINTER(ctypes.c_size_t)
@@ -99,6 +103,7 @@ class _Driver:
         self.cuModuleGetFunction = _declare(lib, "cuModuleGetFunction", [_c_void_p_p, vp, ctypes.c_char_p])
         self.cuFuncGetAttribute = _declare(lib, "cuFuncGetAttribute", [_c_int_p, ctypes.c_int, vp])
         self.cuFuncSetAttribute = _declare(lib, "cuFuncSetAttribute", [vp, ctypes.c_int, ctypes.c_int])
+        self.cuThreadExchangeStreamCaptureMode = _declare(lib, "cuThreadExchangeStreamCaptureMode", [_c_int_p])
         # f, grid x y z, block x y z, dynamic shared bytes, stream, kernelParams, extra
         self.cuLaunchKernel = _declare(lib, "cuLaunchKernel", [vp, u, u, u, u, u, u, u, vp, vp, vp])
         self.check(self.cuInit(0), "cuInit")
@@ -571,8 +576,12 @@ QUICK_OPTION = "--Ofast-compile=mid"  # the first tier's (CUDA 12.8 on); see the
 _upgrades: list[threading.Thread] = []  # the background compiles of the optimised tier, this process's
 
 
-def _tiers_on() -> bool:
-    return os.environ.get("SEMIRING_OPS_LAZY_TIERS", "0") == "1" and _nvrtc().version >= (12, 8)
+def _tiers_on(quick_first: bool = True) -> bool:
+    """Whether a new source runs first from its quick compile (the module docstring's tiers)."""
+    setting = os.environ.get("SEMIRING_OPS_LAZY_TIERS", "")
+    if setting == "0" or not (quick_first or setting == "1"):
+        return False
+    return _nvrtc().version >= (12, 8)
 
 
 def wait_for_optimized(timeout: float | None = None) -> None:
@@ -584,10 +593,13 @@ def wait_for_optimized(timeout: float | None = None) -> None:
 atexit.register(wait_for_optimized)
 
 
-def compile_cuda_module(source: str, kernel_names: Sequence[str], device: torch.device | str | int) -> CudaModule:
+def compile_cuda_module(
+    source: str, kernel_names: Sequence[str], device: torch.device | str | int, quick_first: bool = False
+) -> CudaModule:
     """The module of ``source`` (CUDA C++ exporting the ``extern "C"`` kernels ``kernel_names``) for ``device``:
-    taken from the disk cache, or compiled now (one line on stderr; with SEMIRING_OPS_LAZY_TIERS=1 quickly, the
-    optimised compile in the background: the module docstring's tiers). Loaded once per process and device.
+    taken from the disk cache, or compiled now (one line on stderr). With ``quick_first`` (results may change in
+    their last bits once) a new source is compiled quickly and optimised in the background: the module
+    docstring's tiers. Loaded once per process and device.
 
     Raises LazyCompileError (with NVRTC's log) when the source does not compile, RuntimeError when a kernel
     is missing or the driver refuses the module.
@@ -608,7 +620,7 @@ def compile_cuda_module(source: str, kernel_names: Sequence[str], device: torch.
         full_options = (*options, f"--include-path={source_root()}")
         suffix = ".cubin" if cubin else ".ptx"
         final = artifact_path(key, suffix)
-        tiers = not final.is_file() and _tiers_on()
+        tiers = not final.is_file() and _tiers_on(quick_first)
 
         def announce(how: str = "") -> None:
             print(
@@ -649,6 +661,13 @@ def compile_cuda_module(source: str, kernel_names: Sequence[str], device: torch.
 def _optimize(quick: CudaModule, key: str, suffix: str, build: Any, index: int, folder: Path) -> None:
     """The background tier: the full compile into the cache ``folder``, loaded, adopted by the quick module."""
     try:
+        # loading a module is a call that another thread's CUDA graph capture (torch.cuda.graph's global mode)
+        # forbids, and it would invalidate that capture: this thread opts out of the capture checks; the load
+        # touches no stream, and graphs captured earlier keep the quick kernels they hold (never unloaded)
+        mode = ctypes.c_int(CU_STREAM_CAPTURE_MODE_RELAXED)
+        _driver().check(
+            _driver().cuThreadExchangeStreamCaptureMode(ctypes.byref(mode)), "cuThreadExchangeStreamCaptureMode"
+        )
         path, _ = cached_artifact(key, suffix, build, folder)
         if not quick.adopt(_load_module(path, index)):
             print(

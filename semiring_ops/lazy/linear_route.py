@@ -169,7 +169,10 @@ def run_linear(plan: Plan, call: CallArgs, device: torch.device) -> tuple[torch.
         return None
     on = mode == "on"
     linear, product = MIN_LINEAR_DIM.get(kind, 1 << 30), MIN_PRODUCT_DIM.get(kind, 1 << 30)
-    terms = match_linear(plan, 2 if on else min(linear, product), 1 if on else MIN_DIM.get(kind, 1 << 30))
+    # on the CPU the products read a squared distance or dot product of any dimension from the GEMM (4,000 x
+    # 2,000 Gaussian, D = 3 and 16, b of 16-64 columns: the plain kernel's E running sums were 3-8x the torch form)
+    gram_min = 1 if on or kind in MIN_PRODUCT_DIM else MIN_DIM.get(kind, 1 << 30)
+    terms = match_linear(plan, 2 if on else min(linear, product), gram_min)
     if terms is None:
         return None
     if not on and plan.formula.dim < linear and any(t.outer_coef is not None for t in terms):

@@ -11,7 +11,7 @@ so.einsum("ai,ij,jk->ak", x, W1, W2, semiring="max")  # any contraction, planned
 
 __version__ = "0.1.0"
 
-from .alignment import CTCLoss, ctc_loss, ctc_posteriors, forced_align
+from .alignment import CTCLoss, RNNTLoss, ctc_loss, ctc_posteriors, forced_align, rnnt_loss
 from .einsum import einsum
 from .hmm import HMM
 from .info import backend_info
@@ -27,6 +27,7 @@ __all__ = [
     "LogSemiring",
     "MaxSemiring",
     "MinSemiring",
+    "RNNTLoss",
     "Semiring",
     "SemiringLinear",
     "StdSemiring",
@@ -40,6 +41,7 @@ __all__ = [
     "logbmm",
     "maxbmm",
     "minbmm",
+    "rnnt_loss",
     "semiring_matmul",
     "stdbmm",
 ]

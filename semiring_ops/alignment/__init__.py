@@ -1,7 +1,9 @@
 """Alignment losses on the semiring engine: CTC (torch's ctc_loss interface, any of log / max), its label
-posteriors, and forced alignment (torchaudio's interface, batched); RNN-T to come (issue 43)."""
+posteriors, forced alignment (torchaudio's interface, batched), and the RNN-T loss (torchaudio's interface, log or
+max) on the RNN-T lattice structure."""
 
 from .ctc import CTCLoss, ctc_loss, ctc_posteriors
 from .forced_align import forced_align
+from .rnnt import RNNTLoss, rnnt_loss
 
-__all__ = ["CTCLoss", "ctc_loss", "ctc_posteriors", "forced_align"]
+__all__ = ["CTCLoss", "RNNTLoss", "ctc_loss", "ctc_posteriors", "forced_align", "rnnt_loss"]

@@ -11,10 +11,12 @@ from .dependency import DependencyTree
 from .factored import chain_sum_factored, chain_viterbi_factored
 from .linear_chain import LinearChain
 from .nonprojective import NonProjectiveDependencyTree
+from .rnnt import RNNT
 from .semimarkov import SemiMarkov
 
 __all__ = [
     "CTC",
+    "RNNT",
     "Alignment",
     "CKYTree",
     "Constraints",

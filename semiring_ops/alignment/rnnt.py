@@ -1,0 +1,184 @@
+"""The RNN-T loss with torchaudio's interface (torchaudio.functional.rnnt_loss / transforms.RNNTLoss), on the RNN-T
+lattice structure (structures/rnnt.py), in the log semiring (the loss) or the max semiring (``semiring="max"``: the
+best alignment's score, the Viterbi loss).
+
+The (B, T, U + 1, V) logits are read, never copied into a second tensor of their size in the forward:
+- with ``fused_log_softmax`` (the default) each cell's log-softmax normaliser is one logsumexp over V, (B, T, U + 1);
+- the lattice's potentials are the two entries a cell's moves use, gathered: its blank and its next label,
+  (B, T, U + 1, 2);
+- the dynamic program runs on those, its backward (recomputed in the backward) gives each move's posterior;
+- the gradient with respect to the logits is the one tensor of their size: softmax x (the cell's occupancy) minus
+  the moves' posteriors at the blank and the next label (without fused_log_softmax, the logits are taken as
+  log-probabilities: minus the posteriors alone), clamped to [-clamp, clamp] when ``clamp`` > 0, as torchaudio's.
+
+Differences from torchaudio: targets and lengths may be int32 or int64; logits may be float64 or bfloat16 (float16
+and bfloat16 are computed in float32); the lengths need not reach the tensors' sizes (torchaudio requires
+max(logit_lengths) = T and max(target_lengths) = U); the loss is once differentiable, as torchaudio's.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ..semirings import LogSemiring, MaxSemiring
+from ..structures.rnnt import RNNT
+
+__all__ = ["RNNTLoss", "rnnt_loss"]
+
+_SEMIRINGS = {"log": LogSemiring, "max": MaxSemiring}
+_REDUCTIONS = ("none", "mean", "sum")
+
+
+def rnnt_loss(
+    logits: Tensor,
+    targets: Tensor,
+    logit_lengths: Tensor,
+    target_lengths: Tensor,
+    blank: int = -1,
+    clamp: float = -1,
+    reduction: str = "mean",
+    fused_log_softmax: bool = True,
+    semiring: str = "log",
+) -> Tensor:
+    """The RNN-T loss (torchaudio.functional.rnnt_loss's signature and semantics, module docstring).
+
+    logits (B, T, U + 1, V) the joiner's outputs; targets (B, U) integer labels, padded; logit_lengths (B,) the
+    items' frames in [1, T]; target_lengths (B,) their labels in [0, U]; ``blank`` the blank label (negative:
+    counted from V); ``clamp`` > 0 clamps each gradient entry to [-clamp, clamp]; reduction "none" -> (B,),
+    "mean" / "sum" -> a scalar; ``semiring`` "log" (the loss) or "max" (minus the best alignment's score).
+    """
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f'rnnt_loss: reduction should be one of "none", "mean", or "sum", got {reduction!r}')
+    if semiring not in _SEMIRINGS:
+        raise ValueError(f"rnnt_loss: semiring must be one of {tuple(_SEMIRINGS)}, got {semiring!r}")
+    blank = _check(logits, targets, logit_lengths, target_lengths, blank)
+    costs = _RNNTCosts.apply(
+        logits, targets.long(), logit_lengths.long(), target_lengths.long(), blank, float(clamp),
+        fused_log_softmax, semiring,
+    )  # fmt: skip
+    if reduction == "mean":
+        return costs.mean()
+    if reduction == "sum":
+        return costs.sum()
+    return costs
+
+
+class RNNTLoss(nn.Module):
+    """torchaudio.transforms.RNNTLoss's interface on :func:`rnnt_loss` (``semiring="max"``: the Viterbi loss)."""
+
+    def __init__(
+        self,
+        blank: int = -1,
+        clamp: float = -1.0,
+        reduction: str = "mean",
+        fused_log_softmax: bool = True,
+        semiring: str = "log",
+    ) -> None:
+        super().__init__()
+        self.blank, self.clamp, self.reduction = blank, clamp, reduction
+        self.fused_log_softmax, self.semiring = fused_log_softmax, semiring
+
+    def forward(self, logits: Tensor, targets: Tensor, logit_lengths: Tensor, target_lengths: Tensor) -> Tensor:
+        return rnnt_loss(
+            logits, targets, logit_lengths, target_lengths, self.blank, self.clamp, self.reduction,
+            self.fused_log_softmax, self.semiring,
+        )  # fmt: skip
+
+
+def _check(logits: Tensor, targets: Tensor, logit_lengths: Tensor, target_lengths: Tensor, blank: int) -> int:
+    """The blank label in [0, V), or ValueError naming the argument, its shape, dtype or device."""
+    if not isinstance(logits, Tensor) or logits.dim() != 4 or not logits.is_floating_point():
+        got = f"{tuple(logits.shape)} {logits.dtype}" if isinstance(logits, Tensor) else type(logits).__name__
+        raise ValueError(f"rnnt_loss: logits must be a (B, T, U + 1, V) floating tensor, got {got}")
+    B, T, U1, V = logits.shape
+    for name, t, shape in (
+        ("targets", targets, (B, U1 - 1)),
+        ("logit_lengths", logit_lengths, (B,)),
+        ("target_lengths", target_lengths, (B,)),
+    ):
+        if not isinstance(t, Tensor) or tuple(t.shape) != shape or t.is_floating_point() or t.is_complex():
+            got = f"{tuple(t.shape)} {t.dtype}" if isinstance(t, Tensor) else type(t).__name__
+            raise ValueError(f"rnnt_loss: {name} must be an integer tensor of shape {shape}, got {got}")
+        if t.device != logits.device:
+            raise ValueError(f"rnnt_loss: {name} is on {t.device}, logits on {logits.device}")
+    if not -V <= blank < V:
+        raise ValueError(
+            f"rnnt_loss: blank must be in [-V, V) = [{-V}, {V}) for logits of V = {V} classes, got {blank}"
+        )
+    if B:
+        if T < 1 or int(logit_lengths.min()) < 1 or int(logit_lengths.max()) > T:
+            raise ValueError(f"rnnt_loss: logit_lengths must be in [1, T = {T}], got {logit_lengths.tolist()}")
+        if int(target_lengths.min()) < 0 or int(target_lengths.max()) > U1 - 1:
+            raise ValueError(f"rnnt_loss: target_lengths must be in [0, U = {U1 - 1}], got {target_lengths.tolist()}")
+        used = torch.arange(U1 - 1, device=targets.device) < target_lengths[:, None]
+        labels = targets[used]
+        if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= V):
+            raise ValueError(f"rnnt_loss: targets must be labels in [0, V = {V}) within target_lengths")
+    return blank % V
+
+
+def _move_labels(targets: Tensor, target_lengths: Tensor, blank: int, T: int) -> Tensor:
+    """(B, T, U + 1, 2) int64: the label of each cell's two moves, the blank and the next target (0 past the
+    item's labels, whatever the padding holds)."""
+    B, U = targets.shape
+    nxt = torch.where(torch.arange(U, device=targets.device) < target_lengths[:, None], targets, 0)
+    nxt = torch.cat([nxt, nxt.new_zeros(B, 1)], 1)
+    return torch.stack([torch.full_like(nxt, blank), nxt], -1)[:, None].expand(B, T, U + 1, 2)
+
+
+def _potentials(logits: Tensor, moves: Tensor, fused: bool) -> tuple[Tensor, Tensor | None]:
+    """(potentials (B, T, U + 1, 2) in the compute dtype: each cell's blank and next-label log-probability, the
+    normaliser (B, T, U + 1) or None without fused_log_softmax); ``moves`` from _move_labels."""
+    compute = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    pot = logits.gather(-1, moves).to(compute)
+    if not fused:
+        return pot, None
+    norm = torch.logsumexp(logits.to(compute) if logits.dtype != compute else logits, -1)
+    return pot - norm[..., None], norm
+
+
+class _RNNTCosts(torch.autograd.Function):
+    """Per-item costs -total (B,); the backward forms the logits' gradient in one tensor (module docstring)."""
+
+    @staticmethod
+    def forward(ctx, logits, targets, logit_lengths, target_lengths, blank, clamp, fused, semiring):
+        with torch.no_grad():
+            pot, norm = _potentials(logits, _move_labels(targets, target_lengths, blank, logits.shape[1]), fused)
+            total = RNNT(target_lengths).logpartition(pot, logit_lengths, _SEMIRINGS[semiring])
+        ctx.save_for_backward(logits, targets, logit_lengths, target_lengths, norm if fused else None)
+        ctx.blank, ctx.clamp, ctx.fused, ctx.semiring = blank, clamp, fused, semiring
+        return (-total).to(logits.dtype)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_costs):
+        logits, targets, logit_lengths, target_lengths, norm = ctx.saved_tensors
+        if not ctx.needs_input_grad[0]:
+            return (None,) * 8
+        B, T, U1, V = logits.shape
+        moves = _move_labels(targets, target_lengths, ctx.blank, T)
+        with torch.no_grad():
+            pot, _ = _potentials(logits, moves, False)
+            if norm is not None:
+                pot = pot - norm[..., None]
+        with torch.enable_grad():
+            pot = pot.detach().requires_grad_()
+            total = RNNT(target_lengths).logpartition(pot, logit_lengths, _SEMIRINGS[ctx.semiring])
+            (post,) = torch.autograd.grad(total.sum(), pot)  # each move's posterior (max: 1 on the best path)
+        post = torch.where(torch.isfinite(total)[:, None, None, None], post, torch.zeros_like(post))
+        with torch.no_grad():
+            compute = post.dtype
+            if norm is not None:  # softmax x occupancy: the normaliser's share of both moves
+                occupancy = post.sum(-1, keepdim=True)
+                grad = logits.to(compute) - norm[..., None]
+                grad.exp_().mul_(occupancy)
+                if bool((logit_lengths < T).any() or (target_lengths < U1 - 1).any()):
+                    grad.masked_fill_(occupancy == 0, 0)  # the padding: never read, whatever it holds
+            else:
+                grad = torch.zeros((B, T, U1, V), dtype=compute, device=logits.device)
+            grad.scatter_add_(-1, moves, -post)
+            if ctx.clamp > 0:
+                grad.clamp_(-ctx.clamp, ctx.clamp)
+            grad.mul_(grad_costs.to(compute)[:, None, None, None])
+        return grad.to(logits.dtype), None, None, None, None, None, None, None

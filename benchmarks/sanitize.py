@@ -373,6 +373,28 @@ def ctc(light: bool) -> None:
         want_score, want_states = ctc_ops.ctc_viterbi(lp, targets, il, tl, 0)
         _close(score, want_score, f"ctc max {T}", 1e-5)
         assert torch.equal(states.cpu(), want_states), f"ctc best path {T}"
+    rnnt(light)
+
+
+def rnnt(light: bool) -> None:
+    """RNN-T's lattice kernel (the ctc family's): log and max, with and without posteriors, float32 and float64,
+    items of one frame, of no label, an impossible one, and 700 labels (past a block's 512 threads: strided),
+    against the CPU kernel."""
+    from semiring_ops.ops.rnnt_ops import rnnt_lattice
+
+    cases = [(9, 6, 5, torch.float32), (9, 6, 5, torch.float64)] + ([] if light else [(40, 3, 700, torch.float32)])
+    for T, B, U, dtype in cases:
+        g = torch.Generator().manual_seed(T + U)
+        pot = torch.randn(B, T, U + 1, 2, generator=g, dtype=dtype).log_softmax(-1)
+        pot[1] = -torch.inf
+        frames = torch.tensor([T, T, 1, T - 2, T // 2, 3][:B])
+        labels = torch.tensor([U, U, 0, U - 1, U // 2, 0][:B])
+        for semiring_max in (False, True):
+            for need in (True, False):
+                total, post = rnnt_lattice(pot.cuda(), frames.cuda(), labels.cuda(), semiring_max, need)
+                want, want_post = rnnt_lattice(pot, frames, labels, semiring_max, need)
+                _close(total, want, f"rnnt {T} {U} max={semiring_max}", 1e-5)
+                _close(post.cpu(), want_post, f"rnnt {T} {U} posteriors max={semiring_max}", 1e-5)
 
 
 FAMILIES: dict[str, Callable[[bool], None]] = {

@@ -227,4 +227,13 @@ std::vector<at::Tensor> ctc_log(const at::Tensor& log_probs, const at::Tensor& t
 std::vector<at::Tensor> ctc_viterbi(const at::Tensor& log_probs, const at::Tensor& targets,
                                     const at::Tensor& input_lengths, const at::Tensor& target_lengths, int64_t blank);
 
+// RNN-T's lattice (csrc/rnnt_dp.h has the program): potentials (B, T, U + 1, 2) float32 or float64 (each cell's
+// blank and next-label potential, any strides), frames and labels (B,) int64 in [1, T] and [0, U], on one device
+// (the Python layer checks the ranges). rnnt_lattice: [total (B,), posteriors]: the semiring sum over each item's
+// paths (max: the best path's score) and, with need_posteriors, (B, T, U + 1, 2) d total / d potentials (log:
+// each move's posterior; max: 1 on the best path's moves, a blank where it ties with the label; zero off the
+// item's lattice and for an item with no path), else an empty tensor.
+std::vector<at::Tensor> rnnt_lattice(const at::Tensor& potentials, const at::Tensor& frames, const at::Tensor& labels,
+                                     bool max, bool need_posteriors);
+
 }  // namespace semiring_ops

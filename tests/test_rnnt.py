@@ -275,3 +275,66 @@ def test_empty_batch():
         reduction="none",
     )
     assert out.shape == (0,)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_fused_program_equals_the_structure(device, dtype):
+    """The ctc family's lattice kernel (csrc/rnnt_dp.h) against the structure's PyTorch program and its autograd:
+    totals and posteriors in log and max, ties (constant potentials: the blank taken, as MaxSemiring's first index),
+    an impossible item (-inf everywhere: zero posteriors), items of one frame and of no label."""
+    from semiring_ops.ops.ctc_ops import ctc_kernels
+    from semiring_ops.ops.rnnt_ops import rnnt_lattice
+
+    if ctc_kernels(torch.device(device)) is None:
+        pytest.skip("no compiled ctc family here")
+    g = torch.Generator().manual_seed(23)
+    B, T, U = 6, 9, 5
+    frames, labels = torch.tensor([9, 3, 1, 6, 9, 4]), torch.tensor([5, 2, 0, 5, 1, 3])
+    cases = [torch.randn(B, T, U + 1, 2, generator=g, dtype=dtype), torch.zeros(B, T, U + 1, 2, dtype=dtype)]
+    cases[0][3] = -torch.inf
+    for pot in cases:
+        pot, fr, lb = pot.to(device), frames.to(device), labels.to(device)
+        for semiring, S in (("log", LogSemiring), ("max", MaxSemiring)):
+            total, post = rnnt_lattice(pot, fr, lb, semiring == "max", True)
+            p = pot.clone().requires_grad_()
+            want = RNNT(lb).logpartition(p, fr, S)
+            (grad,) = torch.autograd.grad(want.sum(), p)
+            grad = torch.where(torch.isfinite(want)[:, None, None, None], grad, torch.zeros_like(grad))
+            tol = 1e-5 if dtype == torch.float32 else 1e-12
+            torch.testing.assert_close(total, want.detach(), rtol=tol, atol=tol)
+            torch.testing.assert_close(post, grad, rtol=tol, atol=tol)
+            alone, empty = rnnt_lattice(pot, fr, lb, semiring == "max", False)
+            torch.testing.assert_close(alone, total)
+            assert empty.numel() == 0
+
+
+def test_torchaudio_on_random_data():
+    """Beside torchaudio.functional.rnnt_loss where it loads (its compiled ops need the torch it was built for):
+    costs and gradients on random data of torchaudio's own test shapes (rnnt_utils.get_random_data's ranges),
+    blank -1, fused and not, on the CPU and the GPU."""
+    torchaudio_f = pytest.importorskip("torchaudio.functional")
+    try:
+        torch.ops.torchaudio.rnnt_loss  # noqa: B018
+    except (AttributeError, RuntimeError) as exc:
+        pytest.skip(f"torchaudio's compiled ops do not load here: {exc}")
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    g = torch.Generator().manual_seed(29)
+    for device in devices:
+        for fused in (True, False):
+            B, T, U, V = 7, 60, 20, 30
+            frames = torch.randint(5, T + 1, (B,), generator=g, dtype=torch.int32)
+            labels = torch.randint(5, U + 1, (B,), generator=g, dtype=torch.int32)
+            T, U = int(frames.max()), int(labels.max())
+            targets = torch.randint(0, V - 1, (B, U), generator=g, dtype=torch.int32)
+            logits = torch.rand(B, T, U + 1, V, generator=g)
+            if not fused:
+                logits = logits.log_softmax(-1)
+            args = [t.to(device) for t in (targets, frames, labels)]
+            mine, theirs = logits.to(device).requires_grad_(), logits.to(device).requires_grad_()
+            a = so.rnnt_loss(mine, *args, reduction="none", fused_log_softmax=fused)
+            b = torchaudio_f.rnnt_loss(theirs, *args, reduction="none", fused_log_softmax=fused)
+            a.sum().backward()
+            b.sum().backward()
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-4)
+            torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-4, atol=1e-5)

@@ -1,5 +1,5 @@
-// The ctc family's module (CPU or CUDA): CTC's fused programs, the loss with its occupancies and the best path
-// (contracts in ops.h).
+// The ctc family's module (CPU or CUDA): CTC's fused programs, the loss with its occupancies and the best path,
+// and RNN-T's lattice program (contracts in ops.h).
 #include "bindings/module.h"
 #include "ops.h"
 
@@ -14,4 +14,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "The best path of every item -> [score (N,), states (N, T) int64, -1 past each item's frames]",
         py::arg("log_probs"), py::arg("targets"), py::arg("input_lengths"), py::arg("target_lengths"),
         py::arg("blank"));
+  m.def("rnnt_lattice", &semiring_ops::rnnt_lattice,
+        "RNN-T's lattice: each item's semiring total and, with need_posteriors, d total / d potentials -> "
+        "[total (B,), posteriors (B, T, U + 1, 2) or empty]",
+        py::arg("potentials"), py::arg("frames"), py::arg("labels"), py::arg("max"), py::arg("need_posteriors"));
 }

@@ -4,39 +4,12 @@
 
 #include <vector>
 
+#include "cpu/serial_team.h"
 #include "ctc_host.h"
 #include "ops.h"
 
 namespace semiring_ops {
 namespace {
-
-struct SerialTeam {
-  int rank() const { return 0; }
-  int size() const { return 1; }
-  void barrier() const {}
-  void prefetch(const void*) const {}
-  int lane() const { return 0; }
-  int warp() const { return 0; }
-  int warps() const { return 1; }
-  template <class T> T warp_sum(T v) const { return v; }
-  template <class T> void copy_async(T* dst, const T* src) const { *dst = *src; }
-  void commit_copies() const {}
-  void wait_copies() const {}
-  template <class F> auto lead_sum(int64_t n, F f) const -> decltype(f(0)) {
-    decltype(f(0)) v = 0;
-    for (int64_t i = 0; i < n; ++i) v += f(i);
-    return v;
-  }
-  template <class F> auto lead_max(int64_t n, F f) const -> decltype(f(0)) {
-    using T = decltype(f(0));
-    T v = -pos_inf<T>();
-    for (int64_t i = 0; i < n; ++i) {
-      const T x = f(i);
-      v = (x > v || is_nan(x)) ? x : v;
-    }
-    return v;
-  }
-};
 
 void check_cpu(const at::Tensor& log_probs, const char* who) {
   TORCH_CHECK_VALUE(log_probs.device().is_cpu(), who, " (CPU): got log_probs ", describe(log_probs));

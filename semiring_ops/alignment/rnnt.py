@@ -21,6 +21,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ..ops.ctc_ops import ctc_kernels
+from ..ops.rnnt_ops import rnnt_lattice
 from ..semirings import LogSemiring, MaxSemiring
 from ..structures.rnnt import RNNT
 
@@ -138,6 +140,22 @@ def _potentials(logits: Tensor, moves: Tensor, fused: bool) -> tuple[Tensor, Ten
     return pot - norm[..., None], norm
 
 
+def _lattice(pot: Tensor, frames: Tensor, labels: Tensor, semiring: str, posteriors: bool) -> tuple[Tensor, Tensor]:
+    """(total (B,), posteriors (B, T, U + 1, 2) or None): the ctc family's fused program (csrc/rnnt_dp.h) where it
+    is built, else the structure's PyTorch program and its autograd."""
+    if ctc_kernels(pot.device) is not None:
+        total, post = rnnt_lattice(pot, frames, labels, semiring == "max", posteriors)
+        return total, (post if posteriors else None)
+    if not posteriors:
+        with torch.no_grad():
+            return RNNT(labels).logpartition(pot, frames, _SEMIRINGS[semiring]), None
+    with torch.enable_grad():
+        pot = pot.detach().requires_grad_()
+        total = RNNT(labels).logpartition(pot, frames, _SEMIRINGS[semiring])
+        (post,) = torch.autograd.grad(total.sum(), pot)  # each move's posterior (max: 1 on the best path)
+    return total.detach(), torch.where(torch.isfinite(total)[:, None, None, None], post, torch.zeros_like(post))
+
+
 class _RNNTCosts(torch.autograd.Function):
     """Per-item costs -total (B,); the backward forms the logits' gradient in one tensor (module docstring)."""
 
@@ -145,28 +163,21 @@ class _RNNTCosts(torch.autograd.Function):
     def forward(ctx, logits, targets, logit_lengths, target_lengths, blank, clamp, fused, semiring):
         with torch.no_grad():
             pot, norm = _potentials(logits, _move_labels(targets, target_lengths, blank, logits.shape[1]), fused)
-            total = RNNT(target_lengths).logpartition(pot, logit_lengths, _SEMIRINGS[semiring])
-        ctx.save_for_backward(logits, targets, logit_lengths, target_lengths, norm if fused else None)
-        ctx.blank, ctx.clamp, ctx.fused, ctx.semiring = blank, clamp, fused, semiring
+        # the posteriors with the total, as torchaudio makes its gradient in the forward: one program, (B, T, U + 1,
+        # 2) kept rather than the potentials
+        total, post = _lattice(pot, logit_lengths, target_lengths, semiring, ctx.needs_input_grad[0])
+        ctx.save_for_backward(logits, targets, logit_lengths, target_lengths, norm, post)
+        ctx.blank, ctx.clamp = blank, clamp
         return (-total).to(logits.dtype)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_costs):
-        logits, targets, logit_lengths, target_lengths, norm = ctx.saved_tensors
+        logits, targets, logit_lengths, target_lengths, norm, post = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
             return (None,) * 8
         B, T, U1, V = logits.shape
         moves = _move_labels(targets, target_lengths, ctx.blank, T)
-        with torch.no_grad():
-            pot, _ = _potentials(logits, moves, False)
-            if norm is not None:
-                pot = pot - norm[..., None]
-        with torch.enable_grad():
-            pot = pot.detach().requires_grad_()
-            total = RNNT(target_lengths).logpartition(pot, logit_lengths, _SEMIRINGS[ctx.semiring])
-            (post,) = torch.autograd.grad(total.sum(), pot)  # each move's posterior (max: 1 on the best path)
-        post = torch.where(torch.isfinite(total)[:, None, None, None], post, torch.zeros_like(post))
         with torch.no_grad():
             compute = post.dtype
             if norm is not None:  # softmax x occupancy: the normaliser's share of both moves

@@ -1,7 +1,7 @@
 // RNN-T's dynamic program on the lattice (structures/rnnt.py states it): an item with T_b frames and U_b labels has
 // the cells (t, u), t < T_b, u <= U_b; a blank moves (t, u) -> (t + 1, u) with potential blank(t, u), a label
 // (t, u) -> (t, u + 1) with label(t, u); paths run from (0, 0) and end with the blank of (T_b - 1, U_b).
-// Written once for the CPU and CUDA backends (csrc/cpu/rnnt_cpu.cpp, csrc/cuda/rnnt_kernels.cu) over a Team of
+// Written once for the CPU and CUDA backends (csrc/cpu/ctc_cpu.cpp, csrc/cuda/ctc_kernels.cu) over a Team of
 // threads sharing an item (CPU: one thread; CUDA: the block, its threads striding over u), ATen-free.
 //
 // rnnt_item<kMax>: alpha along the anti-diagonals t + u (a barrier between two), the total alpha(T_b - 1, U_b) (x)

@@ -1,5 +1,5 @@
-// semiring_ops::ctc_log and ctc_viterbi for CUDA tensors (contracts in ops.h): the shared host body (ctc_host.h)
-// with the CUDA launchers (ctc_launch.h; kernels in ctc_kernels.cu).
+// semiring_ops::ctc_log, ctc_viterbi and rnnt_lattice for CUDA tensors (contracts in ops.h): the shared host bodies
+// (ctc_host.h, rnnt_host.h) with the CUDA launchers (ctc_launch.h, rnnt_launch.h; kernels in ctc_kernels.cu).
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -9,7 +9,9 @@
 #include "ctc_host.h"
 #include "cuda/ctc_launch.h"
 #include "cuda/launch_check.h"
+#include "cuda/rnnt_launch.h"
 #include "ops.h"
+#include "rnnt_host.h"
 
 namespace semiring_ops {
 namespace {
@@ -41,6 +43,17 @@ std::vector<at::Tensor> ctc_viterbi(const at::Tensor& log_probs, const at::Tenso
                             cuda::check_launch(cuda::ctc_viterbi_launch(a, c10::cuda::getCurrentCUDAStream()),
                                                "ctc_viterbi (CUDA)");
                           });
+}
+
+std::vector<at::Tensor> rnnt_lattice(const at::Tensor& potentials, const at::Tensor& frames, const at::Tensor& labels,
+                                     bool max, bool need_posteriors) {
+  TORCH_CHECK_VALUE(potentials.is_cuda(), "rnnt_lattice (CUDA): got potentials ", describe(potentials));
+  const c10::cuda::CUDAGuard guard(potentials.device());
+  return rnnt_lattice_host("rnnt_lattice (CUDA)", potentials, frames, labels, max, need_posteriors,
+                           [&](const auto& a, bool use_max) {
+                             cuda::check_launch(cuda::rnnt_lattice_launch(a, use_max, c10::cuda::getCurrentCUDAStream()),
+                                                "rnnt_lattice (CUDA)");
+                           });
 }
 
 }  // namespace semiring_ops

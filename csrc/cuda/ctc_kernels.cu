@@ -1,6 +1,8 @@
 // CTC's kernels (the programs in ctc_dp.h; host side ctc_cuda.cpp): one block per item, a thread per state
 // (strided past 1,024 states), the item's rows, staged inputs, labels and label chains in dynamic shared memory;
-// then, for the occupancies, the collection: a block per item and 64 frames.
+// then, for the occupancies, the collection: a block per item and 64 frames. And RNN-T's lattice kernel
+// (rnnt_dp.h): one block per item, its threads striding over an anti-diagonal's cells, alpha and beta in global
+// scratch (a diagonal reads the one before, written by the block's other threads before the barrier).
 // A step's inputs from global memory (its frames' emissions and, in pass 2, the stored rows) are copied into
 // shared memory by cp.async kCtcStages - 1 steps before (ctc_dp.h), and L2 is asked for those 8 frames ahead
 // (prefetch.global.L2): the steps' chain of dependent work never waits on global memory.
@@ -11,6 +13,7 @@
 
 #include "cuda/ctc_launch.h"
 #include "cuda/device_attributes.h"
+#include "cuda/rnnt_launch.h"
 
 namespace semiring_ops {
 namespace cuda {
@@ -112,6 +115,10 @@ template <class T> LaunchStatus check_states(int64_t K) {
                                  : LaunchStatus{};
 }
 
+template <class T, bool kMax> __global__ void rnnt_lattice_kernel(RnntArgs<T> a) {
+  rnnt_item<kMax>(BlockTeam{}, a, int64_t(blockIdx.x));
+}
+
 }  // namespace
 
 template <class T> LaunchStatus ctc_log_launch(const CtcArgs<T>& a, cudaStream_t stream) {
@@ -133,6 +140,21 @@ template LaunchStatus ctc_log_launch<float>(const CtcArgs<float>&, cudaStream_t)
 template LaunchStatus ctc_log_launch<double>(const CtcArgs<double>&, cudaStream_t);
 template LaunchStatus ctc_viterbi_launch<float>(const CtcArgs<float>&, cudaStream_t);
 template LaunchStatus ctc_viterbi_launch<double>(const CtcArgs<double>&, cudaStream_t);
+
+template <class T> LaunchStatus rnnt_lattice_launch(const RnntArgs<T>& a, bool max, cudaStream_t stream) {
+  if (a.B == 0) return {};
+  if (a.B > 0x7fffffff) return refused("at most 2^31 - 1 items");
+  // threads: the widest diagonal's cells (U + 1), in whole warps, at most 512
+  const int threads = int(std::min<int64_t>(512, (std::max<int64_t>(a.U1, 1) + 31) / 32 * 32));
+  if (max)
+    rnnt_lattice_kernel<T, true><<<unsigned(a.B), threads, 0, stream>>>(a);
+  else
+    rnnt_lattice_kernel<T, false><<<unsigned(a.B), threads, 0, stream>>>(a);
+  return last_launch();
+}
+
+template LaunchStatus rnnt_lattice_launch<float>(const RnntArgs<float>&, bool, cudaStream_t);
+template LaunchStatus rnnt_lattice_launch<double>(const RnntArgs<double>&, bool, cudaStream_t);
 
 }  // namespace cuda
 }  // namespace semiring_ops

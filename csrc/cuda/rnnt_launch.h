@@ -1,4 +1,4 @@
-// RNN-T's launcher (rnnt_kernels.cu), called by rnnt_cuda.cpp. ATen-free: RnntArgs (rnnt_dp.h) is plain data.
+// RNN-T's launcher (in ctc_kernels.cu), called by ctc_cuda.cpp. ATen-free: RnntArgs (rnnt_dp.h) is plain data.
 #pragma once
 
 #include <cuda_runtime_api.h>

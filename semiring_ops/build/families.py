@@ -99,7 +99,7 @@ FAMILIES: tuple[Family, ...] = (
     ),
     _cpu("chain", "LinearChainCRF, HMM, chain_* (fused chains)", "chain_cpu.cpp", "sequence_cpu.cpp"),
     _cpu("span", "structures: dependency, CKY, semi-Markov, linear chain, alignment", "span_cpu.cpp"),
-    _cpu("ctc", "CTC: ctc_loss, forced_align, ctc_posteriors; RNN-T: rnnt_loss", "ctc_cpu.cpp", "rnnt_cpu.cpp"),
+    _cpu("ctc", "CTC: ctc_loss, forced_align, ctc_posteriors; RNN-T: rnnt_loss", "ctc_cpu.cpp"),
     _cpu("host_writers", "the block engine's host writes", "condensed_scatter_cpu.cpp", "stream_copy_cpu.cpp"),
     _cpu(
         "hmm",
@@ -134,14 +134,7 @@ FAMILIES: tuple[Family, ...] = (
         "span_kernels_max.cu",
         "span_kernels_min.cu",
     ),
-    _cuda(
-        "ctc",
-        "CTC: ctc_loss, forced_align, ctc_posteriors; RNN-T: rnnt_loss",
-        "ctc_cuda.cpp",
-        "ctc_kernels.cu",
-        "rnnt_cuda.cpp",
-        "rnnt_kernels.cu",
-    ),
+    _cuda("ctc", "CTC: ctc_loss, forced_align, ctc_posteriors; RNN-T: rnnt_loss", "ctc_cuda.cpp", "ctc_kernels.cu"),
     _cuda(
         "fast_log",
         "log matmul, precision='fast' (tensor cores)",

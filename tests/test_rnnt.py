@@ -339,3 +339,35 @@ def test_torchaudio_on_random_data():
             b.sum().backward()
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-4)
             torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_torchaudio_suite_cases_without_torchaudio():
+    """The cases of torchaudio's own rnnt_loss tests that need no torchaudio: the basic example's forward without
+    gradients (it once crashed there) and with, and its random data's ranges (B < 8, T in 5..127, U in 5..31,
+    D in 2..39, blank -1, five seeds, fused and not) against the structure's PyTorch program, an independent route
+    (the fused kernel where the ctc family is built)."""
+    logits = torch.rand(1, 2, 3, 5)
+    lengths = torch.tensor([2], dtype=torch.int32)
+    so.rnnt_loss(logits, torch.tensor([[1, 2]], dtype=torch.int32), lengths, lengths)  # no gradient asked
+    from semiring_ops.alignment import rnnt as rnnt_module
+
+    for seed in range(777, 782):
+        g = torch.Generator().manual_seed(seed)
+        B, T, U, D = (int(torch.randint(lo, hi, (), generator=g)) for lo, hi in ((1, 8), (5, 128), (5, 32), (2, 40)))
+        frames = torch.randint(5, T + 1, (B,), generator=g, dtype=torch.int32)
+        labels = torch.randint(5, U + 1, (B,), generator=g, dtype=torch.int32)
+        targets = torch.randint(0, D - 1, (B, int(labels.max())), generator=g, dtype=torch.int32)
+        for fused in (True, False):
+            logits = torch.rand(B, int(frames.max()), int(labels.max()) + 1, D, generator=g)
+            if not fused:
+                logits = logits.log_softmax(-1)
+            x = logits.clone().requires_grad_()
+            got = so.rnnt_loss(x, targets, frames, labels, reduction="none", fused_log_softmax=fused)
+            (grad,) = torch.autograd.grad(got.sum(), x)
+            y = logits.double().requires_grad_()
+            with pytest.MonkeyPatch.context() as mp:  # the structure's program: no compiled family
+                mp.setattr(rnnt_module, "ctc_kernels", lambda device: None)
+                want = so.rnnt_loss(y, targets, frames, labels, reduction="none", fused_log_softmax=fused)
+            (want_grad,) = torch.autograd.grad(want.sum(), y)
+            torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(grad.double(), want_grad, rtol=1e-2, atol=1e-6)  # torchaudio tests: same

@@ -17,7 +17,8 @@ std::vector<at::Tensor> rnnt_lattice_host(const char* who, const at::Tensor& pot
                                           const at::Tensor& labels, bool max, bool need_posteriors, Run run) {
   TORCH_CHECK_VALUE(potentials.dim() == 4 && potentials.size(3) == 2 &&
                         (potentials.scalar_type() == at::kFloat || potentials.scalar_type() == at::kDouble),
-                    who, ": potentials must be a float32 or float64 (B, T, U + 1, 2) tensor, got ", describe(potentials));
+                    who, ": potentials must be a float32 or float64 (B, T, U + 1, 2) tensor, got ",
+                    describe(potentials));
   const int64_t B = potentials.size(0), T = potentials.size(1), U1 = potentials.size(2);
   for (const at::Tensor* t : {&frames, &labels}) {
     TORCH_CHECK_VALUE(t->dim() == 1 && t->size(0) == B && t->scalar_type() == at::kLong, who,
@@ -27,7 +28,8 @@ std::vector<at::Tensor> rnnt_lattice_host(const char* who, const at::Tensor& pot
   }
   const at::Tensor pot = potentials.contiguous(), frames_c = frames.contiguous(), labels_c = labels.contiguous();
   at::Tensor total = new_output(potentials, {B}, potentials.options());
-  at::Tensor post = need_posteriors ? new_output(potentials, {B, T, U1, 2}, potentials.options()) : potentials.new_empty({0});
+  at::Tensor post =
+      need_posteriors ? new_output(potentials, {B, T, U1, 2}, potentials.options()) : potentials.new_empty({0});
   at::Tensor alpha = potentials.new_empty({B, T, U1});
   at::Tensor beta = need_posteriors && !max ? potentials.new_empty({B, T, U1}) : potentials.new_empty({0});
   AT_DISPATCH_FLOATING_TYPES(potentials.scalar_type(), "rnnt_lattice", [&] {

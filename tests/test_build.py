@@ -114,9 +114,11 @@ def test_a_killed_build_then_four_processes_at_once_compile_the_family_once(tmp_
     of the family, not two: the ctc family's, the quickest.)"""
     proc = _run({"SEMIRING_OPS_CACHE": str(tmp_path), "MAX_JOBS": "1"}, CTC_SCRIPT)
     deadline = time.monotonic() + 300
-    while not list(tmp_path.glob("*/*.o")) and time.monotonic() < deadline:  # the compiler is at work
+    while not list(tmp_path.glob("*/build.ninja")) and time.monotonic() < deadline:  # the build has started
         assert proc.poll() is None, "the build ended before it could be killed"
-        time.sleep(0.2)
+        time.sleep(0.1)
+    time.sleep(2.0)  # the compiler at work on the first of its files (each takes 15 s or more)
+    assert proc.poll() is None, "the build ended before it could be killed"
     proc.send_signal(signal.SIGKILL)
     proc.communicate()
     folder = next(p for p in tmp_path.iterdir() if p.is_dir())

@@ -22,8 +22,7 @@ def test_an_owned_block_is_overwritten_in_place_with_the_out_of_place_values():
     cell = Exp(Div(Neg(block), Const(4.0)))
     want = evaluate(cell, _reader({OWNED: g.clone()}), g)
     owned = g.clone()
-    with torch.no_grad():
-        got = evaluate(cell, _reader({OWNED: owned}), g, owned_slots=frozenset({OWNED}))
+    got = evaluate(cell, _reader({OWNED: owned}), g, owned_slots=frozenset({OWNED}))  # grad mode on, none needed
     torch.testing.assert_close(got, want, rtol=0, atol=0)
     assert got.data_ptr() == owned.data_ptr(), "every node wrote into the owned block"
     other = Var("j", 1, slot=1)
@@ -53,8 +52,16 @@ def test_a_slot_read_twice_and_the_callers_tensors_are_never_written():
 
 
 def test_under_autograd_nothing_is_written_in_place():
+    """An operand that requires grad (the block itself, or a variable beside it) keeps every node out of place:
+    autograd records no out= operation, and a saved operand must keep its value."""
     g = (torch.rand(3, 4, 1) + 1).requires_grad_()
     cell = Exp(Neg(Var("i", 1, slot=OWNED)))
     got = evaluate(cell, _reader({OWNED: g}), g, owned_slots=frozenset({OWNED}))
     (grad,) = torch.autograd.grad(got.sum(), g)
     torch.testing.assert_close(grad, -torch.exp(-g.detach()))
+    block, w = torch.rand(3, 4, 1) + 1, torch.rand(1, 4, 1).requires_grad_()
+    owned = block.clone()
+    cell = Mul(Exp(Var("i", 1, slot=OWNED)), Var("j", 1, slot=1))
+    got = evaluate(cell, _reader({OWNED: owned, 1: w}), block, owned_slots=frozenset({OWNED}))
+    (gw,) = torch.autograd.grad(got.sum(), w)
+    torch.testing.assert_close(gw, block.exp().sum(0, keepdim=True))

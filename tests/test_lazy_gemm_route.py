@@ -409,8 +409,9 @@ def test_cpu_distance_blocks_sum_again_only_the_cells_that_cancel_and_keep_nan_a
     real = linear_route.block_gram
 
     def kept(spec, call, lo, n, fast=False):
-        blocks.append((lo, n, real(spec, call, lo, n, fast)))
-        return blocks[-1][2]
+        block = real(spec, call, lo, n, fast)
+        blocks.append((lo, n, block.clone()))  # (the route then evaluates the cell in place over the block)
+        return block
 
     monkeypatch.setattr(linear_route, "block_gram", kept)
     monkeypatch.setattr(gemm_route, "BLOCK_BYTES", {"cpu": 256 * 90 * 8 * x.element_size()})  # blocks of 256 rows

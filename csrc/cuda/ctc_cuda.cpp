@@ -51,8 +51,8 @@ std::vector<at::Tensor> rnnt_lattice(const at::Tensor& potentials, const at::Ten
   const c10::cuda::CUDAGuard guard(potentials.device());
   return rnnt_lattice_host("rnnt_lattice (CUDA)", potentials, frames, labels, max, need_posteriors,
                            [&](const auto& a, bool use_max) {
-                             cuda::check_launch(cuda::rnnt_lattice_launch(a, use_max, c10::cuda::getCurrentCUDAStream()),
-                                                "rnnt_lattice (CUDA)");
+                             const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+                             cuda::check_launch(cuda::rnnt_lattice_launch(a, use_max, stream), "rnnt_lattice (CUDA)");
                            });
 }
 

@@ -1,6 +1,7 @@
 // Device queries the host code makes on every call, answered once per device: attributes (multiprocessors,
-// capability, shared memory), a kernel's dynamic shared memory allowance and its cluster occupancy. Each is a driver call otherwise, on
-// every launch. ATen-free (the launchers include it); thread-safe (one mutex, held only around the lookups).
+// capability, shared memory), a kernel's dynamic shared memory allowance and its cluster occupancy. Each is a
+// driver call otherwise, on every launch. ATen-free (the launchers include it); thread-safe (one mutex, held only
+// around the lookups).
 #pragma once
 
 #include <cuda_runtime_api.h>

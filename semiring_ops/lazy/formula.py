@@ -1409,11 +1409,11 @@ def evaluate(
     ``Num(k)`` is ``numbers[k]`` (the number vector of a canonical formula, shape (n,)).
 
     ``owned_slots``: variables whose tensors the caller hands over (a block's matrix made for this call): with
-    them, and outside autograd, an elementwise node whose first operand is a temporary used by it alone (such a
-    variable, or an earlier node's fresh result) writes its result into that operand's memory rather than a new
-    tensor: one pass over a large block instead of an allocation and a pass."""
+    them, an elementwise node whose first operand is a temporary used by it alone (such a variable, or an earlier
+    node's fresh result) and none of whose operands requires grad writes its result into that operand's memory
+    rather than a new tensor: one pass over a large block instead of an allocation and a pass."""
     order = _postorder(root)
-    reuse = bool(owned_slots) and not torch.is_grad_enabled()
+    reuse = bool(owned_slots)
     uses: dict[int, int] = {}
     if reuse:  # readers of each node's value; an owned variable's by slot (two nodes may read one slot)
         for node in order:
@@ -1467,7 +1467,7 @@ def _in_place(node: Formula, args: list[torch.Tensor]) -> torch.Tensor | None:
     """The node's value written over its first operand (a spare temporary, evaluate), or None when the node is not
     an elementwise one of the same shape and dtype as that operand."""
     target = args[0]
-    if not target.is_contiguous():
+    if not target.is_contiguous() or any(a.requires_grad for a in args):  # autograd records no out= op
         return None
     if isinstance(node, Unary):
         fn = node.tfun

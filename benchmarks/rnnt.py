@@ -13,6 +13,7 @@ largest absolute difference of the gradients.
 Usage:
     python benchmarks/rnnt.py --device cuda      # the issue's GPU shape (B = 16, T = 500, U = 100, V = 1,024)
     python benchmarks/rnnt.py --device cpu       # a 2-core CPU shape
+    python benchmarks/rnnt.py --device cuda --parts   # where one step of the first GPU shape goes
 """
 
 from __future__ import annotations
@@ -53,8 +54,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--parts", action="store_true", help="time each part of one step of the first shape")
     args = parser.parse_args()
     device = args.device
+    if args.parts:
+        _parts((GPU_SHAPES if device == "cuda" else CPU_SHAPES)[0], device, args.reps)
+        return
     theirs_fn = _torchaudio()
     name = torch.cuda.get_device_name() if device == "cuda" else "CPU"
     print(f"{name}, torch {torch.__version__}, {datetime.date.today()}; fp32 forward + backward, ms")
@@ -62,6 +67,32 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for shape in GPU_SHAPES if device == "cuda" else CPU_SHAPES:
         print("| " + " | ".join(_row(shape, device, args.reps, theirs_fn)) + " |", flush=True)
+
+
+def _parts(shape: tuple[int, int, int, int], device: str, reps: int) -> None:
+    """Milliseconds of each part of one step (docs/perf_notes.md, "RNN-T loss: where a step goes")."""
+    from semiring_ops.alignment import rnnt as loss_module
+    from semiring_ops.ops.rnnt_ops import rnnt_lattice
+
+    B, T, U, V = shape
+    g = torch.Generator().manual_seed(B + T + U + V)
+    logits = torch.randn(B, T, U + 1, V, generator=g).to(device).requires_grad_()
+    targets = torch.randint(0, V - 1, (B, U), generator=g, dtype=torch.int32).to(device)
+    frames = torch.full((B,), T, dtype=torch.int32, device=device)
+    labels = torch.full((B,), U, dtype=torch.int32, device=device)
+    moves = loss_module._move_labels(targets.long(), labels.long(), V - 1, T)
+    pot, _ = loss_module._potentials(logits.detach(), moves, True)
+    parts = {
+        "one read + write pass over the logits (mul_(1.0))": lambda: logits.detach().mul_(1.0),
+        "torch.logsumexp over V": lambda: torch.logsumexp(logits.detach(), -1),
+        "the gathers (B, T, U + 1, 2)": lambda: logits.detach().gather(-1, moves),
+        "the lattice kernel, total only": lambda: rnnt_lattice(pot, frames.long(), labels.long(), False, False),
+        "the lattice kernel, with posteriors": lambda: rnnt_lattice(pot, frames.long(), labels.long(), False, True),
+        "the forward (gradient wanted)": lambda: semiring_ops.rnnt_loss(logits, targets, frames, labels),
+        "forward + backward": _step(semiring_ops.rnnt_loss, logits, [targets, frames, labels]),
+    }
+    for name, fn in parts.items():
+        print(f"| {name} | {time_ms(fn, device, reps):.2f} |", flush=True)
 
 
 def _step(loss, logits: torch.Tensor, rest: list[torch.Tensor]):

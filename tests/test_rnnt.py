@@ -23,21 +23,26 @@ from semiring_ops.structures import RNNT
 DEVICES = ["cpu", CUDA]
 
 
-def brute_force(log_probs: torch.Tensor, targets: torch.Tensor, frames: int, labels: int, blank: int) -> torch.Tensor:
-    """Every alignment's score of one item: the T - 1 blanks and U labels before the final blank, in any order."""
-    scores = []
+def alignments(frames: int, labels: int):
+    """Every alignment of an item as its moves [(t, u, move)], move 0 a blank and 1 a label: the T - 1 blanks and
+    U labels before the final blank, in any order."""
     for at in itertools.combinations(range(frames - 1 + labels), labels):
         t = u = 0
-        score = log_probs.new_zeros(())
+        moves = []
         for k in range(frames - 1 + labels):
-            if k in at:
-                score = score + log_probs[t, u, targets[u]]
-                u += 1
-            else:
-                score = score + log_probs[t, u, blank]
-                t += 1
-        scores.append(score + log_probs[frames - 1, labels, blank])
-    return torch.stack(scores)
+            moves.append((t, u, int(k in at)))
+            t, u = (t, u + 1) if k in at else (t + 1, u)
+        yield [*moves, (frames - 1, labels, 0)]
+
+
+def brute_force(log_probs: torch.Tensor, targets: torch.Tensor, frames: int, labels: int, blank: int) -> torch.Tensor:
+    """Every alignment's score of one item, from log_probs (T, U + 1, V)."""
+    return torch.stack(
+        [
+            sum(log_probs[t, u, targets[u] if move else blank] for t, u, move in moves)
+            for moves in alignments(frames, labels)
+        ]
+    )
 
 
 def random_case(seed: int, B: int, T: int, U: int, V: int, device: str = "cpu", dtype=torch.float64):
@@ -226,19 +231,10 @@ def test_the_structure_in_other_semirings():
     for S, combine in ((LogSemiring, torch.logsumexp), (MaxSemiring, lambda x, d: x.max(d).values)):
         total = structure.logpartition(pot, frames, S)
         for b in range(2):
-            T_b, U_b = int(frames[b]), int(labels[b])
-            lp = torch.zeros(T_b, U_b + 1, 2)
-            scores = []
-            for at in itertools.combinations(range(T_b - 1 + U_b), U_b):
-                t = u = 0
-                s = 0.0
-                for k in range(T_b - 1 + U_b):
-                    if k in at:
-                        s, u = s + pot[b, t, u, 1], u + 1
-                    else:
-                        s, t = s + pot[b, t, u, 0], t + 1
-                scores.append(s + pot[b, T_b - 1, U_b, 0])
-            del lp
+            scores = [
+                sum(pot[b, t, u, move] for t, u, move in moves)
+                for moves in alignments(*map(int, (frames[b], labels[b])))
+            ]
             torch.testing.assert_close(total[b], combine(torch.stack(scores), 0))
     marg = structure.marginals(pot, frames)
     torch.testing.assert_close(marg.sum((1, 2, 3)), (frames + labels).double())

@@ -6,7 +6,8 @@ The (B, T, U + 1, V) logits are read, never copied into a second tensor of their
 - with ``fused_log_softmax`` (the default) each cell's log-softmax normaliser is one logsumexp over V, (B, T, U + 1);
 - the lattice's potentials are the two entries a cell's moves use, gathered: its blank and its next label,
   (B, T, U + 1, 2);
-- the dynamic program runs on those, its backward (recomputed in the backward) gives each move's posterior;
+- the dynamic program runs on those and, when a gradient is wanted, gives each move's posterior in the same
+  launch (kept for the backward, as torchaudio makes its gradient in the forward);
 - the gradient with respect to the logits is the one tensor of their size: softmax x (the cell's occupancy) minus
   the moves' posteriors at the blank and the next label (without fused_log_softmax, the logits are taken as
   log-probabilities: minus the posteriors alone), clamped to [-clamp, clamp] when ``clamp`` > 0, as torchaudio's.
@@ -54,10 +55,10 @@ def rnnt_loss(
         raise ValueError(f'rnnt_loss: reduction should be one of "none", "mean", or "sum", got {reduction!r}')
     if semiring not in _SEMIRINGS:
         raise ValueError(f"rnnt_loss: semiring must be one of {tuple(_SEMIRINGS)}, got {semiring!r}")
-    blank = _check(logits, targets, logit_lengths, target_lengths, blank)
+    blank, padded = _check(logits, targets, logit_lengths, target_lengths, blank)
     costs = _RNNTCosts.apply(
         logits, targets.long(), logit_lengths.long(), target_lengths.long(), blank, float(clamp),
-        fused_log_softmax, semiring,
+        fused_log_softmax, semiring, padded,
     )  # fmt: skip
     if reduction == "mean":
         return costs.mean()
@@ -88,8 +89,11 @@ class RNNTLoss(nn.Module):
         )  # fmt: skip
 
 
-def _check(logits: Tensor, targets: Tensor, logit_lengths: Tensor, target_lengths: Tensor, blank: int) -> int:
-    """The blank label in [0, V), or ValueError naming the argument, its shape, dtype or device."""
+def _check(
+    logits: Tensor, targets: Tensor, logit_lengths: Tensor, target_lengths: Tensor, blank: int
+) -> tuple[int, bool]:
+    """(the blank label in [0, V), whether an item is shorter than the tensors in frames or labels), or ValueError
+    naming the argument, its shape, dtype or device. The lengths and labels are read in one synchronisation."""
     if not isinstance(logits, Tensor) or logits.dim() != 4 or not logits.is_floating_point():
         got = f"{tuple(logits.shape)} {logits.dtype}" if isinstance(logits, Tensor) else type(logits).__name__
         raise ValueError(f"rnnt_loss: logits must be a (B, T, U + 1, V) floating tensor, got {got}")
@@ -108,16 +112,21 @@ def _check(logits: Tensor, targets: Tensor, logit_lengths: Tensor, target_length
         raise ValueError(
             f"rnnt_loss: blank must be in [-V, V) = [{-V}, {V}) for logits of V = {V} classes, got {blank}"
         )
-    if B:
-        if T < 1 or int(logit_lengths.min()) < 1 or int(logit_lengths.max()) > T:
-            raise ValueError(f"rnnt_loss: logit_lengths must be in [1, T = {T}], got {logit_lengths.tolist()}")
-        if int(target_lengths.min()) < 0 or int(target_lengths.max()) > U1 - 1:
-            raise ValueError(f"rnnt_loss: target_lengths must be in [0, U = {U1 - 1}], got {target_lengths.tolist()}")
-        used = torch.arange(U1 - 1, device=targets.device) < target_lengths[:, None]
-        labels = targets[used]
-        if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= V):
-            raise ValueError(f"rnnt_loss: targets must be labels in [0, V = {V}) within target_lengths")
-    return blank % V
+    if not B:
+        return blank % V, False
+    used = torch.arange(U1 - 1, device=targets.device) < target_lengths[:, None]
+    labels = torch.where(used, targets, 0)  # (padding read as label 0: always in range)
+    ends = [logit_lengths.min(), logit_lengths.max(), target_lengths.min(), target_lengths.max()]
+    ends += [labels.amin(), labels.amax()] if labels.numel() else []
+    bounds = torch.stack([e.long() for e in ends]).tolist()
+    (lo_f, hi_f, lo_t, hi_t), (lo_l, hi_l) = bounds[:4], bounds[4:] or (0, 0)
+    if T < 1 or lo_f < 1 or hi_f > T:
+        raise ValueError(f"rnnt_loss: logit_lengths must be in [1, T = {T}], got {logit_lengths.tolist()}")
+    if lo_t < 0 or hi_t > U1 - 1:
+        raise ValueError(f"rnnt_loss: target_lengths must be in [0, U = {U1 - 1}], got {target_lengths.tolist()}")
+    if lo_l < 0 or hi_l >= V:
+        raise ValueError(f"rnnt_loss: targets must be labels in [0, V = {V}) within target_lengths")
+    return blank % V, lo_f < T or lo_t < U1 - 1
 
 
 def _move_labels(targets: Tensor, target_lengths: Tensor, blank: int, T: int) -> Tensor:
@@ -136,7 +145,7 @@ def _potentials(logits: Tensor, moves: Tensor, fused: bool) -> tuple[Tensor, Ten
     pot = logits.gather(-1, moves).to(compute)
     if not fused:
         return pot, None
-    norm = torch.logsumexp(logits.to(compute) if logits.dtype != compute else logits, -1)
+    norm = torch.logsumexp(logits.to(compute), -1)
     return pot - norm[..., None], norm
 
 
@@ -160,22 +169,22 @@ class _RNNTCosts(torch.autograd.Function):
     """Per-item costs -total (B,); the backward forms the logits' gradient in one tensor (module docstring)."""
 
     @staticmethod
-    def forward(ctx, logits, targets, logit_lengths, target_lengths, blank, clamp, fused, semiring):
+    def forward(ctx, logits, targets, logit_lengths, target_lengths, blank, clamp, fused, semiring, padded):
         with torch.no_grad():
             pot, norm = _potentials(logits, _move_labels(targets, target_lengths, blank, logits.shape[1]), fused)
         # the posteriors with the total, as torchaudio makes its gradient in the forward: one program, (B, T, U + 1,
         # 2) kept rather than the potentials
         total, post = _lattice(pot, logit_lengths, target_lengths, semiring, ctx.needs_input_grad[0])
-        ctx.save_for_backward(logits, targets, logit_lengths, target_lengths, norm, post)
-        ctx.blank, ctx.clamp = blank, clamp
+        ctx.save_for_backward(logits, targets, target_lengths, norm, post)
+        ctx.blank, ctx.clamp, ctx.padded = blank, clamp, padded
         return (-total).to(logits.dtype)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_costs):
-        logits, targets, logit_lengths, target_lengths, norm, post = ctx.saved_tensors
+        logits, targets, target_lengths, norm, post = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
-            return (None,) * 8
+            return (None,) * 9
         B, T, U1, V = logits.shape
         moves = _move_labels(targets, target_lengths, ctx.blank, T)
         with torch.no_grad():
@@ -184,7 +193,7 @@ class _RNNTCosts(torch.autograd.Function):
                 occupancy = post.sum(-1, keepdim=True)
                 grad = logits.to(compute) - norm[..., None]
                 grad.exp_().mul_(occupancy)
-                if bool((logit_lengths < T).any() or (target_lengths < U1 - 1).any()):
+                if ctx.padded:
                     grad.masked_fill_(occupancy == 0, 0)  # the padding: never read, whatever it holds
             else:
                 grad = torch.zeros((B, T, U1, V), dtype=compute, device=logits.device)
@@ -192,4 +201,4 @@ class _RNNTCosts(torch.autograd.Function):
             if ctx.clamp > 0:
                 grad.clamp_(-ctx.clamp, ctx.clamp)
             grad.mul_(grad_costs.to(compute)[:, None, None, None])
-        return grad.to(logits.dtype), None, None, None, None, None, None, None
+        return grad.to(logits.dtype), None, None, None, None, None, None, None, None

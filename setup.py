@@ -78,7 +78,7 @@ def ahead_of_time_extensions():
         spec = fam.spec(ahead_of_time=True)
         # setuptools compiles with Python's own -g: -g0 after it, as no debug information ships in a wheel (a third
         # of its size) and generating it cost a fifth of the compile time of the files that include torch
-        cflags = [*(f for f in spec.cflags if x86 or not f.startswith("-march=")), "-g0"]
+        cflags = [*(f for f in toolkit.compiler_cflags(spec.cflags) if x86 or not f.startswith("-march=")), "-g0"]
         kind, extra = (CUDAExtension, {"nvcc": list(spec.cuda_cflags)}) if spec.is_cuda else (CppExtension, {})
         exts.append(
             kind(

@@ -79,6 +79,7 @@ names = zipfile.ZipFile(wheel).namelist()
 built = sorted(n.split("/")[-1].split(".")[0] for n in names if n.startswith("semiring_ops/_C_"))
 print(f"{sdist.name}, {wheel.name}: {built}")
 expected = {"_C_cpu_bmm", "_C_cpu_chain", "_C_cpu_span", "_C_cpu_host_writers", "_C_cpu_hmm", "_C_cpu_ctc"}
+expected |= {"_C_cpu_bmm_autograd", "_C_cpu_chain_autograd"}  # the CPU families' C++ autograd nodes
 if WITH_CUDA:
     expected |= {"_C_cuda_bmm", "_C_cuda_chain", "_C_cuda_span", "_C_cuda_fast_log", "_C_cuda_packed", "_C_cuda_ctc"}
 assert set(built) == expected, built
@@ -137,7 +138,7 @@ smoke = SMOKE.format(site=fresh_site)
 res = run([fresh_python, "-W", "error::RuntimeWarning", "-c", smoke], env=user_env, cwd=work, what="smoke set")
 print(res.stdout.strip())
 kinds = res.stdout.split("KINDS", 1)[1]
-cpu_modules = sum(m.startswith("_C_cpu_") for m in expected)  # the smoke set uses every CPU family
+cpu_modules = sum(m.startswith("_C_cpu_") for m in expected)  # the smoke set uses every CPU family and module
 assert kinds.count("prebuilt") == cpu_modules and "compiled" not in kinds and "reference" not in kinds, kinds
 assert not list(cache.glob("semiring_ops_*")), "the prebuilt wheel compiled something"
 info = run([fresh_python, "-m", "semiring_ops", "info", "--json"], env=user_env, cwd=work, what="info").stdout

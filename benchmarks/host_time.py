@@ -63,7 +63,7 @@ def cpu_rows(calls: int, rounds: int) -> list[tuple[str, float, float]]:
     a = torch.randn(1, 4, 4, requires_grad=True)
     b = torch.randn(1, 4, 4, requires_grad=True)
     step, crf = crf_step(1, 2, 3, "cpu")
-    node = backend_for(torch.device("cpu")).autograd_node("chain", "crf_log_likelihood_autograd")
+    node = backend_for(torch.device("cpu")).autograd_node("chain", "crf_log_likelihood_autograd", wait=True)
     em = torch.randn(1, 2, 3, requires_grad=True)
     lengths, tags = torch.tensor([2]), torch.tensor([[0, 2]])
     node_args = (em, crf.transitions, crf.start_transitions, crf.end_transitions, lengths, tags)

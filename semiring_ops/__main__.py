@@ -26,7 +26,10 @@ def main(argv: list[str] | None = None) -> int:
         help="device types (default: cpu, and cuda when a GPU is visible or TORCH_CUDA_ARCH_LIST names targets)",
     )
     build.add_argument(
-        "--family", nargs="+", help="only these families (bmm, chain, span, ctc, fast_log, packed, host_writers, hmm)"
+        "--family",
+        nargs="+",
+        help="only these families (bmm, chain, span, ctc, fast_log, packed, host_writers, hmm; the CPU autograd "
+        "modules bmm_autograd, chain_autograd)",
     )
     build.add_argument("--jobs", type=int, default=None, help="compile jobs in all (default: the CPU count)")
     args = parser.parse_args(argv)

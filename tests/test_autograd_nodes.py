@@ -21,10 +21,12 @@ DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
 
 @pytest.fixture
 def compiled_backend(device):
-    """The device's compiled kernels (the nodes live in them); skips where only the reference is had."""
+    """The device's compiled kernels and their nodes (on the CPU, waiting for the autograd modules); skips where only
+    the reference is had."""
     be = backends.backend_for(torch.device(device))
-    if be.autograd_node("bmm", "bmm_autograd") is None:
+    if be.autograd_node("bmm", "bmm_autograd", wait=True) is None:
         pytest.skip(f"no compiled bmm family on {device}: {be.detail}")
+    assert be.autograd_node("chain", "crf_log_likelihood_autograd", wait=True) is not None, be.detail
     return be
 
 

@@ -74,17 +74,30 @@ def _finish(proc: subprocess.Popen) -> tuple[str, str]:
     return out, err
 
 
+def _compiled_files(fam) -> list[str]:
+    """A family's sources and the source files they include (a CPU family's kernels compile as one translation
+    unit that includes them), relative to csrc."""
+    root = jit.source_root()
+    found = jit.project_files([root / s for s in fam.sources], root)
+    return [str(p.relative_to(root)) for p in found if p.suffix in (".cpp", ".cu")]
+
+
 def test_families_cover_every_source_file_once_per_device():
     """Every kernel source is compiled into exactly one family of its device type (and the bindings into one
     family each): a file left out would be an unresolved symbol on first use, not a build error."""
     root = jit.source_root()
     for device, folder in (("cpu", "cpu"), ("cuda", "cuda")):
-        listed = [s for f in families_for(device) for s in f.sources if s.startswith(f"{folder}/")]
+        listed = [s for f in families_for(device) for s in _compiled_files(f) if s.startswith(f"{folder}/")]
         on_disk = sorted(str(p.relative_to(root)) for p in (root / folder).iterdir() if p.suffix in (".cpp", ".cu"))
         assert sorted(listed) == on_disk, device
     assert sorted(str(p.relative_to(root)) for p in (root / "bindings").glob("*.cpp")) == sorted(
-        {f.sources[0] for f in FAMILIES}
+        {f.bindings for f in FAMILIES}
     )
+    # the C++ autograd nodes: linked into the CUDA families, a module of their own on the CPU
+    nodes = sorted(str(p.relative_to(root)) for p in (root / "autograd").glob("*.cpp"))
+    assert sorted(s for f in families_for("cuda") for s in f.sources if s.startswith("autograd/")) == nodes
+    assert sorted(s for f in families_for("cpu") for s in _compiled_files(f) if s.startswith("autograd/")) == nodes
+    assert all(s.startswith("bindings/") for f in families_for("cpu") if f.autograd_of for s in f.sources)
 
 
 def test_a_family_is_fingerprinted_by_the_files_it_includes(tmp_path, monkeypatch):
@@ -135,6 +148,60 @@ def test_a_killed_build_then_four_processes_at_once_compile_the_family_once(tmp_
     assert "KIND compiled" in out and "compiling" not in err
     folders = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert folders == [folder] and (folder / "build.ok").is_file()
+
+
+AUTOGRAD_SCRIPT = textwrap.dedent(
+    """
+    import sys, time, torch, semiring_ops as so
+    from semiring_ops.build.backends import backend_for
+    torch.manual_seed(0)
+    a, b = torch.randn(3, 20, 30, requires_grad=True), torch.randn(3, 30, 10, requires_grad=True)
+    out = so.logbmm(a, b)
+    print("GRAD_FN", out.grad_fn.name())
+    (ga,) = torch.autograd.grad(out.sum(), a)
+    be = backend_for(torch.device("cpu"))
+    print("STATE", be.families["bmm_autograd"].kind)
+    print("DYNAMO", "torch._dynamo" in sys.modules)  # the Python formula's path skips the custom op's dispatch
+    t0 = time.perf_counter()
+    assert be.autograd_node("bmm", "bmm_autograd", wait=True) is not None
+    print("WAITED", round(time.perf_counter() - t0, 1))
+    out = so.logbmm(a, b)
+    print("GRAD_FN", out.grad_fn.name())
+    (ga2,) = torch.autograd.grad(out.sum(), a)
+    assert torch.allclose(ga, ga2, atol=1e-6), "the node's gradient is the Python formula's"
+    print("STATE", be.families["bmm_autograd"].kind)
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_first_cpu_call_waits_for_its_kernels_alone_and_gets_its_nodes_from_a_background_build(tmp_path):
+    """A first logbmm with a gradient, its kernels in the cache (copied from this process's) but not its C++ autograd
+    node: it runs at once on the registered operator's Python formula (without importing torch._dynamo, 3.7 s),
+    one line names the node's module being built in the background into the cache, waiting for it gives the node
+    (the same gradient), and a later process loads both from the cache, compiling nothing."""
+    state = backends.backend_for(torch.device("cpu"))
+    state.family("bmm")
+    if state.families["bmm"].kind != "compiled":
+        pytest.skip("the CPU kernels are not JIT-built here (prebuilt or the reference)")
+    env = {"SEMIRING_OPS_CACHE": str(tmp_path), "SEMIRING_OPS_AUTOGRAD_BUILD": "background"}
+    warm = Path(state.families["bmm"].detail).parent
+    shutil.copytree(warm, tmp_path / warm.name)
+    out, err = _finish(_run(env, AUTOGRAD_SCRIPT))
+    lines = out.splitlines()
+    assert lines[:3] == ["GRAD_FN _BmmEagerBackward", "STATE building", "DYNAMO False"], out
+    assert lines[4:] == ["GRAD_FN SemiringBmmBackward", "STATE compiled"], out
+    assert err.count("compiling the CPU bmm family's C++ autograd nodes in the background") == 1, err
+    assert "compiling the CPU bmm kernels" not in err and str(tmp_path) in err, err
+    out, err = _finish(_run(env, AUTOGRAD_SCRIPT.replace("wait=True) is not None", "wait=False) is not None")))
+    assert out.splitlines()[:2] == ["GRAD_FN SemiringBmmBackward", "STATE compiled"], out
+    assert "compiling" not in err, err
+
+
+def test_the_autograd_build_setting_is_checked(monkeypatch):
+    monkeypatch.setenv("SEMIRING_OPS_AUTOGRAD_BUILD", "later")
+    with pytest.raises(ValueError, match="SEMIRING_OPS_AUTOGRAD_BUILD must be one of background, now, off"):
+        backends._autograd_build_mode()
 
 
 def test_no_compiler_falls_back_to_the_reference_with_one_warning_naming_the_fix(tmp_path):

@@ -20,7 +20,7 @@ REDUCTIONS = ("none", "sum", "mean", "token_mean")
 
 def _skip_without_one_call(device: str) -> None:
     """Skips where the chain family has no crf_forward (the PyTorch reference)."""
-    if backends.backend_for(torch.device(device)).autograd_node("chain", "crf_forward") is None:
+    if backends.backend_for(torch.device(device)).autograd_node("chain", "crf_forward", wait=True) is None:
         pytest.skip(f"no compiled {device} chain family")
 
 
@@ -194,7 +194,7 @@ def test_one_call_declines_mixed_devices(one_call):
 
 def test_node_refuses_an_unknown_reduction(one_call):
     """The node's reduction code (0 none, 1 sum, 2 mean, 3 token_mean): anything else raises, naming it."""
-    node = backends.backend_for(torch.device("cpu")).autograd_node("chain", "crf_log_likelihood_autograd")
+    node = backends.backend_for(torch.device("cpu")).autograd_node("chain", "crf_log_likelihood_autograd", wait=True)
     em, trans, start, end = torch.randn(1, 2, 3), torch.randn(3, 3), torch.randn(3), torch.randn(3)
     lengths, tags = torch.tensor([2]), torch.tensor([[0, 2]])
     for reduction in (-1, 4):

@@ -1,9 +1,14 @@
 // The bmm family's module (CPU or CUDA, by the sources it is linked with): the semiring batched matmul and the
-// log-weighted contraction its gradients are made of, the two gradients at once (contracts in ops.h), and the
-// forward recorded with its backward as one C++ autograd node (autograd/autograd.h).
+// log-weighted contraction its gradients are made of, the two gradients at once (contracts in ops.h), and, on CUDA,
+// the forward recorded with its backward as one C++ autograd node (autograd/autograd.h; on the CPU the node is a
+// module of its own, bindings/kernel_table.h).
 #include "bindings/module.h"
-#include "autograd/autograd.h"
 #include "ops.h"
+#ifdef SEMIRING_OPS_AUTOGRAD_APART
+#include "bindings/kernel_table.h"
+#else
+#include "bindings/bmm_autograd.h"
+#endif
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   namespace py = pybind11;
@@ -17,7 +22,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("log_bmm_grads", &semiring_ops::log_bmm_grads,
         "Both gradients of c = logbmm(a, b) given g = dL/dc -> [grad_a (B, n, k) or empty, grad_b (B, k, m) or empty]",
         py::arg("a"), py::arg("b"), py::arg("c"), py::arg("g"), py::arg("need_a"), py::arg("need_b"));
-  m.def("bmm_autograd", &semiring_ops::bmm_autograd,
-        "bmm_forward recorded for autograd as one C++ node (csrc/autograd/autograd.h) -> [out, arg]",
-        py::arg("a"), py::arg("b"), py::arg("semiring_id"), py::arg("with_arg"));
+#ifdef SEMIRING_OPS_AUTOGRAD_APART
+  m.def(
+      "kernel_table",
+      [] {
+        static const semiring_ops::BmmKernels table{&semiring_ops::bmm_forward, &semiring_ops::log_bmm_grads};
+        return semiring_ops::export_kernel_table(table);
+      },
+      "The entry points the autograd module's nodes call, as a capsule (bindings/kernel_table.h)");
+#else
+  semiring_ops::bind_bmm_autograd(m);
+#endif
 }

@@ -1,11 +1,13 @@
 // The chain family's module (CPU or CUDA): the fused linear chains of CRFs and HMMs and the sequence lengths they
-// take (contracts in ops.h), and a CRF's log-likelihood recorded with its gradient as one C++ autograd node
-// (autograd/autograd.h).
-#include <torch/csrc/autograd/python_variable.h>
-
+// take (contracts in ops.h), and, on CUDA, a CRF's log-likelihood recorded with its gradient as one C++ autograd
+// node (autograd/autograd.h; on the CPU the nodes are a module of their own, bindings/kernel_table.h).
 #include "bindings/module.h"
-#include "autograd/autograd.h"
 #include "ops.h"
+#ifdef SEMIRING_OPS_AUTOGRAD_APART
+#include "bindings/kernel_table.h"
+#else
+#include "bindings/chain_autograd.h"
+#endif
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   namespace py = pybind11;
@@ -28,34 +30,19 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "A linear-chain CRF's log-likelihood of tag paths (B, T) in one forward scan -> [llh (B,), alpha, log_z]",
         py::arg("emissions"), py::arg("transitions"), py::arg("start"), py::arg("end"), py::arg("lengths"),
         py::arg("tags"));
-  m.def("crf_log_likelihood_autograd", &semiring_ops::crf_log_likelihood_autograd,
-        "crf_log_likelihood recorded for autograd as one C++ node (csrc/autograd/autograd.h) -> [llh, alpha, log_z]; "
-        "reduction 1 / 2 / 3: llh's sum / mean / token mean instead of llh",
-        py::arg("emissions"), py::arg("transitions"), py::arg("start"), py::arg("end"), py::arg("lengths"),
-        py::arg("tags"), py::arg("reduction") = 0);
+#ifdef SEMIRING_OPS_AUTOGRAD_APART
   m.def(
-      "crf_forward",
-      [](const py::object& emissions, const py::object& tags, const py::object& mask, const py::object& lengths,
-         const at::Tensor& transitions, const at::Tensor& start, const at::Tensor& end, bool batch_first,
-         int64_t reduction, bool validate) -> py::object {
-        // a torch.Tensor or nn.Parameter exactly (a subclass, a list or any other object: None, the Python path)
-        const auto plain = [](const py::object& x) { return THPVariable_CheckExact(x.ptr()); };
-        const auto optional = [&](const py::object& x) -> std::optional<at::Tensor> {
-          if (x.is_none()) return std::nullopt;
-          return THPVariable_Unpack(x.ptr());
-        };
-        if (!plain(emissions) || !plain(tags) || !(mask.is_none() || plain(mask)) || !(lengths.is_none() || plain(lengths)))
-          return py::none();
-        const std::optional<at::Tensor> out =
-            semiring_ops::crf_forward(THPVariable_Unpack(emissions.ptr()), THPVariable_Unpack(tags.ptr()), optional(mask),
-                                      optional(lengths), transitions, start, end, batch_first, reduction, validate);
-        if (!out) return py::none();
-        return py::cast(*out);
+      "kernel_table",
+      [] {
+        static const semiring_ops::ChainKernels table{&semiring_ops::chain_log_backward,
+                                                      &semiring_ops::crf_log_likelihood,
+                                                      &semiring_ops::sequence_lengths};
+        return semiring_ops::export_kernel_table(table);
       },
-      "LinearChainCRF.forward in one call (csrc/autograd/autograd.h) -> the reduced log-likelihood, or None where the "
-      "Python path must run",
-      py::arg("emissions"), py::arg("tags"), py::arg("mask"), py::arg("lengths"), py::arg("transitions"),
-      py::arg("start"), py::arg("end"), py::arg("batch_first"), py::arg("reduction"), py::arg("validate"));
+      "The entry points the autograd module's nodes call, as a capsule (bindings/kernel_table.h)");
+#else
+  semiring_ops::bind_chain_autograd(m);
+#endif
   m.def("sequence_lengths", &semiring_ops::sequence_lengths,
         "Lengths (B,) int64 of right-padded sequences from a prefix mask or lengths, validated with the tags",
         py::arg("mask"), py::arg("lengths"), py::arg("tags"), py::arg("batch"), py::arg("steps"), py::arg("num_tags"),

@@ -7,8 +7,8 @@
 // kRows x kCols outputs holds its accumulators in an AccTile; for each t, each row's to_kernel(a[i, t]) is
 // combined with the contiguous b[t, tile columns] (to_kernel applied in the loop, where it is free or one
 // FMA), a loop the compiler vectorises over the columns and, for one-member accumulators, keeps in
-// registers. 16-bit inputs are converted to float when a chunk of a column panel is staged (once for up to
-// kGroupBlocks tiles). An output with few columns (matrix-vector) is computed transposed, out^T = b^T a^T.
+// registers. 16-bit inputs are converted to float once, before the kernel (bmm_forward). An output with few
+// columns (matrix-vector) is computed transposed, out^T = b^T a^T.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("no-trapping-math")  // lets GCC vectorise the selects of semiring.h; see cpu_common.h
 #endif
@@ -136,11 +136,15 @@ std::vector<at::Tensor> bmm_forward(const at::Tensor& a, const at::Tensor& b, in
       if (want_arg) arg.zero_();
       return;
     }
-    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.scalar_type(), "semiring_bmm_forward_cpu", [&] {
+    // 16-bit inputs are read as float: one conversion pass over a and b, O(n k + k m) against the product's
+    // O(n k m), and one kernel per accumulation type (half the instantiations, a shorter first build).
+    const at::Tensor a_acc = a.scalar_type() == acc_type ? a : a.to(acc_type);
+    const at::Tensor b_acc = b.scalar_type() == acc_type ? b : b.to(acc_type);
+    AT_DISPATCH_FLOATING_TYPES(acc_type, "semiring_bmm_forward_cpu", [&] {
       if constexpr (S::kSelects) {
-        if (want_arg) return bmm_tiles<S, scalar_t, true>(a, b, out, arg);
+        if (want_arg) return bmm_tiles<S, scalar_t, true>(a_acc, b_acc, out, arg);
       }
-      bmm_tiles<S, scalar_t, false>(a, b, out, arg);
+      bmm_tiles<S, scalar_t, false>(a_acc, b_acc, out, arg);
     });
   });
   TORCH_CHECK(found, "semiring bmm kernel (CPU): unknown semiring id ", semiring_id);

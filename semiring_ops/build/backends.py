@@ -7,12 +7,19 @@ falls back: the bmm and chain families to the blocked PyTorch reference (build/r
 others to None, which their callers replace with PyTorch code or the generic path. One warning per device type
 says why, what it costs and the fix (a missing compiler or CUDA toolkit), or one per family whose build failed.
 
-Environment: SEMIRING_OPS_BACKEND=reference forces the reference everywhere.
+On the CPU the bmm and chain families' C++ autograd nodes are modules of their own (families.py, "autograd
+modules"): loaded with the kernels when prebuilt or cached, else built by a worker process at low priority while the
+registered operators' Python autograd formulas serve (their reference: same kernels, a few microseconds more of
+host time per call), then loaded and attached to the kernels' module (csrc/bindings/kernel_table.h).
+
+Environment: SEMIRING_OPS_BACKEND=reference forces the reference everywhere. SEMIRING_OPS_AUTOGRAD_BUILD=background
+(default) | now (build an autograd module in the call that first needs it) | off (the Python formulas only).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import warnings
 from dataclasses import dataclass, field
@@ -41,12 +48,14 @@ _REFERENCE_FAMILIES = ("bmm", "chain")
 
 @dataclass
 class FamilyState:
-    """A loaded family: what serves it (kind: prebuilt | compiled | reference | none), the module and a detail
-    (the library's path, or why it fell back)."""
+    """A loaded family: what serves it (kind: prebuilt | compiled | reference | none, or building for an autograd
+    module under way), the module and a detail (the library's path, or why it fell back); `build`, the worker
+    process of an autograd module's background build."""
 
     kind: str
     module: Any
     detail: str = ""
+    build: Any = None
 
 
 @dataclass
@@ -78,6 +87,13 @@ class Backend:
                         if (name in _REFERENCE_FAMILIES)
                         else FamilyState("none", None, f"no {name} kernels for {self.device_type}")
                     )
+                elif fam.autograd_of:  # loaded for its kernels' module, and attached to it
+                    kernels = self.family(fam.autograd_of)
+                    state = (
+                        _start_autograd_module(self, fam, kernels)
+                        if hasattr(kernels, "kernel_table")
+                        else FamilyState("none", None, f"the {fam.autograd_of} family is not compiled here")
+                    )
                 else:
                     state = _load_family(self, fam)
                 setter = getattr(state.module, "set_poison_outputs", None)
@@ -90,7 +106,7 @@ class Backend:
     def kind(self) -> str:
         """prebuilt | compiled | reference | mixed: what serves the families loaded so far, or, before any, what
         will (reference only when forced or no compiler can build them)."""
-        kinds = {s.kind for s in self.families.values() if s.kind != "none"}
+        kinds = {s.kind for s in self.families.values() if s.kind not in ("none", "building")}
         if len(kinds) == 1:
             return kinds.pop()
         if kinds:
@@ -101,11 +117,29 @@ class Backend:
     def detail(self) -> str:
         return self.forced or "; ".join(f"{n}: {s.kind} {s.detail}" for n, s in self.families.items())
 
-    def autograd_node(self, family: str, name: str) -> Any:
+    def autograd_node(self, family: str, name: str, wait: bool = False) -> Any:
         """The family's C++ autograd entry point `name` (csrc/autograd/autograd.h: a kernel recorded with its
-        backward as one node), or None where the family has none (the PyTorch reference): the caller then records
-        the registered operator, whose Python autograd formula is the node's reference."""
-        return getattr(self.family(family), name, None)
+        backward as one node), or None where the family has none (the PyTorch reference) or, on the CPU, while its
+        autograd module is built in the background (`wait`: wait for that build): the caller then records the
+        registered operator, whose Python autograd formula is the node's reference."""
+        kernels = self.family(family)
+        companion = _family_or_none(self.device_type, f"{family}_autograd")
+        if companion is None or not hasattr(kernels, "kernel_table"):
+            return getattr(kernels, name, None)
+        state = self.families.get(companion.name)
+        if state is None or (wait and state.kind == "building"):
+            state = self._autograd_module(companion, kernels, wait)
+        return getattr(state.module, name, None)
+
+    def _autograd_module(self, fam: Family, kernels: Any, wait: bool) -> FamilyState:
+        with _family_lock(self.device_type, fam.name):
+            state = self.families.get(fam.name)
+            if state is None:
+                state = self.families[fam.name] = _start_autograd_module(self, fam, kernels)
+            if state.kind == "building" and wait:
+                state.build.wait()
+                state = _finish_autograd_build(self, fam, kernels, state)
+        return state
 
     # ---------------------------------------------------------------- the entry points (csrc/ops.h)
 
@@ -236,6 +270,103 @@ def _load_family(backend: Backend, fam: Family) -> FamilyState:
         )
         return _fallback(fam, reason, f"build {fam.name}")
     return FamilyState("compiled", module, getattr(module, "__file__", "") or "")
+
+
+# ---------------------------------------------------------------- the CPU autograd modules
+
+_AUTOGRAD_BUILD = ("background", "now", "off")
+
+
+def _autograd_build_mode() -> str:
+    mode = os.environ.get("SEMIRING_OPS_AUTOGRAD_BUILD", "background")
+    if mode not in _AUTOGRAD_BUILD:
+        raise ValueError(f"SEMIRING_OPS_AUTOGRAD_BUILD must be one of {', '.join(_AUTOGRAD_BUILD)}, got {mode!r}")
+    return mode
+
+
+def _attached(kind: str, module: Any, kernels: Any) -> FamilyState:
+    module.attach(kernels.kernel_table())
+    module.set_poison_outputs(_poison)
+    return FamilyState(kind, module, getattr(module, "__file__", "") or "")
+
+
+def _start_autograd_module(backend: Backend, fam: Family, kernels: Any) -> FamilyState:
+    """The autograd module `fam` for the loaded `kernels`: prebuilt or cached (loaded now), built now, or a worker
+    process building it (kind "building", with a thread that loads it when the worker ends)."""
+    module = prebuilt.load_prebuilt(fam, None)
+    if module is not None:
+        return _attached("prebuilt", module, kernels)
+    spec = fam.spec()
+    mode = _autograd_build_mode()
+    python = "the Python autograd formulas serve"
+    if not jit.is_cached(spec):
+        if mode == "off":
+            return FamilyState("none", None, f"SEMIRING_OPS_AUTOGRAD_BUILD=off: {python}")
+        problem = _toolchain_problem(fam.device_type)
+        if problem is not None:
+            return FamilyState("none", None, f"{problem[0]}; {python}")
+        if mode == "background":
+            from .parallel import start_background_build
+
+            state = FamilyState("building", None, f"compiling in the background; {python}")
+            jit.build_directory(spec).mkdir(parents=True, exist_ok=True)  # a folder without its marker: under way
+            state.build = start_background_build(fam)
+            print(
+                f"semiring_ops: compiling the CPU {fam.autograd_of} family's C++ autograd nodes in the background "
+                f"(meanwhile {python}) into {jit.build_directory(spec)}",
+                file=sys.stderr,
+                flush=True,
+            )
+            threading.Thread(
+                target=_finish_when_built,
+                args=(backend, fam, kernels, state),
+                name=f"semiring_ops {fam.key}",
+                daemon=True,
+            ).start()
+            return state
+    try:
+        return _attached("compiled", jit.load(spec), kernels)
+    except Exception as exc:
+        return _autograd_fallback(fam, f"{str(exc).strip().splitlines()[0] if str(exc).strip() else exc!r}")
+
+
+def _autograd_fallback(fam: Family, why: str) -> FamilyState:
+    reason = (
+        f"building the CPU {fam.autograd_of} family's autograd module failed: {why}; the Python autograd formulas "
+        "serve (SEMIRING_OPS_VERBOSE_BUILD=1 shows the compiler's output)"
+    )
+    key = (fam.device_type, f"build {fam.name}")
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(f"semiring_ops: {reason}", RuntimeWarning, stacklevel=6)
+    return FamilyState("none", None, reason)
+
+
+def _finish_when_built(backend: Backend, fam: Family, kernels: Any, state: FamilyState) -> None:
+    state.build.wait()
+    with _family_lock(backend.device_type, fam.name):
+        _finish_autograd_build(backend, fam, kernels, state)
+
+
+def _finish_autograd_build(backend: Backend, fam: Family, kernels: Any, state: FamilyState) -> FamilyState:
+    """Once `state`'s worker has ended (the caller holds the family's lock): the module loaded and attached, or the
+    fallback with the worker's last line; the first of the waiting caller and the watching thread does it."""
+    current = backend.families.get(fam.name)
+    if current is not state:
+        return current
+    proc = state.build
+    proc.log.seek(0)
+    err = proc.log.read().strip().splitlines()
+    proc.log.close()
+    if proc.returncode != 0:
+        new = _autograd_fallback(fam, f"exit {proc.returncode}: {err[-1] if err else ''}")
+    else:
+        try:
+            new = _attached("compiled", jit.load(fam.spec()), kernels)
+        except Exception as exc:
+            new = _autograd_fallback(fam, repr(exc))
+    backend.families[fam.name] = new
+    return new
 
 
 def _forced_reason(device_type: str) -> str:

@@ -5,6 +5,13 @@ compiles them all in parallel.
 Each CUDA family splits into ATen-free kernel files (``*_kernels.cu``: nvcc compiles device code only, in parallel)
 and host files compiled by the C++ compiler (``*_cuda.cpp``, the bindings); csrc/cuda/launch_status.h says why.
 
+A CPU family is built for a short first call on a small machine (issue 44: a first logbmm or CRF step in ≤ 25 s on 2
+cores): torch's headers are most of a file's compile time, so its kernel files compile as one translation unit
+(``cpu/<family>_kernels_cpu.cpp`` includes them), and the bmm and chain families' C++ autograd nodes are a module of
+their own, an *autograd module* (``<family>_autograd``), that backends.py builds after the kernels', in the
+background, while the registered operators' Python autograd formulas serve (csrc/bindings/kernel_table.h says how
+the two modules connect). A family's sources are listed longest compile first: ninja starts them in that order.
+
 This module imports nothing beyond the standard library: setup.py reads it without importing the package.
 """
 
@@ -17,7 +24,10 @@ __all__ = ["FAMILIES", "ExtensionSpec", "Family", "families_for", "family"]
 # -fopenmp: at::parallel_for runs threads only in files built with it (resolves to torch's libgomp);
 # -fno-trapping-math: lets GCC if-convert (vectorise) the selects; no result changes, inf/NaN included.
 # -march: the JIT builds for this machine (native); a wheel for a portable baseline (families.AOT_CPU_ARCH).
-_CPU_CFLAGS = ("-O3", "-fno-math-errno", "-fno-trapping-math", "-fopenmp")
+# --param ggc-*: g++ collects its garbage less often (more memory, ~10% less compile time on torch's headers); other
+# compilers are not given them (toolkit.compiler_cflags).
+GCC_ONLY_CFLAGS = ("--param=ggc-min-expand=1000", "--param=ggc-min-heapsize=2097152")
+_CPU_CFLAGS = ("-O3", "-fno-math-errno", "-fno-trapping-math", "-fopenmp", *GCC_ONLY_CFLAGS)
 _CUDA_HOST_CFLAGS = ("-O3",)
 _CUDA_CFLAGS = ("-O3", "-lineinfo")
 
@@ -48,10 +58,15 @@ class ExtensionSpec:
 class Family:
     """A family of kernels on one device type: the Python module its bindings make, and what the module serves."""
 
-    name: str  # bmm, chain, span, ctc, fast_log, packed, host_writers, hmm
+    name: str  # bmm, chain, span, ctc, fast_log, packed, host_writers, hmm; bmm_autograd, chain_autograd
     device_type: str  # cpu | cuda
-    sources: tuple[str, ...]  # relative to csrc; the bindings first
+    sources: tuple[str, ...]  # relative to csrc; one file of bindings/, the longest compile first
     serves: str  # what uses it, for `info`
+    autograd_of: str = ""  # an autograd module: the family whose kernels its nodes call
+
+    @property
+    def bindings(self) -> str:
+        return next(s for s in self.sources if s.startswith("bindings/"))
 
     @property
     def key(self) -> str:
@@ -61,7 +76,7 @@ class Family:
         """The module's build: JIT (-march=native on the CPU) or ahead of time (a portable CPU target)."""
         if self.device_type == "cpu":
             arch = f"-march={AOT_CPU_ARCH}" if ahead_of_time else "-march=native"
-            cflags, cuda_cflags, ldflags = (*_CPU_CFLAGS, arch), (), ("-fopenmp",)
+            cflags, cuda_cflags, ldflags = (*_CPU_CFLAGS, _AUTOGRAD_APART, arch), (), ("-fopenmp",)
         else:
             cflags, cuda_cflags, ldflags = _CUDA_HOST_CFLAGS, _CUDA_CFLAGS, ()
         return ExtensionSpec(
@@ -74,30 +89,39 @@ class Family:
         )
 
 
-# Device-independent sources a family of either device type compiles in: its eager C++ autograd nodes (csrc/autograd),
-# which call the family's own kernels.
-_SHARED = {"bmm": ("autograd/bmm_autograd.cpp",), "chain": ("autograd/chain_autograd.cpp", "autograd/crf_forward.cpp")}
+# A CUDA family compiles its eager C++ autograd nodes (csrc/autograd, calling the family's own kernels) in; on the CPU
+# they are the autograd modules below, and the kernels' bindings export the table they call (this define).
+_CUDA_AUTOGRAD = {
+    "bmm": ("autograd/bmm_autograd.cpp",),
+    "chain": ("autograd/chain_autograd.cpp", "autograd/crf_forward.cpp"),
+}
+_AUTOGRAD_APART = "-DSEMIRING_OPS_AUTOGRAD_APART"
 
 
-def _cpu(name: str, serves: str, *sources: str) -> Family:
-    return Family(name, "cpu", (f"bindings/{name}.cpp", *(f"cpu/{s}" for s in sources), *_SHARED.get(name, ())), serves)
+def _cpu(name: str, serves: str, *sources: str, bindings_first: bool = True) -> Family:
+    kernels = tuple(f"cpu/{s}" for s in sources)
+    bindings = (f"bindings/{name}.cpp",)
+    return Family(name, "cpu", (*bindings, *kernels) if bindings_first else (*kernels, *bindings), serves)
+
+
+def _cpu_autograd(of: str, serves: str) -> Family:
+    """The CPU family `of`'s C++ autograd nodes: one translation unit (bindings/<of>_autograd.cpp includes them)."""
+    return Family(f"{of}_autograd", "cpu", (f"bindings/{of}_autograd.cpp",), serves, autograd_of=of)
 
 
 def _cuda(name: str, serves: str, *sources: str) -> Family:
     return Family(
-        name, "cuda", (f"bindings/{name}.cpp", *(f"cuda/{s}" for s in sources), *_SHARED.get(name, ())), serves
+        name, "cuda", (f"bindings/{name}.cpp", *(f"cuda/{s}" for s in sources), *_CUDA_AUTOGRAD.get(name, ())), serves
     )
 
 
 FAMILIES: tuple[Family, ...] = (
-    _cpu(
-        "bmm",
-        "semiring matmul (log, max, min) and its gradients",
-        "bmm_forward_cpu.cpp",
-        "log_contract_cpu.cpp",
-        "log_bmm_grads_cpu.cpp",
+    _cpu("bmm", "semiring matmul (log, max, min) and its gradients", "bmm_kernels_cpu.cpp"),
+    _cpu("chain", "LinearChainCRF, HMM, chain_* (fused chains)", "chain_kernels_cpu.cpp", bindings_first=False),
+    _cpu_autograd("bmm", "the bmm family's C++ autograd node (eager host time; built after bmm, in the background)"),
+    _cpu_autograd(
+        "chain", "the chain family's C++ autograd nodes and CRF forward (built after chain, in the background)"
     ),
-    _cpu("chain", "LinearChainCRF, HMM, chain_* (fused chains)", "chain_cpu.cpp", "sequence_cpu.cpp"),
     _cpu("span", "structures: dependency, CKY, semi-Markov, linear chain, alignment", "span_cpu.cpp"),
     _cpu("ctc", "CTC: ctc_loss, forced_align, ctc_posteriors; RNN-T: rnnt_loss", "ctc_cpu.cpp"),
     _cpu("host_writers", "the block engine's host writes", "condensed_scatter_cpu.cpp", "stream_copy_cpu.cpp"),

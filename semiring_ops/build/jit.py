@@ -207,6 +207,8 @@ def _build(spec: ExtensionSpec, folder: Path, marker: Path, toolkit: CudaToolkit
     with _quiet_cuda_home_guess(spec):
         from torch.utils.cpp_extension import load as torch_load
 
+    from .toolkit import compiler_cflags
+
     root = source_root()
     # ninja's default (cpu count + 2) oversubscribes a small machine: a family has a few files, one job each
     jobs_env = os.environ.get("MAX_JOBS")
@@ -221,7 +223,7 @@ def _build(spec: ExtensionSpec, folder: Path, marker: Path, toolkit: CudaToolkit
                 name=spec.name,
                 sources=[str(root / s) for s in spec.sources],
                 extra_include_paths=[str(root)],
-                extra_cflags=list(spec.cflags),
+                extra_cflags=compiler_cflags(spec.cflags),
                 extra_cuda_cflags=list(spec.cuda_cflags),
                 extra_ldflags=list(spec.ldflags),
                 build_directory=str(folder),

@@ -6,6 +6,7 @@ already in the cache, or served by a matching wheel, is skipped. The cache's loc
 processes that build on first use: whoever comes second waits and loads.
 
     python -m semiring_ops.build.parallel cuda chain     # one family (what each worker process runs)
+    python -m semiring_ops.build.parallel cpu bmm_autograd 10   # the same at nice 10 (start_background_build)
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 
 from .families import Family, family
 
-__all__ = ["FamilyBuild", "build_families"]
+__all__ = ["FamilyBuild", "build_families", "start_background_build"]
 
 
 @dataclass
@@ -99,24 +100,34 @@ def _has_gpu() -> bool:
     return torch.cuda.is_available()
 
 
-def _start(fam: Family, share: int) -> subprocess.Popen:
-    """A worker process building `fam` with `share` compile jobs; its stderr goes to a temporary file (a pipe
-    read only at the end could fill up with compiler output and stall the worker), kept as proc.log."""
+def _start(fam: Family, share: int, nice: int = 0) -> subprocess.Popen:
+    """A worker process building `fam` with `share` compile jobs (at `nice` lower priority); its stderr goes to a
+    temporary file (a pipe read only at the end could fill up with compiler output and stall the worker), kept as
+    proc.log."""
     env = {**os.environ, "MAX_JOBS": str(share)}
-    cmd = [sys.executable, "-m", "semiring_ops.build.parallel", fam.device_type, fam.name]
+    cmd = [sys.executable, "-m", "semiring_ops.build.parallel", fam.device_type, fam.name, str(nice)]
     log = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed when the worker has been waited for)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log, text=True)
     proc.log = log  # type: ignore[attr-defined]
     return proc
 
 
-def _build_one(device_type: str, name: str) -> None:
+def start_background_build(fam: Family) -> subprocess.Popen:
+    """`fam` built by a worker process at low priority (one compile job, nice 10), so that it takes what the
+    caller's own work leaves of the CPU; the build keeps its lock on the cache folder should the caller exit first.
+    Its stderr is proc.log, which the caller reads and closes once it has waited for it."""
+    return _start(fam, 1, nice=10)
+
+
+def _build_one(device_type: str, name: str, nice: int = 0) -> None:
     from . import jit, toolkit
 
+    if nice:
+        os.nice(nice)
     fam = family(device_type, name)
     tk = toolkit.find_cuda_toolkit(jit.cache_root()) if device_type == "cuda" else None
     jit.load(fam.spec(), tk)
 
 
 if __name__ == "__main__":
-    _build_one(sys.argv[1], sys.argv[2])
+    _build_one(sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 0)

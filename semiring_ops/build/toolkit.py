@@ -223,6 +223,27 @@ def cxx_compiler() -> str | None:
     return shutil.which(name)
 
 
+@functools.cache
+def cxx_is_gcc(compiler: str | None = None) -> bool:
+    """Whether `compiler` (default: cxx_compiler()) is GCC, whose options families.GCC_ONLY_CFLAGS are: its
+    --version names the Free Software Foundation (clang's does not)."""
+    path = compiler or cxx_compiler()
+    if path is None:
+        return False
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "Free Software Foundation" in out and "clang" not in out.lower()
+
+
+def compiler_cflags(cflags: tuple[str, ...] | list[str], compiler: str | None = None) -> list[str]:
+    """`cflags` for `compiler`: without families.GCC_ONLY_CFLAGS unless it is GCC."""
+    from .families import GCC_ONLY_CFLAGS
+
+    return [f for f in cflags if f not in GCC_ONLY_CFLAGS or cxx_is_gcc(compiler)]
+
+
 def missing_compiler_reason(device_type: str) -> str:
     name = os.environ.get("CXX", "c++")
     where = f"$CXX={name}" if "CXX" in os.environ else "c++ on PATH"

@@ -192,12 +192,29 @@ def _crf_backward(ctx, grad_llh, _grad_alpha=None, _grad_log_z=None):
 crf_log_likelihood.register_autograd(_crf_backward, setup_context=_crf_setup_context)
 
 
+class _CrfLogLikelihoodEager(torch.autograd.Function):
+    """crf_log_likelihood with the registered op's autograd formula, without its Python dispatch: for plain eager
+    tensors where no C++ node is had (the PyTorch reference; on the CPU, while the chain family's autograd module
+    is built). The op's first call would also import torch._dynamo (~3.7 s on the 2-core machine)."""
+
+    @staticmethod
+    def forward(ctx, em, trans, start, end, lengths, tags):
+        inputs = (em, trans, start, end, lengths, tags)
+        output = tuple(backend_for(em.device).crf_log_likelihood(*inputs))
+        _crf_setup_context(ctx, inputs, output)
+        return output
+
+    @staticmethod
+    def backward(ctx, grad_llh, grad_alpha, grad_log_z):
+        return _crf_backward(ctx, grad_llh, grad_alpha, grad_log_z)
+
+
 def crf_log_likelihood_eager(
     em: Tensor, trans: Tensor, start: Tensor, end: Tensor, lengths: Tensor, tags: Tensor
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """crf_log_likelihood, through the registered op under torch.compile and dispatch modes (and on the PyTorch
-    reference when it records a graph), else recorded by the chain family's C++ autograd node (csrc/autograd) or
-    run directly."""
+    """crf_log_likelihood, through the registered op under torch.compile and dispatch modes, else recorded by the
+    chain family's C++ autograd node (csrc/autograd), or by _CrfLogLikelihoodEager where there is none, or run
+    directly."""
     args = (em, trans, start, end, lengths, tags)
     if not plain_eager(*args):
         return crf_log_likelihood(*args)
@@ -206,7 +223,7 @@ def crf_log_likelihood_eager(
         em.requires_grad or trans.requires_grad or start.requires_grad or end.requires_grad
     ):
         node = backend.autograd_node("chain", "crf_log_likelihood_autograd")
-        return crf_log_likelihood(*args) if node is None else tuple(node(*args))
+        return _CrfLogLikelihoodEager.apply(*args) if node is None else tuple(node(*args))
     return tuple(backend.crf_log_likelihood(*args))
 
 

@@ -133,17 +133,35 @@ _is_legacy_batched = torch._C._functorch.is_legacy_batchedtensor
 _PLAIN = (Tensor, torch.nn.Parameter)  # a Parameter is a subclass that changes no operator
 
 
+class _BmmEager(torch.autograd.Function):
+    """bmm_forward with the registered op's autograd formula, without its Python dispatch: for plain eager tensors
+    where no C++ node is had (the PyTorch reference; on the CPU, while the bmm family's autograd module is built).
+    The op's first call would also import torch._dynamo (~3.7 s on the 2-core machine) inside a first logbmm."""
+
+    @staticmethod
+    def forward(ctx, a, b, semiring_id, with_arg):
+        output = tuple(backend_for(a.device).bmm_forward(a, b, semiring_id, with_arg))
+        _bmm_setup_context(ctx, (a, b, semiring_id, with_arg), output)
+        return output
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_arg):
+        return _bmm_backward(ctx, grad_out, grad_arg)
+
+
 def bmm_forward_eager(a: Tensor, b: Tensor, semiring_id: int, with_arg: bool) -> tuple[Tensor, Tensor]:
     """bmm_forward without the custom op's Python dispatch on plain eager tensors (plain_eager): recorded for
     autograd by the bmm family's C++ node when a gradient is needed (csrc/autograd: no Python between the
-    kernels in a forward + backward), else the kernel directly; anything else, and the PyTorch reference (no
-    C++ node), goes through the registered op."""
+    kernels in a forward + backward), or by _BmmEager where there is no node; else the kernel directly; anything
+    else goes through the registered op."""
     if not plain_eager(a, b):
         return bmm_forward(a, b, semiring_id, with_arg)
     backend = backend_for(a.device)
     if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
         node = backend.autograd_node("bmm", "bmm_autograd")
-        return bmm_forward(a, b, semiring_id, with_arg) if node is None else tuple(node(a, b, semiring_id, with_arg))
+        if node is None:
+            return _BmmEager.apply(a, b, semiring_id, with_arg)
+        return tuple(node(a, b, semiring_id, with_arg))
     return tuple(backend.bmm_forward(a, b, semiring_id, with_arg))
 
 

@@ -198,6 +198,40 @@ def test_a_first_cpu_call_waits_for_its_kernels_alone_and_gets_its_nodes_from_a_
     assert "compiling" not in err, err
 
 
+def test_autograd_build_off_keeps_the_python_formulas(tmp_path, monkeypatch):
+    """SEMIRING_OPS_AUTOGRAD_BUILD=off with the kernels cached and the autograd module not: no worker is started,
+    no node is had (the Python formula serves), and the state says why."""
+    state = backends.backend_for(torch.device("cpu"))
+    state.family("bmm")
+    if state.families["bmm"].kind != "compiled":
+        pytest.skip("the CPU kernels are not JIT-built here (prebuilt or the reference)")
+    warm = Path(state.families["bmm"].detail).parent
+    shutil.copytree(warm, tmp_path / warm.name)
+    monkeypatch.setenv("SEMIRING_OPS_CACHE", str(tmp_path))
+    monkeypatch.setenv("SEMIRING_OPS_AUTOGRAD_BUILD", "off")
+    fresh = backends.Backend("cpu")
+    assert fresh.autograd_node("bmm", "bmm_autograd", wait=True) is None
+    assert fresh.families["bmm_autograd"].kind == "none"
+    assert "SEMIRING_OPS_AUTOGRAD_BUILD=off" in fresh.families["bmm_autograd"].detail
+    assert sorted(p.name.split("-")[0] for p in tmp_path.iterdir()) == ["semiring_ops_cpu_bmm"], "nothing built"
+
+
+def test_an_autograd_module_attaches_to_its_own_kernels_only():
+    """The table a kernels' module hands over is checked by name: the chain kernels' table given to the bmm nodes is
+    refused, naming the table expected."""
+    be = backends.backend_for(torch.device("cpu"))
+    if be.autograd_node("bmm", "bmm_autograd", wait=True) is None:
+        pytest.skip("no compiled CPU autograd module here (prebuilt kernels without it, or the reference)")
+    nodes = be.families["bmm_autograd"].module
+    with pytest.raises(RuntimeError, match=r"expects the capsule semiring_ops\.BmmKernels\.v1"):
+        nodes.attach(be.family("chain").kernel_table())
+    nodes.attach(be.family("bmm").kernel_table())  # attached again to its own: the nodes still work
+    a = torch.randn(1, 3, 4, requires_grad=True)
+    out, _ = nodes.bmm_autograd(a, torch.randn(1, 4, 2), 0, False)
+    out.sum().backward()
+    assert a.grad is not None and torch.isfinite(a.grad).all()
+
+
 def test_the_autograd_build_setting_is_checked(monkeypatch):
     monkeypatch.setenv("SEMIRING_OPS_AUTOGRAD_BUILD", "later")
     with pytest.raises(ValueError, match="SEMIRING_OPS_AUTOGRAD_BUILD must be one of background, now, off"):

@@ -52,7 +52,7 @@ def _lengths(value: Tensor | Sequence[int] | int, name: str, n: int, device: tor
 
 def _padded_targets(targets: Tensor, target_lengths: Tensor, n: int, who: str) -> Tensor:
     """targets as (n, S) int64 (concatenated targets split, padded with 0; their lengths' sum and maximum read
-    here, a synchronisation)."""
+    here, a synchronisation; while torch.compile traces, S is the concatenation's length and nothing is read)."""
     if targets.dtype.is_floating_point or targets.dtype == torch.bool:
         raise ValueError(f"{who}: targets must be integers, got {targets.dtype}")
     if targets.dim() == 2:
@@ -61,6 +61,13 @@ def _padded_targets(targets: Tensor, target_lengths: Tensor, n: int, who: str) -
         return targets.long()
     if targets.dim() != 1:
         raise ValueError(f"{who}: targets must be (N, S) or 1-D concatenated, got {tuple(targets.shape)}")
+    if torch.compiler.is_compiling():  # each item's labels from its offset; the columns past its length are masked
+        width = targets.shape[0]
+        if not width:
+            return targets.new_zeros((n, 0), dtype=torch.long)
+        starts = torch.cumsum(target_lengths, 0) - target_lengths
+        columns = starts[:, None] + torch.arange(width, device=targets.device)[None, :]
+        return targets.long()[columns.clamp(max=width - 1)]
     total, width = torch.stack([target_lengths.sum(), target_lengths.max()]).tolist() if n else (0, 0)
     if min(target_lengths.tolist(), default=0) < 0:
         raise ValueError(f"{who}: target_lengths must be >= 0, got {target_lengths.tolist()}")
@@ -83,7 +90,8 @@ def checked_inputs(
     """The inputs as torch's ctc_loss accepts them (module docstring), checked (ValueError naming the argument):
     (log_probs (T, N, C), targets (N, S) int64 padded with ``blank`` to the longest target, input_lengths (N,),
     target_lengths (N,) int64, whether the call was unbatched). The values are read in one synchronisation (two
-    for concatenated targets)."""
+    for concatenated targets); while torch.compile traces, only shapes and dtypes are checked, and the targets keep
+    their columns (a graph without data-dependent shapes; the eager call checks the values)."""
     if not isinstance(log_probs, Tensor) or log_probs.dim() not in (2, 3) or not log_probs.is_floating_point():
         got = tuple(log_probs.shape) if isinstance(log_probs, Tensor) else type(log_probs).__name__
         raise ValueError(f"{who}: log_probs must be a floating (T, N, C) or (T, C) tensor, got {got}")
@@ -101,6 +109,8 @@ def checked_inputs(
     target_lengths = _lengths(target_lengths, "target_lengths", N, device, who)
     padded = _padded_targets(targets.to(device), target_lengths, N, who)
     valid = torch.arange(padded.shape[1], device=device)[None, :] < target_lengths[:, None]
+    if torch.compiler.is_compiling():
+        return log_probs, torch.where(valid, padded, blank), input_lengths, target_lengths, unbatched
     bad = valid & ((padded < 0) | (padded >= C) | (padded == blank))
     low_in, low_target, high_in, width, bad_labels = (
         torch.stack(
@@ -163,7 +173,8 @@ def ctc_loss(
 def fused_ok(log_probs: Tensor, targets: Tensor) -> bool:
     """Whether CTC's fused kernels take these (T, N, C) float32 / float64 log_probs and (N, S) targets: compiled
     kernels on the device, no ``generic_only()`` block, and on CUDA targets of at most 1,023 labels in float32 and
-    511 in float64 (the states' rows live in shared memory: csrc/cuda/ctc_launch.h)."""
+    511 in float64 (the states' rows live in shared memory: csrc/cuda/ctc_launch.h). While torch.compile traces,
+    the kernels are taken to be there (the ops load them when the graph runs: ctc_ops.ctc_kernels_or_raise)."""
     from ..ops.ctc_ops import ctc_kernels
     from ..structures.fused import generic_active
 
@@ -171,7 +182,7 @@ def fused_ok(log_probs: Tensor, targets: Tensor) -> bool:
         return False
     if log_probs.device.type == "cuda" and targets.shape[1] > _CUDA_MAX_LABELS[log_probs.dtype]:
         return False
-    return ctc_kernels(log_probs.device) is not None
+    return torch.compiler.is_compiling() or ctc_kernels(log_probs.device) is not None
 
 
 _CUDA_MAX_LABELS = {torch.float32: 1023, torch.float64: 511}  # csrc/cuda/ctc_launch.h, ctc_max_states

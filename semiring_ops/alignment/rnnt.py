@@ -114,6 +114,8 @@ def _check(
         )
     if not B:
         return blank % V, False
+    if torch.compiler.is_compiling():  # the values are not read while torch.compile traces (eager calls check them)
+        return blank % V, True
     used = torch.arange(U1 - 1, device=targets.device) < target_lengths[:, None]
     labels = torch.where(used, targets, 0)  # (padding read as label 0: always in range)
     ends = [logit_lengths.min(), logit_lengths.max(), target_lengths.min(), target_lengths.max()]
@@ -151,8 +153,9 @@ def _potentials(logits: Tensor, moves: Tensor, fused: bool) -> tuple[Tensor, Ten
 
 def _lattice(pot: Tensor, frames: Tensor, labels: Tensor, semiring: str, posteriors: bool) -> tuple[Tensor, Tensor]:
     """(total (B,), posteriors (B, T, U + 1, 2) or None): the ctc family's fused program (csrc/rnnt_dp.h) where it
-    is built, else the structure's PyTorch program and its autograd."""
-    if ctc_kernels(pot.device) is not None:
+    is built (taken to be there while torch.compile traces), else the structure's PyTorch program and its
+    autograd."""
+    if torch.compiler.is_compiling() or ctc_kernels(pot.device) is not None:
         total, post = rnnt_lattice(pot, frames, labels, semiring == "max", posteriors)
         return total, (post if posteriors else None)
     if not posteriors:

@@ -32,7 +32,7 @@ def state_labels(targets: Tensor, blank: int) -> Tensor:
     return states
 
 
-__all__ = ["ctc_kernels", "ctc_log", "ctc_viterbi", "path_indicator"]
+__all__ = ["ctc_kernels", "ctc_kernels_or_raise", "ctc_log", "ctc_viterbi", "path_indicator"]
 
 
 def ctc_kernels(device: torch.device):
@@ -40,12 +40,25 @@ def ctc_kernels(device: torch.device):
     return backend_for(device).family("ctc")
 
 
+def ctc_kernels_or_raise(device: torch.device, op: str):
+    """The ctc family's module for an op's body: eager callers choose the op only when ctc_kernels has it, but a
+    graph torch.compile traced takes them to be there (alignment/ctc.py, fused_ok), so say what is missing."""
+    module = ctc_kernels(device)
+    if module is None:
+        raise RuntimeError(
+            f"semiring_ops::{op}: no compiled ctc kernels for {device.type} "
+            f"({backend_for(device).detail or 'see python -m semiring_ops info'}); under torch.compile the CTC and "
+            "RNN-T losses need them (eager calls run the PyTorch program instead)"
+        )
+    return module
+
+
 @torch.library.custom_op("semiring_ops::ctc_log", mutates_args=())
 def ctc_log(
     log_probs: Tensor, targets: Tensor, input_lengths: Tensor, target_lengths: Tensor, blank: int, need_occupancy: bool
 ) -> tuple[Tensor, Tensor]:
     """(log Z (N,), occupancy): see the module docstring."""
-    module = ctc_kernels(log_probs.device)
+    module = ctc_kernels_or_raise(log_probs.device, "ctc_log")
     return tuple(module.ctc_log(log_probs, targets, input_lengths, target_lengths, blank, need_occupancy))
 
 
@@ -84,7 +97,7 @@ def ctc_viterbi(
     log_probs: Tensor, targets: Tensor, input_lengths: Tensor, target_lengths: Tensor, blank: int
 ) -> tuple[Tensor, Tensor]:
     """(best score (N,), states (N, T)): see the module docstring."""
-    module = ctc_kernels(log_probs.device)
+    module = ctc_kernels_or_raise(log_probs.device, "ctc_viterbi")
     return tuple(module.ctc_viterbi(log_probs, targets, input_lengths, target_lengths, blank))
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .ctc_ops import ctc_kernels
+from .ctc_ops import ctc_kernels_or_raise
 
 __all__ = ["rnnt_lattice"]
 
@@ -22,7 +22,7 @@ def rnnt_lattice(
     potentials: Tensor, frames: Tensor, labels: Tensor, max: bool, need_posteriors: bool
 ) -> tuple[Tensor, Tensor]:
     """(total (B,), posteriors): see the module docstring."""
-    module = ctc_kernels(potentials.device)
+    module = ctc_kernels_or_raise(potentials.device, "rnnt_lattice")
     return tuple(module.rnnt_lattice(potentials, frames, labels, max, need_posteriors))
 
 

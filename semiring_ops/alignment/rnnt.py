@@ -56,10 +56,11 @@ def rnnt_loss(
     if semiring not in _SEMIRINGS:
         raise ValueError(f"rnnt_loss: semiring must be one of {tuple(_SEMIRINGS)}, got {semiring!r}")
     blank, padded = _check(logits, targets, logit_lengths, target_lengths, blank)
-    costs = _RNNTCosts.apply(
-        logits, targets.long(), logit_lengths.long(), target_lengths.long(), blank, float(clamp),
-        fused_log_softmax, semiring, padded,
-    )  # fmt: skip
+    args = (logits, targets.long(), logit_lengths.long(), target_lengths.long(), blank, float(clamp))
+    if torch.compiler.is_compiling():  # a registered op with its autograd formula: opaque to the tracer
+        costs = rnnt_costs(*args, fused_log_softmax, semiring == "max", padded)[0]
+    else:
+        costs = _RNNTCosts.apply(*args, fused_log_softmax, semiring, padded)
     if reduction == "mean":
         return costs.mean()
     if reduction == "sum":
@@ -168,40 +169,121 @@ def _lattice(pot: Tensor, frames: Tensor, labels: Tensor, semiring: str, posteri
     return total.detach(), torch.where(torch.isfinite(total)[:, None, None, None], post, torch.zeros_like(post))
 
 
+def _logits_grad(
+    logits: Tensor,
+    targets: Tensor,
+    target_lengths: Tensor,
+    norm: Tensor | None,
+    post: Tensor,
+    blank: int,
+    clamp: float,
+    padded: bool,
+    grad_costs: Tensor,
+) -> Tensor:
+    """The logits' gradient (module docstring): softmax x occupancy (norm: the fused normaliser, None without
+    fused_log_softmax) minus the posteriors at each cell's two moves, clamped, times the costs' cotangent."""
+    B, T, U1, V = logits.shape
+    moves = _move_labels(targets, target_lengths, blank, T)
+    with torch.no_grad():
+        compute = post.dtype
+        if norm is not None:  # softmax x occupancy: the normaliser's share of both moves
+            occupancy = post.sum(-1, keepdim=True)
+            grad = logits.to(compute) - norm[..., None]
+            grad.exp_().mul_(occupancy)
+            if padded:
+                grad.masked_fill_(occupancy == 0, 0)  # the padding: never read, whatever it holds
+        else:
+            grad = torch.zeros((B, T, U1, V), dtype=compute, device=logits.device)
+        grad.scatter_add_(-1, moves, -post)
+        if clamp > 0:
+            grad.clamp_(-clamp, clamp)
+        grad.mul_(grad_costs.to(compute)[:, None, None, None])
+    return grad.to(logits.dtype)
+
+
+def _costs(
+    logits: Tensor,
+    targets: Tensor,
+    frames: Tensor,
+    target_lengths: Tensor,
+    blank: int,
+    fused: bool,
+    semiring: str,
+    need_grad: bool,
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """(costs (B,) in the logits' dtype, the normaliser or None, the posteriors or None): both paths' forward."""
+    with torch.no_grad():
+        pot, norm = _potentials(logits, _move_labels(targets, target_lengths, blank, logits.shape[1]), fused)
+    # the posteriors with the total, as torchaudio makes its gradient in the forward: one program, (B, T, U + 1, 2)
+    # kept rather than the potentials
+    total, post = _lattice(pot, frames, target_lengths, semiring, need_grad)
+    return (-total).to(logits.dtype), norm, post
+
+
 class _RNNTCosts(torch.autograd.Function):
-    """Per-item costs -total (B,); the backward forms the logits' gradient in one tensor (module docstring)."""
+    """Per-item costs -total (B,) for eager calls; the backward forms the logits' gradient in one tensor."""
 
     @staticmethod
     def forward(ctx, logits, targets, logit_lengths, target_lengths, blank, clamp, fused, semiring, padded):
-        with torch.no_grad():
-            pot, norm = _potentials(logits, _move_labels(targets, target_lengths, blank, logits.shape[1]), fused)
-        # the posteriors with the total, as torchaudio makes its gradient in the forward: one program, (B, T, U + 1,
-        # 2) kept rather than the potentials
-        total, post = _lattice(pot, logit_lengths, target_lengths, semiring, ctx.needs_input_grad[0])
+        need_grad = ctx.needs_input_grad[0]
+        costs, norm, post = _costs(logits, targets, logit_lengths, target_lengths, blank, fused, semiring, need_grad)
         ctx.save_for_backward(logits, targets, target_lengths, norm, post)
         ctx.blank, ctx.clamp, ctx.padded = blank, clamp, padded
-        return (-total).to(logits.dtype)
+        return costs
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_costs):
         logits, targets, target_lengths, norm, post = ctx.saved_tensors
-        if not ctx.needs_input_grad[0]:
+        if post is None:  # (the forward ran without a gradient to make)
             return (None,) * 9
-        B, T, U1, V = logits.shape
-        moves = _move_labels(targets, target_lengths, ctx.blank, T)
-        with torch.no_grad():
-            compute = post.dtype
-            if norm is not None:  # softmax x occupancy: the normaliser's share of both moves
-                occupancy = post.sum(-1, keepdim=True)
-                grad = logits.to(compute) - norm[..., None]
-                grad.exp_().mul_(occupancy)
-                if ctx.padded:
-                    grad.masked_fill_(occupancy == 0, 0)  # the padding: never read, whatever it holds
-            else:
-                grad = torch.zeros((B, T, U1, V), dtype=compute, device=logits.device)
-            grad.scatter_add_(-1, moves, -post)
-            if ctx.clamp > 0:
-                grad.clamp_(-ctx.clamp, ctx.clamp)
-            grad.mul_(grad_costs.to(compute)[:, None, None, None])
-        return grad.to(logits.dtype), None, None, None, None, None, None, None, None
+        grad = _logits_grad(logits, targets, target_lengths, norm, post, ctx.blank, ctx.clamp, ctx.padded, grad_costs)
+        return grad, *(None,) * 8
+
+
+# Under torch.compile the same forward and gradient as a registered op and its autograd formula, which the tracer
+# does not look into (torch 2.11's dynamo traced _RNNTCosts with ctx.needs_input_grad all False: a zero gradient).
+@torch.library.custom_op("semiring_ops::rnnt_costs", mutates_args=())
+def rnnt_costs(
+    logits: Tensor,
+    targets: Tensor,
+    logit_lengths: Tensor,
+    target_lengths: Tensor,
+    blank: int,
+    clamp: float,
+    fused: bool,
+    max: bool,
+    padded: bool,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(costs (B,), the normaliser (B, T, U + 1) or (0,) without ``fused``, the posteriors (B, T, U + 1, 2)); int64
+    targets and lengths; ``clamp`` and ``padded`` serve the gradient."""
+    costs, norm, post = _costs(
+        logits, targets, logit_lengths, target_lengths, blank, fused, "max" if max else "log", True
+    )
+    return costs, (norm if norm is not None else post.new_empty((0,))), post
+
+
+@rnnt_costs.register_fake
+def _(logits, targets, logit_lengths, target_lengths, blank, clamp, fused, max, padded):
+    B, T, U1, _ = logits.shape
+    compute = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    norm = logits.new_empty((B, T, U1) if fused else (0,), dtype=compute)
+    return logits.new_empty((B,)), norm, logits.new_empty((B, T, U1, 2), dtype=compute)
+
+
+def _rnnt_costs_setup_context(ctx, inputs, output):
+    logits, targets, _frames, target_lengths, blank, clamp, fused, _max, padded = inputs
+    _costs_out, norm, post = output
+    ctx.mark_non_differentiable(norm, post)
+    ctx.blank, ctx.clamp, ctx.padded, ctx.fused = blank, clamp, padded, fused
+    ctx.save_for_backward(logits, targets, target_lengths, norm, post)
+
+
+def _rnnt_costs_backward(ctx, grad_costs, _grad_norm, _grad_post):
+    logits, targets, target_lengths, norm, post = ctx.saved_tensors
+    norm = norm if ctx.fused else None
+    grad = _logits_grad(logits, targets, target_lengths, norm, post, ctx.blank, ctx.clamp, ctx.padded, grad_costs)
+    return grad, *(None,) * 8
+
+
+rnnt_costs.register_autograd(_rnnt_costs_backward, setup_context=_rnnt_costs_setup_context)

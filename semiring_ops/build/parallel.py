@@ -113,10 +113,11 @@ def _start(fam: Family, share: int, nice: int = 0) -> subprocess.Popen:
 
 
 def start_background_build(fam: Family) -> subprocess.Popen:
-    """`fam` built by a worker process at low priority (one compile job, nice 10), so that it takes what the
-    caller's own work leaves of the CPU; the build keeps its lock on the cache folder should the caller exit first.
-    Its stderr is proc.log, which the caller reads and closes once it has waited for it."""
-    return _start(fam, 1, nice=10)
+    """`fam` built by a worker process at low priority (one compile job, nice $SEMIRING_OPS_BACKGROUND_NICE, 10 by
+    default), so that it takes what the caller's own work leaves of the CPU; the build keeps its lock on the cache
+    folder should the caller exit first. Its stderr is proc.log, which the caller reads and closes once it has waited
+    for it."""
+    return _start(fam, 1, nice=int(os.environ.get("SEMIRING_OPS_BACKGROUND_NICE", "10")))
 
 
 def _build_one(device_type: str, name: str, nice: int = 0) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import multiprocessing
+import os
 import subprocess
 import threading
 import time
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from semiring_ops.lazy import LazyTensor, cuda_kernels, host_compiler, nvrtc
+from semiring_ops.lazy import LazyTensor, cuda_kernels, dispatch, host_compiler, nvrtc
 from semiring_ops.lazy.kernel_cache import LazyCompileError, cached_artifact, lazy_cache_dir, source_key
 
 HAS_CUDA = torch.cuda.is_available()
@@ -430,6 +431,7 @@ def test_lazy_kernels_take_the_quick_compile_first_unless_float64_or_determinist
 
     monkeypatch.setattr(cuda_kernels, "compile_cuda_module", spy)
     monkeypatch.setattr(cuda_kernels, "_kernels", {})  # compiled anew, into the test's empty cache
+    monkeypatch.setattr(cuda_kernels, "_launches", {})  # (which hold their kernels: whatever ran this plan before)
     monkeypatch.setattr(nvrtc, "_compiled", {})
     was = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(deterministic)
@@ -443,7 +445,46 @@ def test_lazy_kernels_take_the_quick_compile_first_unless_float64_or_determinist
     nvrtc.wait_for_optimized()
     want = (-((x.double() - y.double()) ** 2).sum(-1) * c).exp().sum(1, keepdim=True)
     torch.testing.assert_close(got.double(), want, rtol=1e-2 if dtype == torch.float16 else 1e-5, atol=1e-3)
-    assert asked == [quick]
+    assert asked == [quick], (
+        f"compiles asked: {asked}; lazy backend {dispatch.lazy_backend('cuda')}, "
+        f"SEMIRING_OPS_LAZY_GEMM={os.environ.get('SEMIRING_OPS_LAZY_GEMM')}"
+    )
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_a_deterministic_call_never_runs_kernels_compiled_quick_first(cache, monkeypatch):
+    """After a float32 call took the tiers, the same formula under torch.use_deterministic_algorithms gets a
+    module of its own, compiled fully (not the first call's, whose kernels may still be swapped)."""
+    monkeypatch.delenv("SEMIRING_OPS_LAZY_TIERS", raising=False)
+    if not nvrtc._tiers_on():
+        pytest.skip("this NVRTC has no --Ofast-compile")
+    asked = []
+    real = nvrtc.compile_cuda_module
+
+    def spy(source, names, device, quick_first=False):
+        asked.append(quick_first)
+        module = real(source, names, device, quick_first)
+        asked.append(module.tier)
+        return module
+
+    monkeypatch.setattr(cuda_kernels, "compile_cuda_module", spy)
+    monkeypatch.setattr(cuda_kernels, "_kernels", {})
+    monkeypatch.setattr(cuda_kernels, "_launches", {})
+    monkeypatch.setattr(nvrtc, "_compiled", {})
+    x = torch.randn(300, 1, 7, device="cuda")
+    y = torch.randn(1, 200, 7, device="cuda")
+    formula = (-((LazyTensor(x) - LazyTensor(y)) ** 2).sum(-1) * 0.29).exp()
+    first = formula.sum(1)
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        second = formula.sum(1)
+    finally:
+        torch.use_deterministic_algorithms(was)
+    nvrtc.wait_for_optimized()
+    assert asked[0] is True and asked[2] is False and asked[3] != "quick", asked
+    torch.testing.assert_close(first, second)
 
 
 @pytest.mark.cuda

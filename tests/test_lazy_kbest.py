@@ -167,8 +167,9 @@ _HARNESS = [
 _HARNESS_SOURCE = """#include "lazy/reducers.h"
 using namespace semiring_ops::lazy;
 // f[j * kIn + d], j in [0, n), cut into the ranges [cuts[s], cuts[s + 1]) (some shorter than K, some empty),
-// each reduced on its own by add (mode 0), add_chunk<4> (1) or add_lanes<16> (2) then add for the rest, and
-// the reducers merged in order, as the CUDA split's lazy_merge does (mode 3: adds after merges too)
+// each reduced on its own by add (mode 0), add_chunk<4> (1), add_chunk<8> (4, the kernels' chunk) or add_lanes<16>
+// (2) then add for the rest, and the reducers merged in order, as the CUDA split's lazy_merge does (mode 3: adds
+// after merges too)
 template <class R> void run(double* vals, int64_t* idx, const double* f, const int64_t* cuts, int nranges,
                             int mode) {
   R acc;
@@ -184,6 +185,8 @@ template <class R> void run(double* vals, int64_t* idx, const double* f, const i
     const int64_t end = cuts[s + 1];
     if (mode == 1)
       for (; j + 4 <= end; j += 4) r.template add_chunk<4>(f + j * R::kIn, (int32_t)j);
+    if (mode == 4)
+      for (; j + 8 <= end; j += 8) r.template add_chunk<8>(f + j * R::kIn, (int32_t)j);
     if (mode == 2)
       for (; j + 16 <= end; j += 16) {
         double buf[R::kIn * 16];
@@ -221,7 +224,7 @@ def harness():
 @given(
     which=st.sampled_from(_HARNESS),
     n=st.integers(0, 90),
-    mode=st.sampled_from([0, 1, 2, 3]),
+    mode=st.sampled_from([0, 1, 2, 3, 4]),
     cuts=st.lists(st.floats(0, 1), max_size=5),
     seed=st.integers(0, 2**31),
 )

@@ -18,7 +18,8 @@
 // compare reads no memory: a scan from the end that shifts as it goes, or on the host for K > 32 the rank
 // by one vectorised count and a memmove of the entries behind.
 //
-// Entry points: add (one term), add_chunk (U terms, the CUDA chunked loop: one branch per U compares),
+// Entry points: add (one term), add_chunk (U terms, the CUDA chunked loop: one branch per U compares, then
+// only the terms that may enter),
 // add_lanes (the CPU kernels' vector lanes: one vector compare gives the mask of the terms that may enter).
 #pragma once
 
@@ -125,23 +126,32 @@ template <class T, int D, int K, bool kIsMax, bool kRegisters = false> struct KB
       if (may_enter(f[d], last[d])) insert(d, f[d], j);
   }
 
-  // U consecutive cells f[u * kIn + d] at j0, j0 + 1, ... (the CUDA kernels' chunked loop): one branch per
-  // component for the U compares, so the common case costs the GPU one compare per term and one branch
-  // per chunk (no per-term branch, nor its reconvergence barrier)
+  // U consecutive cells f[u * kIn + d] at j0, j0 + 1, ... (the CUDA kernels' chunked loop): the U compares
+  // give a mask of the terms that may enter, and only those are visited, in increasing j (so ties keep the
+  // lower index), each against the K-th value as it then is. The common case costs one compare per term and
+  // one branch per chunk. A warp runs the visiting loop as often as its busiest lane has candidates (1 in
+  // the common case when any lane has one), not U times: early in a list's scan some lane of 32 inserts in
+  // most chunks (a random order inserts at position t with probability ~K / t), and a loop over all U terms
+  // made those chunks ~4x dearer (H200, 50,000^2 routed k-NN at D = 128: docs/perf_notes.md)
   template <int U> SR_HD void add_chunk(const T* f, int32_t j0) {
+    static_assert(U <= 32, "add_chunk: at most 32 terms");
 #pragma unroll
     for (int d = 0; d < D; ++d) {
-      bool any = false;
+      uint32_t mask = 0;
 #pragma unroll
-      for (int u = 0; u < U; ++u) any |= may_enter(f[u * kIn + d], last[d]);
-      if (any) {  // rare: a loop (one inlined copy of the insertion), the term picked by unrolled selects
+      for (int u = 0; u < U; ++u) mask |= may_enter(f[u * kIn + d], last[d]) ? 1u << u : 0u;
 #pragma unroll 1
-        for (int u = 0; u < U; ++u) {
-          T x = f[d];
+      while (mask) {  // rare: one inlined copy of the insertion, the term picked by unrolled selects
+#if defined(__CUDA_ARCH__)
+        const int u = __ffs(mask) - 1;
+#else
+        const int u = __builtin_ctz(mask);
+#endif
+        mask &= mask - 1;
+        T x = f[d];
 #pragma unroll
-          for (int w = 1; w < U; ++w) x = u == w ? f[w * kIn + d] : x;
-          if (may_enter(x, last[d])) insert(d, x, j0 + u);
-        }
+        for (int w = 1; w < U; ++w) x = u == w ? f[w * kIn + d] : x;
+        if (may_enter(x, last[d])) insert(d, x, j0 + u);
       }
     }
   }

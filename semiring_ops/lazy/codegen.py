@@ -622,12 +622,21 @@ def row_registers(plan: Plan, dtype_name: str, chunk: int) -> int:
     return (outer + state + (chunk * fdim if chunk > 1 else 0)) * words
 
 
+# cells per k-best reducer call, and so matrix entries a routed k-best's thread has in flight (the chunk's loads
+# come first). H200, 50,000^2 k-NN, ms at 4 / 8 / 16: D = 3 (plain kernel) 2.57 / 2.44 / 2.28, D = 16 4.97 / 4.75 /
+# 4.49, D = 128 (routed) 13.26 / 11.89 / 11.87, D = 784 40.13 / 37.21 / 37.88 (docs/perf_notes.md); 16 cells
+# are twice the source of 8 for NVRTC
+KBEST_CHUNK = 8
+
+
 def chunk_size(plan: Plan) -> int:
-    """Cells per reducer call: 4 for logsumexp (one rescale of the running sum per 4 terms) and the k-best
-    (one branch per 4 compares against the K-th value; not ranged: the chunked k-best takes consecutive
-    indices, and a ranged plan's terms need not be), else 1."""
+    """Cells per reducer call: KBEST_CHUNK for the k-best (one branch per chunk of compares against the K-th
+    value; not ranged: the chunked k-best takes consecutive indices, and a ranged plan's terms need not be), 4
+    for logsumexp (one rescale of the running sum per 4 terms), else 1."""
     r = plan.reduction
-    return 4 if (r.kind == "kbest" and not plan.ranged) or (r.kind == "semiring" and r.semiring == "log") else 1
+    if r.kind == "kbest" and not plan.ranged:
+        return KBEST_CHUNK
+    return 4 if r.kind == "semiring" and r.semiring == "log" else 1
 
 
 def cuda_config(plan: Plan, dtype_name: str, max_rows: int = 8) -> CudaConfig:
@@ -717,6 +726,9 @@ def cuda_tile(plan: Plan, dtype_name: str, cfg: CudaConfig) -> int:
     return max(1, min(cfg.tile, WIDE_TILE, (48 * 1024) // per_j))
 
 
+# threads per block of lazy_merge, also its launch bound: without one, a full compile that takes more registers
+# than the quick one (nvrtc.py's tiers) allows fewer threads per block, and the quick module refused to adopt it
+MERGE_BLOCK = 256
 GRAM_PREFETCH = 16  # matrix entries a thread of a routed plan's CUDA loop loads before computing their cells
 # ... of a routed k-best, whose cells are compare-bound and large: each entry in flight is one more copy of the
 # K-list insertion for NVRTC (H200, D = 784, 50,000^2 k-NN: 40.3 ms at 16 and at 2; a new formula's first call
@@ -973,7 +985,7 @@ extern "C" __global__ void __launch_bounds__({cfg.block}) lazy_reduce(
 {_indent(stores, 2)}
 }}
 
-extern "C" __global__ void lazy_merge(T* __restrict__ vals, int64_t* __restrict__ idx,
+extern "C" __global__ void __launch_bounds__({MERGE_BLOCK}) lazy_merge(T* __restrict__ vals, int64_t* __restrict__ idx,
                                       const Reducer* __restrict__ partial, long long rows_total, int nsplit) {{
   const long long row = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (row >= rows_total) return;

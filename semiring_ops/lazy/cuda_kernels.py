@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from .block_sparse import mean_terms, segment_rows
-from .codegen import CudaConfig, chunk_layout, cuda_config, cuda_source, cuda_tile
+from .codegen import MERGE_BLOCK, CudaConfig, chunk_layout, cuda_config, cuda_source, cuda_tile
 from .nvrtc import CudaFunction, compile_cuda_module, device_sm_count
 from .plan import CallArgs, Plan, new_outputs
 
@@ -51,7 +51,11 @@ _lock = threading.Lock()
 
 def kernels_for(plan: Plan, dtype: torch.dtype, device: torch.device, cfg: CudaConfig) -> CudaKernels:
     index = device.index if device.index is not None else torch.cuda.current_device()
-    key = (plan.key, dtype, index, cfg)
+    # a quick compile first where the last bits may change once (nvrtc's tiers): not for float64's numerical
+    # checks, nor under torch.use_deterministic_algorithms (whose calls get a module of their own: never one
+    # that a non-deterministic call compiled quick first and swaps later)
+    quick_first = dtype != torch.float64 and not torch.are_deterministic_algorithms_enabled()
+    key = (plan.key, dtype, index, cfg, quick_first)
     k = _kernels.get(key)
     if k is not None:
         return k
@@ -61,9 +65,6 @@ def kernels_for(plan: Plan, dtype: torch.dtype, device: torch.device, cfg: CudaC
             dtype_name = str(dtype).removeprefix("torch.")
             source = cuda_source(plan, dtype_name, cfg)
             names = ["lazy_reduce", "lazy_merge", "lazy_sizeof"]
-            # a quick compile first where the last bits may change once (nvrtc's tiers): not for float64's
-            # numerical checks, nor under torch.use_deterministic_algorithms
-            quick_first = dtype != torch.float64 and not torch.are_deterministic_algorithms_enabled()
             module = compile_cuda_module(source, names, torch.device("cuda", index), quick_first)
             n = len(plan.arg_cats)
             p, i64 = ctypes.c_void_p, ctypes.c_int64
@@ -136,6 +137,7 @@ def launch_for(
     """The kernels and launch shape of a call (cached by plan, dtype, device and sizes unless overridden)."""
     index = device.index if device.index is not None else torch.cuda.current_device()
     key = (plan.key, call.dtype, index, call.nbatch, call.n_outer, call.n_inner)
+    key += (torch.are_deterministic_algorithms_enabled(),)  # (kernels_for: a module of their own)
     if cfg is None and nsplit is None:
         hit = _launches.get(key)
         if hit is not None:
@@ -215,7 +217,7 @@ def run_cuda(
     kernels.reduce.launch(grid, (kernels.cfg.block, 1, 1), 0, stream, args)
     if partial is not None:  # the 2-D scheme: the split's reducers merged per row
         merge_args = [vptr, iptr, pptr, rows_total, grid[1]]
-        kernels.merge.launch((-(-rows_total // 256), 1, 1), (256, 1, 1), 0, stream, merge_args)
+        kernels.merge.launch((-(-rows_total // MERGE_BLOCK), 1, 1), (MERGE_BLOCK, 1, 1), 0, stream, merge_args)
     return vals, idx
 
 

@@ -605,7 +605,7 @@ def compile_cuda_module(
     is missing or the driver refuses the module.
     """
     index = _device_index(device)
-    memo = (source, index)
+    memo = (source, index, quick_first)  # a caller that refused the tiers never gets a module still swapping
     module = _compiled.get(memo)
     if module is None:
         target, cubin = _target(index)

@@ -11,7 +11,7 @@ so.einsum("ai,ij,jk->ak", x, W1, W2, semiring="max")  # any contraction, planned
 
 __version__ = "0.1.0"
 
-from .alignment import CTCLoss, RNNTLoss, ctc_loss, ctc_posteriors, forced_align, rnnt_loss
+from .alignment import CTCLoss, RNNTLoss, TokenSpan, ctc_loss, ctc_posteriors, forced_align, merge_tokens, rnnt_loss
 from .einsum import einsum
 from .hmm import HMM
 from .info import backend_info
@@ -31,6 +31,7 @@ __all__ = [
     "Semiring",
     "SemiringLinear",
     "StdSemiring",
+    "TokenSpan",
     "__version__",
     "allowed_transitions",
     "backend_info",
@@ -40,6 +41,7 @@ __all__ = [
     "forced_align",
     "logbmm",
     "maxbmm",
+    "merge_tokens",
     "minbmm",
     "rnnt_loss",
     "semiring_matmul",

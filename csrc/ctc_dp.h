@@ -94,6 +94,12 @@ SR_HD int64_t ctc_scratch_ints(int64_t K) { return 3 * K + 2; }
 SR_HD int64_t ctc_scratch_values(int64_t K, bool programs = true) {
   return 36 + (programs ? 4 * (K + 4) + (4 * kCtcStages + 1) * K : 0);
 }
+// The scratch's bytes, as the CUDA kernels lay it out in dynamic shared memory: the int32 entries, then (16-byte
+// aligned) the T entries. alignment/ctc.py's cuda_max_labels mirrors this (a test compares the two).
+SR_HD int64_t ctc_values_offset(int64_t K) { return (ctc_scratch_ints(K) * 4 + 15) / 16 * 16; }
+template <class T> SR_HD int64_t ctc_scratch_bytes(int64_t K, bool programs = true) {
+  return ctc_values_offset(K) + ctc_scratch_values(K, programs) * int64_t(sizeof(T));
+}
 
 template <class T> SR_HD CtcScratch<T> ctc_carve(int32_t* ints, T* values, int64_t K) {
   CtcScratch<T> sm;

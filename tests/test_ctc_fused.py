@@ -5,6 +5,8 @@ labels), non-contiguous inputs, gradcheck / gradgradcheck, torch.compile."""
 
 from __future__ import annotations
 
+import ctypes
+
 import pytest
 import torch
 from conftest import DEVICES
@@ -12,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from semiring_ops import ctc_loss, ctc_posteriors, forced_align
-from semiring_ops.alignment.ctc import fused_ok, reference_log_partition
+from semiring_ops.alignment.ctc import cuda_max_labels, fused_ok, reference_log_partition
 from semiring_ops.ops import ctc_ops
 from semiring_ops.structures.fused import generic_only
 
@@ -300,3 +302,27 @@ def test_forced_align_top_k_against_every_alignment():
         assert torch.isinf(got[k:]).all() and (alignments[n, k:] == 0).all()
     with pytest.raises(ValueError, match="top_k"):
         forced_align(lp, targets, il, tl, top_k=0)
+
+
+def test_the_shared_memory_bound_mirrors_the_kernels_scratch():
+    """alignment/ctc.py's cuda_max_labels computes the CUDA kernels' scratch bytes (csrc/ctc_dp.h,
+    ctc_scratch_bytes) on its own: the two agree at every K, and the bound on GPUs of 99 KiB a block (compute
+    capability 8.6 / 8.9: the fused kernels' launch failed past ~630 labels there) and of the A100's / H100's."""
+    from semiring_ops.lazy.host_compiler import compile_host_library, host_compiler_available
+
+    if not host_compiler_available():
+        pytest.skip("no C++ compiler")
+    source = """#include "ctc_dp.h"
+extern "C" long long ctc_bytes(long long K, int is_double) {
+  return is_double ? semiring_ops::ctc_scratch_bytes<double>(K) : semiring_ops::ctc_scratch_bytes<float>(K);
+}"""
+    i64, i32 = ctypes.c_longlong, ctypes.c_int
+    fn = compile_host_library(source, ["ctc_bytes"]).function("ctc_bytes", [i64, i32], i64)
+    for dtype, is_double in ((torch.float32, 0), (torch.float64, 1)):
+        for shared in (49152, 101376, 166912, 232448, *range(20000, 240000, 7919)):
+            S = cuda_max_labels(shared, dtype)
+            assert S == -1 or fn.call(2 * S + 1, is_double) <= shared
+            bound = {torch.float32: 1023, torch.float64: 511}[dtype]
+            assert bound == S or fn.call(2 * S + 3, is_double) > shared
+    assert (cuda_max_labels(101376, torch.float32), cuda_max_labels(101376, torch.float64)) == (631, 340)
+    assert (cuda_max_labels(166912, torch.float32), cuda_max_labels(166912, torch.float64)) == (1023, 511)

@@ -63,17 +63,14 @@ struct BlockTeam {
   }
 };
 
-// The scratch in dynamic shared memory: ctc_dp.h's int32 entries, then (16-byte aligned) its values.
-__host__ __device__ int64_t values_offset(int64_t K) { return (ctc_scratch_ints(K) * 4 + 15) / 16 * 16; }
-
+// The scratch in dynamic shared memory: ctc_dp.h's int32 entries, then (16-byte aligned) its values
+// (ctc_scratch_bytes).
 template <class T> __device__ CtcScratch<T> carve(int64_t K) {
   extern __shared__ __align__(16) unsigned char smem[];
-  return ctc_carve<T>(reinterpret_cast<int32_t*>(smem), reinterpret_cast<T*>(smem + values_offset(K)), K);
+  return ctc_carve<T>(reinterpret_cast<int32_t*>(smem), reinterpret_cast<T*>(smem + ctc_values_offset(K)), K);
 }
 
-template <class T> size_t scratch_bytes(int64_t K, bool programs) {
-  return values_offset(K) + ctc_scratch_values(K, programs) * sizeof(T);
-}
+template <class T> size_t scratch_bytes(int64_t K, bool programs) { return size_t(ctc_scratch_bytes<T>(K, programs)); }
 
 // Frames a block of the collection takes (its labels and chains set up once for them).
 constexpr int64_t kCollectFrames = 64;

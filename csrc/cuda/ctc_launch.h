@@ -14,7 +14,8 @@ namespace cuda {
 // The largest K = 2 S + 1 the kernels take: an item's rows and staged inputs live in shared memory (17 K values
 // and 3 K int32: 160 KiB in float32 at K = 2,047, 148 KiB in float64 at K = 1,023): targets of up to 1,023 labels
 // in float32, 511 in float64, within the A100's, H100's and H200's 163-227 KiB a block. (GPUs of 99 KiB, compute
-// capability 8.6 / 8.9, take about 600 labels in float32; past that the launch fails in cudaFuncSetAttribute.)
+// capability 8.6 / 8.9, take 631 labels in float32, 340 in float64: alignment/ctc.py's fused_ok reads the device's
+// shared memory and sends longer targets to the structure's PyTorch program; ctc_dp.h, ctc_scratch_bytes.)
 template <class T> constexpr int64_t ctc_max_states() { return sizeof(T) == 4 ? 2047 : 1023; }
 
 // The log program (ctc_dp.h) over a.N items, one block each, then (with a.occupancy) the collection of the

@@ -23,6 +23,7 @@ the double backward.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import torch
@@ -172,20 +173,44 @@ def ctc_loss(
 
 def fused_ok(log_probs: Tensor, targets: Tensor) -> bool:
     """Whether CTC's fused kernels take these (T, N, C) float32 / float64 log_probs and (N, S) targets: compiled
-    kernels on the device, no ``generic_only()`` block, and on CUDA targets of at most 1,023 labels in float32 and
-    511 in float64 (the states' rows live in shared memory: csrc/cuda/ctc_launch.h). While torch.compile traces,
-    the kernels are taken to be there (the ops load them when the graph runs: ctc_ops.ctc_kernels_or_raise)."""
+    kernels on the device, no ``generic_only()`` block, and on CUDA targets whose states' rows fit the device's
+    shared memory a block (cuda_max_labels: 1,023 labels in float32 and 511 in float64 on an A100, H100 or H200,
+    ~630 / ~310 on GPUs of 99 KiB; longer targets run the structure's PyTorch program). While torch.compile
+    traces, the kernels are taken to be there (the ops load them when the graph runs:
+    ctc_ops.ctc_kernels_or_raise)."""
     from ..ops.ctc_ops import ctc_kernels
     from ..structures.fused import generic_active
 
-    if generic_active() or log_probs.dtype not in _CUDA_MAX_LABELS:
+    if generic_active() or log_probs.dtype not in _CUDA_MAX_STATES:
         return False
-    if log_probs.device.type == "cuda" and targets.shape[1] > _CUDA_MAX_LABELS[log_probs.dtype]:
-        return False
+    if log_probs.device.type == "cuda":
+        index = log_probs.device.index if log_probs.device.index is not None else torch.cuda.current_device()
+        if targets.shape[1] > _device_max_labels(index, log_probs.dtype):
+            return False
     return torch.compiler.is_compiling() or ctc_kernels(log_probs.device) is not None
 
 
-_CUDA_MAX_LABELS = {torch.float32: 1023, torch.float64: 511}  # csrc/cuda/ctc_launch.h, ctc_max_states
+_CUDA_MAX_STATES = {torch.float32: 2047, torch.float64: 1023}  # csrc/cuda/ctc_launch.h, ctc_max_states
+
+
+def cuda_max_labels(shared_bytes: int, dtype: torch.dtype) -> int:
+    """The most labels S whose K = 2 S + 1 states' scratch (csrc/ctc_dp.h, ctc_scratch_bytes: 3 K + 2 int32, then
+    16-byte aligned 36 + 4 (K + 4) + 13 K values) fits ``shared_bytes`` of shared memory a block, within the
+    kernels' own bound (_CUDA_MAX_STATES); -1 when not even S = 0 fits."""
+    size = 4 if dtype == torch.float32 else 8
+
+    def scratch(K: int) -> int:
+        return -(-(4 * (3 * K + 2)) // 16) * 16 + (36 + 4 * (K + 4) + 13 * K) * size
+
+    K = _CUDA_MAX_STATES[dtype]
+    while K >= 1 and scratch(K) > shared_bytes:
+        K -= 2
+    return (K - 1) // 2
+
+
+@functools.lru_cache(maxsize=64)
+def _device_max_labels(index: int, dtype: torch.dtype) -> int:
+    return cuda_max_labels(torch.cuda.get_device_properties(index).shared_memory_per_block_optin, dtype)
 
 
 def log_partition(

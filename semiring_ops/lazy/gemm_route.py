@@ -156,19 +156,27 @@ def block_gram(spec: GramSpec, call: CallArgs, lo: int, n: int, fast: bool = Fal
     else:
         # one GEMM gives the whole distance, [xs, nx, 1] . [-2 w ys, 1, ny]: no pass over the block for the norms;
         # then each row's minimum against a bound of its cut-off, (|x|^2 + max |y|^2) / GRAM_CANCEL: one read of
-        # the block; the exact test only in the rows under it (NaN fails the comparison, so it is summed again too,
-        # as on CUDA)
+        # the block. In the rows under it, the cells under the bound are the candidates (one compare with a number
+        # a row), and the exact test runs on them alone (NaN fails the comparisons, so it is summed again too, as
+        # on CUDA). At D = 3 every row has cells under its bound (~0.25% of random cells cancel) and the exact test
+        # over whole rows (their copy, |x|^2 + |y|^2, its division) was 60% of a 4,000 x 2,000 K @ b
         one = torch.ones_like(nx)
         values = torch.mm(
             torch.cat([xs, nx, one], 1), torch.cat([ys * (-2 * ones), one.new_ones(len(ny), 1), ny[:, None]], 1).t()
         )
         if not len(ny):
             return values
-        low = (~(values.amin(1) >= (nx[:, 0] + ny.max()) / GRAM_CANCEL)).nonzero()[:, 0]
+        bound = (nx[:, 0] + ny.max()) / GRAM_CANCEL
+        low = (~(values.amin(1) >= bound)).nonzero()[:, 0]
         if not len(low):
             return values
-        rows, cols = (~(values[low] >= (nx[low] + ny) / GRAM_CANCEL)).nonzero(as_tuple=True)
-        rows = low[rows]
+        some = 2 * len(low) <= len(values)  # else the compare runs over the whole block, not a copy of its rows
+        block = values[low] if some else values
+        rows, cols = (~(block >= (bound[low] if some else bound)[:, None])).nonzero(as_tuple=True)
+        if some:
+            rows = low[rows]
+        cancels = ~(values[rows, cols] >= (nx[rows, 0] + ny[cols]) / GRAM_CANCEL)
+        rows, cols = rows[cancels], cols[cancels]
     if rows.numel():
         values[rows, cols] = ((x[rows] - y[cols]) ** 2 * ones).sum(1)
     return values

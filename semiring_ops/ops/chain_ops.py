@@ -37,7 +37,7 @@ from torch import Tensor
 from ..build.backends import backend_for
 from ..hooks import Hook
 from ..semirings import LogSemiring
-from .registry import plain_eager
+from .registry import eager_function, plain_eager
 
 __all__ = [
     "chain_log_backward",
@@ -192,21 +192,12 @@ def _crf_backward(ctx, grad_llh, _grad_alpha=None, _grad_log_z=None):
 crf_log_likelihood.register_autograd(_crf_backward, setup_context=_crf_setup_context)
 
 
-class _CrfLogLikelihoodEager(torch.autograd.Function):
-    """crf_log_likelihood with the registered op's autograd formula, without its Python dispatch: for plain eager
-    tensors where no C++ node is had (the PyTorch reference; on the CPU, while the chain family's autograd module
-    is built). The op's first call would also import torch._dynamo (~3.7 s on the 2-core machine)."""
-
-    @staticmethod
-    def forward(ctx, em, trans, start, end, lengths, tags):
-        inputs = (em, trans, start, end, lengths, tags)
-        output = tuple(backend_for(em.device).crf_log_likelihood(*inputs))
-        _crf_setup_context(ctx, inputs, output)
-        return output
-
-    @staticmethod
-    def backward(ctx, grad_llh, grad_alpha, grad_log_z):
-        return _crf_backward(ctx, grad_llh, grad_alpha, grad_log_z)
+_CrfLogLikelihoodEager = eager_function(
+    "_CrfLogLikelihoodEager",
+    lambda *inputs: tuple(backend_for(inputs[0].device).crf_log_likelihood(*inputs)),
+    _crf_setup_context,
+    _crf_backward,
+)
 
 
 def crf_log_likelihood_eager(

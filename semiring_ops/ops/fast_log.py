@@ -34,6 +34,7 @@ from ..build.backends import backend_for
 from ..semirings import LogSemiring
 from . import registry
 from .fast_log_scaled import fits, scaled_product
+from .registry import eager_function
 
 __all__ = ["DEFAULT_PASSES", "FAST_DTYPES", "MIN_CELLS", "log_bmm_fast", "reset_stats", "stats", "supports"]
 
@@ -157,19 +158,7 @@ def _backward(ctx, grad_out):
 log_bmm_fast_op.register_autograd(_backward, setup_context=_setup_context)
 
 
-class _LogBmmFastEager(torch.autograd.Function):
-    """log_bmm_fast_op with its gradient for eager calls, without the custom op's Python dispatch (~8 us a call;
-    the products that take this path run for milliseconds, so its backward stays in Python)."""
-
-    @staticmethod
-    def forward(ctx, a, b, passes):
-        out = _forward(a, b, passes)
-        _setup_context(ctx, (a, b, passes), out)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        return _backward(ctx, grad_out)
+_LogBmmFastEager = eager_function("_LogBmmFastEager", _forward, _setup_context, _backward)
 
 
 def log_bmm_fast(a: Tensor, b: Tensor, passes: int = DEFAULT_PASSES) -> Tensor:

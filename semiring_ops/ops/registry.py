@@ -18,6 +18,8 @@ Gradients never materialise the (B, n, k, m) product:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -133,20 +135,33 @@ _is_legacy_batched = torch._C._functorch.is_legacy_batchedtensor
 _PLAIN = (Tensor, torch.nn.Parameter)  # a Parameter is a subclass that changes no operator
 
 
-class _BmmEager(torch.autograd.Function):
-    """bmm_forward with the registered op's autograd formula, without its Python dispatch: for plain eager tensors
-    where no C++ node is had (the PyTorch reference; on the CPU, while the bmm family's autograd module is built).
-    The op's first call would also import torch._dynamo (~3.7 s on the 2-core machine) inside a first logbmm."""
+def eager_function(
+    name: str, body: Callable[..., Any], setup_context: Callable[..., None], backward: Callable[..., Any]
+) -> type[torch.autograd.Function]:
+    """An autograd.Function running a registered op's ``body`` with the op's own autograd formula
+    (``setup_context(ctx, inputs, output)``, ``backward(ctx, *grads)``) but without the op's Python dispatch: for
+    plain eager tensors (plain_eager) where no C++ node is had (the PyTorch reference; on the CPU, while a family's
+    autograd module is built in the background). The op's dispatch costs ~8 us a call, and its first call imports
+    torch._dynamo (~3.7 s on the 2-core machine, inside a first logbmm)."""
 
-    @staticmethod
-    def forward(ctx, a, b, semiring_id, with_arg):
-        output = tuple(backend_for(a.device).bmm_forward(a, b, semiring_id, with_arg))
-        _bmm_setup_context(ctx, (a, b, semiring_id, with_arg), output)
+    def forward(ctx: Any, *inputs: Any) -> Any:
+        output = body(*inputs)
+        setup_context(ctx, inputs, output)
         return output
 
-    @staticmethod
-    def backward(ctx, grad_out, grad_arg):
-        return _bmm_backward(ctx, grad_out, grad_arg)
+    def backward_(ctx: Any, *grads: Any) -> Any:
+        return backward(ctx, *grads)
+
+    attributes = {"forward": staticmethod(forward), "backward": staticmethod(backward_), "__module__": __name__}
+    return type(name, (torch.autograd.Function,), attributes)
+
+
+_BmmEager = eager_function(
+    "_BmmEager",
+    lambda a, b, semiring_id, with_arg: tuple(backend_for(a.device).bmm_forward(a, b, semiring_id, with_arg)),
+    _bmm_setup_context,
+    _bmm_backward,
+)
 
 
 def bmm_forward_eager(a: Tensor, b: Tensor, semiring_id: int, with_arg: bool) -> tuple[Tensor, Tensor]:

@@ -210,7 +210,8 @@ def cuda_max_labels(shared_bytes: int, dtype: torch.dtype) -> int:
 
 @functools.lru_cache(maxsize=64)
 def _device_max_labels(index: int, dtype: torch.dtype) -> int:
-    return cuda_max_labels(torch.cuda.get_device_properties(index).shared_memory_per_block_optin, dtype)
+    shared = getattr(torch.cuda.get_device_properties(index), "shared_memory_per_block_optin", None)
+    return cuda_max_labels(1 << 30 if shared is None else shared, dtype)  # (a torch without it: the kernels' bound)
 
 
 def log_partition(

@@ -396,21 +396,23 @@ def test_cpu_gradient_terms_below_the_linear_minimum_stay_in_the_kernel(compiled
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("far_rows", [2, 3, 0])
+@pytest.mark.parametrize("far_rows, specials", [(2, False), (3, False), (0, False), (2, True)])
 def test_cpu_distance_blocks_sum_again_only_the_cells_that_cancel_and_keep_nan_and_inf(
-    route, monkeypatch, dtype, far_rows
+    route, monkeypatch, dtype, far_rows, specials
 ):
     """The CPU's distance blocks (one GEMM with the norms folded in, then each row's minimum against a bound of
     its cut-off, then the exact test on the cells under it): rows of near-duplicates beside rows of far points
     (every ``far_rows``-th row, or none: the rows under their bound are then a copy of at most half the block's
-    rows, or the whole block), a NaN and an infinite coordinate; each block the linear route reads against float64
-    of the dense matrix (inf and NaN where the dense form has them)."""
+    rows, or the whole block); with ``specials`` a NaN and an infinite coordinate (the inner terms' mean, then every
+    shifted y, is infinite: every cell is summed again). Each block the linear route reads against float64 of the
+    dense matrix (inf and NaN where the dense form has them)."""
     x, y = points("near_duplicate", 300, 90, 48, "cpu", seed=5)
     if far_rows:
         x[::far_rows] += 40  # far from every y: no cell of these rows is summed again
     x, y = x.to(dtype), y.to(dtype)
-    x[3, 7] = float("nan")
-    y[11, 2] = float("inf")
+    if specials:
+        x[3, 7] = float("nan")
+        y[11, 2] = float("inf")
     blocks = []
     real = linear_route.block_gram
 

@@ -166,7 +166,9 @@ def block_gram(spec: GramSpec, call: CallArgs, lo: int, n: int, fast: bool = Fal
         )
         if not len(ny):
             return values
-        bound = (nx[:, 0] + ny.max()) / GRAM_CANCEL
+        # (max over the finite |y|^2: an infinite y would make every row's bound infinite and every row a
+        # candidate; its cells are inf, or NaN, which fails the comparisons and is summed again)
+        bound = (nx[:, 0] + torch.where(torch.isfinite(ny), ny, 0).max()) / GRAM_CANCEL
         low = (~(values.amin(1) >= bound)).nonzero()[:, 0]
         if not len(low):
             return values

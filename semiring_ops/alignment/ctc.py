@@ -175,7 +175,7 @@ def fused_ok(log_probs: Tensor, targets: Tensor) -> bool:
     """Whether CTC's fused kernels take these (T, N, C) float32 / float64 log_probs and (N, S) targets: compiled
     kernels on the device, no ``generic_only()`` block, and on CUDA targets whose states' rows fit the device's
     shared memory a block (cuda_max_labels: 1,023 labels in float32 and 511 in float64 on an A100, H100 or H200,
-    ~630 / ~310 on GPUs of 99 KiB; longer targets run the structure's PyTorch program). While torch.compile
+    631 / 340 on GPUs of 99 KiB; longer targets run the structure's PyTorch program). While torch.compile
     traces, the kernels are taken to be there (the ops load them when the graph runs:
     ctc_ops.ctc_kernels_or_raise)."""
     from ..ops.ctc_ops import ctc_kernels

@@ -149,10 +149,7 @@ def eager_function(
         setup_context(ctx, inputs, output)
         return output
 
-    def backward_(ctx: Any, *grads: Any) -> Any:
-        return backward(ctx, *grads)
-
-    attributes = {"forward": staticmethod(forward), "backward": staticmethod(backward_), "__module__": __name__}
+    attributes = {"forward": staticmethod(forward), "backward": staticmethod(backward), "__module__": __name__}
     return type(name, (torch.autograd.Function,), attributes)
 
 

@@ -93,9 +93,10 @@ def format_info(info: dict[str, Any]) -> str:
         + (", ".join(f"cuda:{d['index']} {d['name']} (sm {d['capability']})" for d in info["cuda_devices"]) or "none")
     )
     lines.append("kernel families:")
+    width = max((len(f["family"]) for f in info["families"]), default=0)
     for f in info["families"]:
-        lines.append(f"  {f['device']:4s} {f['family']:12s} {f['kind']:10s} {f['detail']}")
-        lines.append(f"  {'':4s} {'':12s} {'':10s} ({f['serves']})")
+        lines.append(f"  {f['device']:4s} {f['family']:{width}s} {f['kind']:10s} {f['detail']}")
+        lines.append(f"  {'':4s} {'':{width}s} {'':10s} ({f['serves']})")
     lines.append("std matmul: torch.matmul")
     lines.append("lazy reductions: " + ", ".join(f"{dt}: {v}" for dt, v in info["lazy"].items()))
     return "\n".join(lines)

@@ -5,6 +5,7 @@ warning naming the fix (never a traceback), and `info` reports what is active wi
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -262,7 +263,7 @@ def test_info_reports_every_family_without_compiling(tmp_path):
     assert "build cache: " + str(tmp_path) in res.stdout and "lazy kernel cache:" in res.stdout
     assert "C++ compiler: " in res.stdout
     for fam in families_for("cpu"):
-        assert f"cpu  {fam.name:12s} not built  compiles on first use" in res.stdout
+        assert re.search(rf"cpu  {fam.name} +not built  compiles on first use", res.stdout), fam.name
     assert "std matmul: torch.matmul" in res.stdout
     assert "lazy reductions: cpu: compiled (g++)" in res.stdout  # CI and this machine have g++
     if torch.version.cuda:

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from ..ops.ctc_ops import ctc_kernels
+from ..ops.registry import eager_function
 from ..ops.rnnt_ops import rnnt_lattice
 from ..semirings import LogSemiring, MaxSemiring
 from ..structures.rnnt import RNNT
@@ -57,10 +58,11 @@ def rnnt_loss(
         raise ValueError(f"rnnt_loss: semiring must be one of {tuple(_SEMIRINGS)}, got {semiring!r}")
     blank, padded = _check(logits, targets, logit_lengths, target_lengths, blank)
     args = (logits, targets.long(), logit_lengths.long(), target_lengths.long(), blank, float(clamp))
-    if torch.compiler.is_compiling():  # a registered op with its autograd formula: opaque to the tracer
-        costs = rnnt_costs(*args, fused_log_softmax, semiring == "max", padded)[0]
-    else:
-        costs = _RNNTCosts.apply(*args, fused_log_softmax, semiring, padded)
+    args += (fused_log_softmax, semiring == "max", padded)
+    if torch.compiler.is_compiling():  # the registered op with its autograd formula: opaque to the tracer
+        costs = rnnt_costs(*args, True)[0]
+    else:  # the same body and formula without the op's dispatch; the posteriors only when a gradient is wanted
+        costs = _RNNTCostsEager.apply(*args, torch.is_grad_enabled() and logits.requires_grad)[0]
     if reduction == "mean":
         return costs.mean()
     if reduction == "sum":
@@ -220,31 +222,7 @@ def _costs(
     return (-total).to(logits.dtype), norm, post
 
 
-class _RNNTCosts(torch.autograd.Function):
-    """Per-item costs -total (B,) for eager calls; the backward forms the logits' gradient in one tensor."""
-
-    @staticmethod
-    def forward(ctx, logits, targets, logit_lengths, target_lengths, blank, clamp, fused, semiring, padded):
-        need_grad = ctx.needs_input_grad[0]
-        costs, norm, post = _costs(logits, targets, logit_lengths, target_lengths, blank, fused, semiring, need_grad)
-        ctx.save_for_backward(logits, targets, target_lengths, norm, post)
-        ctx.blank, ctx.clamp, ctx.padded = blank, clamp, padded
-        return costs
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_costs):
-        logits, targets, target_lengths, norm, post = ctx.saved_tensors
-        if post is None:  # (the forward ran without a gradient to make)
-            return (None,) * 9
-        grad = _logits_grad(logits, targets, target_lengths, norm, post, ctx.blank, ctx.clamp, ctx.padded, grad_costs)
-        return grad, *(None,) * 8
-
-
-# Under torch.compile the same forward and gradient as a registered op and its autograd formula, which the tracer
-# does not look into (torch 2.11's dynamo traced _RNNTCosts with ctx.needs_input_grad all False: a zero gradient).
-@torch.library.custom_op("semiring_ops::rnnt_costs", mutates_args=())
-def rnnt_costs(
+def _rnnt_costs_body(
     logits: Tensor,
     targets: Tensor,
     logit_lengths: Tensor,
@@ -254,25 +232,40 @@ def rnnt_costs(
     fused: bool,
     max: bool,
     padded: bool,
+    need_grad: bool,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """(costs (B,), the normaliser (B, T, U + 1) or (0,) without ``fused``, the posteriors (B, T, U + 1, 2)); int64
-    targets and lengths; ``clamp`` and ``padded`` serve the gradient."""
+    """(costs (B,), the normaliser (B, T, U + 1) or (0,) without ``fused``, the posteriors (B, T, U + 1, 2) or (0,)
+    without ``need_grad``); int64 targets and lengths; ``clamp`` and ``padded`` serve the gradient."""
     costs, norm, post = _costs(
-        logits, targets, logit_lengths, target_lengths, blank, fused, "max" if max else "log", True
+        logits, targets, logit_lengths, target_lengths, blank, fused, "max" if max else "log", need_grad
     )
-    return costs, (norm if norm is not None else post.new_empty((0,))), post
+
+    def empty() -> Tensor:  # (one each: outputs never alias one another)
+        return logits.new_empty((0,), dtype=_compute_dtype(logits))
+
+    return costs, (norm if norm is not None else empty()), (post if post is not None else empty())
+
+
+def _compute_dtype(logits: Tensor) -> torch.dtype:
+    return torch.float64 if logits.dtype == torch.float64 else torch.float32
+
+
+# Under torch.compile a registered op with its autograd formula, which the tracer does not look into (torch 2.11's
+# dynamo traced an autograd.Function with ctx.needs_input_grad all False: a zero gradient); eager calls run the same
+# body and formula as an autograd.Function (_RNNTCostsEager), without the op's dispatch.
+rnnt_costs = torch.library.custom_op("semiring_ops::rnnt_costs", mutates_args=())(_rnnt_costs_body)
 
 
 @rnnt_costs.register_fake
-def _(logits, targets, logit_lengths, target_lengths, blank, clamp, fused, max, padded):
+def _(logits, targets, logit_lengths, target_lengths, blank, clamp, fused, max, padded, need_grad):
     B, T, U1, _ = logits.shape
-    compute = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    compute = _compute_dtype(logits)
     norm = logits.new_empty((B, T, U1) if fused else (0,), dtype=compute)
-    return logits.new_empty((B,)), norm, logits.new_empty((B, T, U1, 2), dtype=compute)
+    return logits.new_empty((B,)), norm, logits.new_empty((B, T, U1, 2) if need_grad else (0,), dtype=compute)
 
 
 def _rnnt_costs_setup_context(ctx, inputs, output):
-    logits, targets, _frames, target_lengths, blank, clamp, fused, _max, padded = inputs
+    logits, targets, _frames, target_lengths, blank, clamp, fused, _max, padded, _need_grad = inputs
     _costs_out, norm, post = output
     ctx.mark_non_differentiable(norm, post)
     ctx.blank, ctx.clamp, ctx.padded, ctx.fused = blank, clamp, padded, fused
@@ -283,7 +276,14 @@ def _rnnt_costs_backward(ctx, grad_costs, _grad_norm, _grad_post):
     logits, targets, target_lengths, norm, post = ctx.saved_tensors
     norm = norm if ctx.fused else None
     grad = _logits_grad(logits, targets, target_lengths, norm, post, ctx.blank, ctx.clamp, ctx.padded, grad_costs)
-    return grad, *(None,) * 8
+    return grad, *(None,) * 9
 
 
 rnnt_costs.register_autograd(_rnnt_costs_backward, setup_context=_rnnt_costs_setup_context)
+# (once differentiable, as torchaudio's: a second derivative raises rather than reads a gradient made without a graph)
+_RNNTCostsEager = eager_function(
+    "_RNNTCostsEager",
+    _rnnt_costs_body,
+    _rnnt_costs_setup_context,
+    torch.autograd.function.once_differentiable(_rnnt_costs_backward),
+)

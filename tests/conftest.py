@@ -83,6 +83,35 @@ def compiled(monkeypatch) -> None:
     _lazy_backend(monkeypatch, "compiled")
 
 
+def _threads_per_worker() -> int | None:
+    """The CPU threads an xdist worker gets: the machine's cores shared among the workers (at least 1), or None
+    outside xdist or where OMP_NUM_THREADS says already. Two workers of torch's default thread count on two cores
+    run four OpenMP threads on two cores; each parallel region's barrier then waits for descheduled threads, and
+    the suite took ~1.5x its CPU time (a 2-core run of four CPU-bound files: 222 s, 151 s with a thread each).
+    tests/test_cpu_threads.py runs every CPU kernel family on several threads against one."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers <= 1 or "OMP_NUM_THREADS" in os.environ:
+        return None
+    return max(1, (os.cpu_count() or 1) // workers)
+
+
+_saved_threads: list[int] = []
+
+
+def pytest_configure(config):
+    threads = _threads_per_worker()
+    if threads is not None:
+        _saved_threads.append(torch.get_num_threads())
+        torch.set_num_threads(threads)
+        os.environ["OMP_NUM_THREADS"] = str(threads)  # the subprocesses tests start (peers' suites and examples)
+
+
+def pytest_unconfigure(config):
+    if _saved_threads:
+        torch.set_num_threads(_saved_threads.pop())
+        os.environ.pop("OMP_NUM_THREADS", None)
+
+
 def pytest_addoption(parser):
     parser.addoption(
         "--shuffle",

@@ -270,6 +270,22 @@ def test_info_reports_every_family_without_compiling(tmp_path):
         assert "CUDA toolkit: " in res.stdout and "cuda bmm" in res.stdout
 
 
+def test_the_build_commands_lines_keep_one_column_for_every_family_name(monkeypatch):
+    """`python -m semiring_ops build`: one line a family, its status in one column however long the names
+    (chain_autograd is longer than the others); cached families compile nothing."""
+    from semiring_ops.build import parallel, prebuilt
+
+    monkeypatch.setattr(prebuilt, "prebuilt_status", lambda fam, index: ("none", ""))
+    monkeypatch.setattr(jit, "is_cached", lambda spec, tk=None: True)
+    lines: list[str] = []
+    fams = families_for("cpu")
+    results = parallel.build_families(fams, jobs=1, echo=lines.append)
+    assert [r.status for r in results] == ["cached"] * len(fams)
+    assert len(lines) == len(fams) and {line.index("cached") for line in lines} == {
+        len("  cpu  ") + max(len(f.name) for f in fams) + 1
+    }, lines
+
+
 # Run first in the child: pretend this torch was built with CUDA on a machine without a GPU and a CUDA
 # toolkit guessed at /tmp, as CI's CUDA wheel of torch does; importing torch.utils.cpp_extension then logs
 # "No CUDA runtime is found, using CUDA_HOME=...", which a CPU build must not show.

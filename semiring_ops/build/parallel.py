@@ -40,6 +40,7 @@ def build_families(fams: list[Family], jobs: int | None = None, echo=print) -> l
     from . import backends, jit, prebuilt, toolkit
 
     jobs = jobs or os.cpu_count() or 1
+    width = max((len(fam.name) for fam in fams), default=0)  # the families' column, as wide as its longest name
     results: list[FamilyBuild] = []
     pending: list[Family] = []
     for fam in fams:
@@ -57,7 +58,7 @@ def build_families(fams: list[Family], jobs: int | None = None, echo=print) -> l
             continue
         pending.append(fam)
     for r in results:
-        echo(f"  {r.family.device_type:4s} {r.family.name:12s} {r.status}{': ' + r.detail if r.detail else ''}")
+        echo(f"  {r.family.device_type:4s} {r.family.name:{width}s} {r.status}{': ' + r.detail if r.detail else ''}")
     pending.sort(key=lambda f: -len(f.sources))
     running: list[tuple[Family, subprocess.Popen, float, int]] = []  # (family, worker, start, its jobs)
     while pending or running:
@@ -88,7 +89,7 @@ def build_families(fams: list[Family], jobs: int | None = None, echo=print) -> l
                 result = FamilyBuild(fam, "failed", seconds, tail)
             results.append(result)
             echo(
-                f"  {fam.device_type:4s} {fam.name:12s} {result.status} in {seconds:.1f} s"
+                f"  {fam.device_type:4s} {fam.name:{width}s} {result.status} in {seconds:.1f} s"
                 + (f"\n{result.detail}" if result.detail else "")
             )
     return results

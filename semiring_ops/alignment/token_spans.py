@@ -46,8 +46,9 @@ def merge_tokens(tokens: Tensor, scores: Tensor, blank: int = 0) -> list[TokenSp
     change[1:] = tokens[1:] != tokens[:-1]
     starts = change.nonzero()[:, 0].tolist()
     labels = tokens.tolist()
-    return [
-        TokenSpan(labels[start], start, end, scores[start:end].mean().item())
-        for start, end in zip(starts, [*starts[1:], n], strict=True)
-        if labels[start] != blank
-    ]
+    spans = [(start, end) for start, end in zip(starts, [*starts[1:], n], strict=True) if labels[start] != blank]
+    if not spans:
+        return []
+    # each span's mean as torch computes it on the scores' device (its launches queued, read back in one transfer)
+    means = torch.stack([scores[start:end].mean() for start, end in spans]).tolist()
+    return [TokenSpan(labels[start], start, end, mean) for (start, end), mean in zip(spans, means, strict=True)]

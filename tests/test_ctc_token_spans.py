@@ -52,14 +52,16 @@ def test_bad_input_names_the_arguments():
         merge_tokens(torch.zeros(3, dtype=torch.int32), torch.zeros(4))
 
 
-def test_torchaudios_merge_tokens_where_it_imports():
+@pytest.mark.parametrize("device", DEVICES)
+def test_torchaudios_merge_tokens_where_it_imports(device):
+    """The same spans and scores, to the bit, on the device's tensors (each span's mean computed there)."""
     try:
         from torchaudio.functional import merge_tokens as theirs
     except Exception as exc:  # not installed, or its compiled ops refuse this torch (any error of its import)
         pytest.skip(f"torchaudio.functional does not import here: {exc}")
     g = torch.Generator().manual_seed(0)
-    tokens = torch.randint(0, 4, (200,), generator=g)
-    scores = torch.rand(200, generator=g)
+    tokens = torch.randint(0, 4, (200,), generator=g).to(device)
+    scores = torch.rand(200, generator=g).to(device)
     assert [vars(s) for s in merge_tokens(tokens, scores)] == [vars(s) for s in theirs(tokens, scores)]
 
 

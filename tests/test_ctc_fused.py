@@ -140,6 +140,31 @@ def test_loss_and_gradients_fused_against_generic(device):
             torch.testing.assert_close(g, gr, rtol=2e-5, atol=2e-5)
 
 
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("more_items_than_multiprocessors", [False, True])
+def test_both_register_budgets_of_the_cuda_log_kernel(dtype, more_items_than_multiprocessors):
+    """ctc_log_kernel is built for one block a multiprocessor (items <= multiprocessors) and for two (more items):
+    each against the structure's program in float64 (loss and gradient) and torch's ctc_loss (loss: its gradient
+    is taken as if through a log_softmax)."""
+    _kernels_or_skip("cuda")
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    N = 2 * sms + 3 if more_items_than_multiprocessors else min(sms, 7)
+    lp, targets, il, tl = _batch(11, 23, N, 6, 7, "cuda", dtype)
+    x = lp.clone().requires_grad_()
+    loss = ctc_loss(x, targets, il, tl, reduction="none", zero_infinity=True)
+    (g,) = torch.autograd.grad(loss.sum(), x)
+    with generic_only():
+        y = lp.double().requires_grad_()
+        want = ctc_loss(y, targets, il, tl, reduction="none", zero_infinity=True)
+        (gw,) = torch.autograd.grad(want.sum(), y)
+    theirs = torch.nn.functional.ctc_loss(lp.double(), targets, il, tl, reduction="none", zero_infinity=True)
+    tol = 1e-10 if dtype == torch.float64 else 2e-5
+    for got, expected in ((loss, want), (loss, theirs), (g, gw)):
+        torch.testing.assert_close(got.double(), expected, rtol=tol, atol=tol)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_non_contiguous_and_long_targets(device):
     _kernels_or_skip(device)

@@ -78,7 +78,13 @@ constexpr int64_t kCollectFrames = 64;
 // Threads a block: a state each up to 1,024 (float32) or 512 (float64: its registers, 64 a thread at 1,024).
 template <class T> constexpr int max_threads() { return sizeof(T) == 4 ? 1024 : 512; }
 
-template <class T> __global__ void __launch_bounds__(max_threads<T>()) ctc_log_kernel(CtcArgs<T> a) {
+// kMinBlocks: the blocks of max_threads<T>() a multiprocessor must hold at once, which caps the registers (ptxas,
+// given the thread bound alone, aims at 2: 32 registers a float32 thread, 64 a float64 one, which spills 32 bytes in
+// the log-sum-exps). ctc_log_launch takes 1 when every item has a multiprocessor of its own (float64 116 registers,
+// no spill: 7% faster at T = 4,000, N = 16) and 2 when items queue for them (then the second block hides the
+// first's latency: 15% faster in float64 at N = 1,024; docs/perf_notes.md).
+template <class T, int kMinBlocks>
+__global__ void __launch_bounds__(max_threads<T>(), kMinBlocks) ctc_log_kernel(CtcArgs<T> a) {
   ctc_log_item<T>(BlockTeam{}, a, carve<T>(a.K), blockIdx.x);
 }
 
@@ -121,7 +127,12 @@ template <class T, bool kMax> __global__ void rnnt_lattice_kernel(RnntArgs<T> a)
 template <class T> LaunchStatus ctc_log_launch(const CtcArgs<T>& a, cudaStream_t stream) {
   const LaunchStatus states = check_states<T>(a.K);
   if (states.refusal != nullptr || a.N == 0) return states;
-  const LaunchStatus run = launch(ctc_log_kernel<T>, a, dim3(unsigned(a.N)), true, stream);
+  int device = 0, multiprocessors = 0;
+  SEMIRING_OPS_CUDA_TRY(cudaGetDevice(&device));
+  SEMIRING_OPS_CUDA_TRY(device_attribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
+  const dim3 items(unsigned(a.N));
+  const LaunchStatus run = a.N <= multiprocessors ? launch(ctc_log_kernel<T, 1>, a, items, true, stream)
+                                                  : launch(ctc_log_kernel<T, 2>, a, items, true, stream);
   if (run.error != cudaSuccess || a.occupancy == nullptr || a.T_ == 0) return run;
   const dim3 grid(unsigned(a.N), unsigned((a.T_ + kCollectFrames - 1) / kCollectFrames));
   return launch(ctc_collect_kernel<T>, a, grid, false, stream);

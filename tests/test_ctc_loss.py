@@ -205,6 +205,33 @@ def test_bad_input_names_the_argument():
         ctc_loss(lp, targets, il, tl, blank=4)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("host_checks", [True, False], ids=["checked on the host", "checked on the device"])
+def test_the_checks_name_the_same_values_wherever_they_run(device, host_checks, monkeypatch):
+    """A GPU call's lengths and labels are checked on the host (one transfer) up to _HOST_CHECKED_LABELS labels and
+    on the device past it: the same losses, the same messages with the same values."""
+    import semiring_ops.alignment.ctc as ctc_module
+
+    monkeypatch.setattr(ctc_module, "_HOST_CHECKED_LABELS", 1 << 16 if host_checks else -1)
+    lp, targets, il, tl = _case(6, 8, 2, 4, 3, 0, device)
+    il, tl = il.to(device), tl.to(device)
+    want = F.ctc_loss(lp.cpu(), targets.cpu(), il.cpu(), tl.cpu(), reduction="none")
+    torch.testing.assert_close(ctc_loss(lp, targets, il, tl, reduction="none").cpu(), want, rtol=1e-10, atol=1e-10)
+    t = torch.tensor
+    cases = [
+        ((targets, t([9, 3]), tl), "input_lengths must be <= T = 8, got [9, 3]"),
+        ((targets, t([-1, 3]), tl), "input_lengths must be >= 0, got [-1, 3]"),
+        ((targets, il, t([-2, 1])), "target_lengths must be >= 0, got [-2, 1]"),
+        ((torch.zeros_like(targets), il, t([1, 1])), "target labels must be in [0, C = 4) and not the blank (0)"),
+        ((targets + 4, il, t([1, 1])), "target labels must be in [0, C = 4) and not the blank (0)"),
+        ((targets[:, :1], il, t([2, 2])), "target_lengths [2, 2] exceed targets' 1 columns"),
+    ]
+    for (tg, input_lengths, target_lengths), message in cases:
+        with pytest.raises(ValueError) as raised:
+            ctc_loss(lp, tg.to(device), input_lengths.to(device), target_lengths.to(device))
+        assert str(raised.value) == f"ctc_loss: {message}"
+
+
 def test_empty_inputs_and_targets():
     """0 frames with an empty target: loss 0; with labels: inf (0 under zero_infinity); an empty batch."""
     lp = torch.randn(3, 2, 4, dtype=F64).log_softmax(-1)

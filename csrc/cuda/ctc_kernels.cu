@@ -79,7 +79,7 @@ constexpr int64_t kCollectFrames = 64;
 template <class T> constexpr int max_threads() { return sizeof(T) == 4 ? 1024 : 512; }
 
 // kMinBlocks: the blocks of max_threads<T>() a multiprocessor must hold at once, which caps the registers (ptxas,
-// given the thread bound alone, aims at 2: 32 registers a float32 thread, 64 a float64 one, which spills 32 bytes in
+// given the thread bound alone, aims at 2: 32 registers a float32 thread, 64 a float64 one, which spills 8-32 bytes in
 // the log-sum-exps). ctc_log_launch takes 1 when every item has a multiprocessor of its own (float64 116 registers,
 // no spill: 7% faster at T = 4,000, N = 16) and 2 when items queue for them (then the second block hides the
 // first's latency: 15% faster in float64 at N = 1,024; docs/perf_notes.md).

@@ -1,7 +1,8 @@
 """Packaging. The C++/CUDA sources in csrc/ ship inside the package (semiring_ops/csrc) and compile on first use,
-one kernel family at a time (JIT, cached). With SEMIRING_OPS_BUILD_EXT=1 every family is built ahead of time into
-the package (semiring_ops/_C_<device>_<family>), beside a manifest (_prebuilt.json) that says for which torch, CPU
-and GPUs; such a wheel installs and runs with no compiler (docs/build.md):
+one kernel family at a time (JIT, cached). With SEMIRING_OPS_BUILD_EXT=1 every family is built ahead of time by that
+same JIT path (semiring_ops.build.parallel, into the cache: a family already cached with the same flags is taken as
+it is) and its library copied into the package (semiring_ops/_prebuilt/), beside a manifest (_prebuilt.json) that
+says for which torch, CPU and GPUs; such a wheel installs and runs with no compiler (docs/build.md):
 
     SEMIRING_OPS_BUILD_EXT=1 python -m build --wheel --no-isolation    # CPU kernels, plus CUDA when a toolkit is found
     SEMIRING_OPS_BUILD_EXT=1 TORCH_CUDA_ARCH_LIST="9.0" pip install --no-build-isolation .
@@ -20,12 +21,14 @@ import sys
 import types
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Distribution, setup
+from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).parent
 CSRC = ROOT / "csrc"
 WHEEL_CUDA_ARCHS = "8.0;8.6;8.9;9.0;10.0;12.0+PTX"
+BUILD_KERNELS = os.environ.get("SEMIRING_OPS_BUILD_EXT") == "1"
 
 
 class BuildPyWithSources(build_py):
@@ -40,73 +43,70 @@ class BuildPyWithSources(build_py):
 
 
 def build_modules():
-    """semiring_ops.build's families, toolkit and prebuilt modules, without running semiring_ops/__init__.py (which
-    imports the whole library): a stand-in parent package whose path is the source folder."""
+    """semiring_ops.build's modules, without running semiring_ops/__init__.py (which imports the whole library): a
+    stand-in parent package whose path is the source folder."""
     if "semiring_ops" not in sys.modules:
         stub = types.ModuleType("semiring_ops")
         stub.__path__ = [str(ROOT / "semiring_ops")]
         sys.modules["semiring_ops"] = stub
-    return tuple(importlib.import_module(f"semiring_ops.build.{m}") for m in ("families", "toolkit", "prebuilt", "jit"))
+    names = ("families", "toolkit", "prebuilt", "jit", "parallel")
+    return tuple(importlib.import_module(f"semiring_ops.build.{m}") for m in names)
 
 
-def ahead_of_time_extensions():
-    if os.environ.get("SEMIRING_OPS_BUILD_EXT") != "1":
-        return [], {}
-    families, toolkit, prebuilt, jit = build_modules()
-    cuda = None
-    if os.environ.get("SEMIRING_OPS_BUILD_CUDA", "1") == "1" and toolkit.torch_cuda_major() is not None:
-        cuda = toolkit.find_cuda_toolkit(jit.cache_root())
-        if cuda is None:
-            print(f"semiring_ops: {toolkit.missing_toolkit_reason(jit.cache_root())}: CPU kernels only", flush=True)
-        else:  # before torch.utils.cpp_extension is imported: it reads CUDA_HOME once
-            os.environ["CUDA_HOME"] = str(cuda.home)
-            os.environ.pop("CUDA_PATH", None)
-            os.environ.setdefault("TORCH_CUDA_ARCH_LIST", WHEEL_CUDA_ARCHS)
-            print(
-                f"semiring_ops: CUDA kernels with nvcc {cuda.version} ({cuda.source}) for "
-                f"sm {os.environ['TORCH_CUDA_ARCH_LIST']}",
-                flush=True,
+class BuildKernels(build_ext):
+    """SEMIRING_OPS_BUILD_EXT=1: every family built as on first use, its library copied into the package, then the
+    manifest prebuilt.py checks before loading any of them."""
+
+    def run(self):
+        families, toolkit, prebuilt, jit, parallel = build_modules()
+        x86 = platform.machine() in ("x86_64", "AMD64")
+        cpu_arch = families.AOT_CPU_ARCH if x86 else families.DEFAULT_CPU_ARCH
+        os.environ[families.CPU_ARCH_ENV] = cpu_arch  # the portable target, whatever this machine's default
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+        cuda = None
+        if os.environ.get("SEMIRING_OPS_BUILD_CUDA", "1") == "1" and toolkit.torch_cuda_major() is not None:
+            cuda = toolkit.find_cuda_toolkit(jit.cache_root())
+            if cuda is None:
+                print(f"semiring_ops: {toolkit.missing_toolkit_reason(jit.cache_root())}: CPU kernels only", flush=True)
+            else:
+                os.environ.setdefault("TORCH_CUDA_ARCH_LIST", WHEEL_CUDA_ARCHS)
+                print(
+                    f"semiring_ops: CUDA kernels with nvcc {cuda.version} ({cuda.source}) for "
+                    f"sm {os.environ['TORCH_CUDA_ARCH_LIST']}",
+                    flush=True,
+                )
+        fams = [fam for fam in families.FAMILIES if fam.device_type == "cpu" or cuda is not None]
+        print(f"semiring_ops: building {len(fams)} kernel families for the wheel in {jit.cache_root()}", flush=True)
+        jobs = int(os.environ.get("MAX_JOBS") or os.cpu_count() or 1)
+        results = parallel.build_families(fams, jobs, echo=lambda line: print(line, flush=True), use_prebuilt=False)
+        failed = [r for r in results if r.status not in ("compiled", "cached")]
+        if failed:
+            raise RuntimeError(
+                "semiring_ops: these kernel families could not be built for the wheel: "
+                + "; ".join(f"{r.family.key} {r.status} {r.detail}" for r in failed)
             )
-    from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
-
-    x86 = platform.machine() in ("x86_64", "AMD64")
-    rel = os.path.relpath(CSRC, ROOT)
-    exts = []
-    for fam in families.FAMILIES:
-        if fam.device_type == "cuda" and cuda is None:
-            continue
-        spec = fam.spec(ahead_of_time=True)
-        # setuptools compiles with Python's own -g: -g0 after it, as no debug information ships in a wheel (a third
-        # of its size) and generating it cost a fifth of the compile time of the files that include torch
-        cflags = [*(f for f in toolkit.compiler_cflags(spec.cflags) if x86 or not f.startswith("-march=")), "-g0"]
-        kind, extra = (CUDAExtension, {"nvcc": list(spec.cuda_cflags)}) if spec.is_cuda else (CppExtension, {})
-        exts.append(
-            kind(
-                spec.aot_module,
-                [f"{rel}/{s}" for s in spec.sources],
-                include_dirs=[str(CSRC)],
-                extra_compile_args={"cxx": cflags, **extra},
-                extra_link_args=[*spec.ldflags, "-Wl,--strip-debug"],
-            )
-        )
-
-    class BuildWithManifest(BuildExtension):
-        """Builds the families, then writes the manifest prebuilt.py checks before loading any of them."""
-
-        def run(self):
-            super().run()
-            keys = [e.name.removeprefix("semiring_ops._C_") for e in self.extensions]
-            archs = os.environ.get("TORCH_CUDA_ARCH_LIST", "").replace(";", " ").split() if cuda else []
-            info = prebuilt.build_manifest(keys, archs, families.AOT_CPU_ARCH if x86 else platform.machine())
-            package = ROOT / "semiring_ops" if self.inplace else Path(self.build_lib) / "semiring_ops"
-            package.mkdir(parents=True, exist_ok=True)
-            (package / prebuilt.MANIFEST_NAME).write_text(json.dumps(info, indent=1) + "\n")
-
-    return exts, {"build_ext": BuildWithManifest}
+        package = ROOT / "semiring_ops" if self.inplace else Path(self.build_lib) / "semiring_ops"
+        target = package / prebuilt.LIBRARY_FOLDER
+        shutil.rmtree(target, ignore_errors=True)
+        target.mkdir(parents=True)
+        for fam in fams:
+            built = jit.library_path(fam.spec(), cuda if fam.device_type == "cuda" else None)
+            shutil.copyfile(built, target / prebuilt.library_file(fam))
+        archs = os.environ.get("TORCH_CUDA_ARCH_LIST", "").replace(";", " ").split() if cuda else []
+        cpu_target = cpu_arch if x86 else platform.machine()
+        info = prebuilt.build_manifest([fam.key for fam in fams], archs, cpu_target)
+        (package / prebuilt.MANIFEST_NAME).write_text(json.dumps(info, indent=1) + "\n")
 
 
-ext_modules, ext_cmdclass = ahead_of_time_extensions()
+class WithKernels(Distribution):
+    """A distribution with compiled libraries (a platform wheel, and build_ext run) though it lists no Extension:
+    BuildKernels builds them."""
+
+    def has_ext_modules(self):
+        return BUILD_KERNELS
+
+
 setup(
-    ext_modules=ext_modules,
-    cmdclass={"build_py": BuildPyWithSources, **ext_cmdclass},
+    cmdclass={"build_py": BuildPyWithSources, **({"build_ext": BuildKernels} if BUILD_KERNELS else {})},
+    distclass=WithKernels,
 )

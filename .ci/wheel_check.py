@@ -2,8 +2,11 @@
 
 1. `python -m build` gives the sdist and, from it, the wheel, with SEMIRING_OPS_BUILD_EXT=1: every CPU kernel family
    and, when torch is a CUDA build, every CUDA one (sm_90: CI's one CUDA compile; it has no GPU to run them).
-   The CUDA kernels compile with NVIDIA's pip toolkit, the `cuda13` extra installed beside the CUDA torch, with PATH
-   and CUDA_HOME free of any system toolkit (and SEMIRING_OPS_CUDA_TOOLKIT=pip: /usr/local/cuda is not looked at).
+   The wheel's families are built as on first use, into $SEMIRING_OPS_CACHE when it is set: in CI, the cache the
+   README's commands filled, built for the wheel's CPU target (.ci/run), so the CPU families are taken from there
+   and CI compiles them once. The CUDA kernels compile with NVIDIA's pip toolkit, the `cuda13` extra installed
+   beside the CUDA torch, with PATH and CUDA_HOME free of any system toolkit (and SEMIRING_OPS_CUDA_TOOLKIT=pip:
+   /usr/local/cuda is not looked at).
 2. The wheel goes into a fresh venv whose PATH has no compiler at all. A smoke set runs (semiring matmul, the CRF,
    the HMM, a structure, the block engine's writer) with nothing compiled (the cache stays empty), `info` says
    prebuilt for every family, and the CUDA modules load.
@@ -51,8 +54,9 @@ def no_toolkit_env(**extra):
 work = Path(tempfile.mkdtemp(prefix="semiring_ops_wheel_"))
 pip = [sys.executable, "-m", "pip", "install", "-q"]
 run([*pip, "build", "wheel"], what="pip install build wheel")
+build_cache = os.environ.get("SEMIRING_OPS_CACHE") or str(work / "build-cache")
 build_env = no_toolkit_env(
-    SEMIRING_OPS_BUILD_EXT="1", SEMIRING_OPS_CACHE=str(work / "build-cache"), MAX_JOBS=os.environ.get("MAX_JOBS", "2")
+    SEMIRING_OPS_BUILD_EXT="1", SEMIRING_OPS_CACHE=build_cache, MAX_JOBS=os.environ.get("MAX_JOBS", "2")
 )
 if WITH_CUDA:
     run([*pip, "-e", f"{REPO}[cuda13]"], what="pip install -e '.[cuda13]' (NVIDIA's compiler as wheels)")
@@ -73,15 +77,18 @@ else:
     print("torch has no CUDA: CPU kernels only")
 
 dist = work / "dist"
-run([sys.executable, "-m", "build", "--no-isolation", "--outdir", dist, REPO], env=build_env, what="python -m build")
+res = run(
+    [sys.executable, "-m", "build", "--no-isolation", "--outdir", dist, REPO], env=build_env, what="python -m build"
+)
+print("\n".join(line for line in res.stdout.splitlines() if line.startswith(("  cpu", "  cuda", "semiring_ops:"))))
 sdist, wheel = next(dist.glob("*.tar.gz")), next(dist.glob("*.whl"))
 names = zipfile.ZipFile(wheel).namelist()
-built = sorted(n.split("/")[-1].split(".")[0] for n in names if n.startswith("semiring_ops/_C_"))
+built = sorted(n.split("/")[-1].removesuffix(".so") for n in names if n.startswith("semiring_ops/_prebuilt/"))
 print(f"{sdist.name}, {wheel.name}: {built}")
-expected = {"_C_cpu_bmm", "_C_cpu_chain", "_C_cpu_span", "_C_cpu_host_writers", "_C_cpu_hmm", "_C_cpu_ctc"}
-expected |= {"_C_cpu_bmm_autograd", "_C_cpu_chain_autograd"}  # the CPU families' C++ autograd nodes
+expected = {f"semiring_ops_cpu_{f}" for f in ("bmm", "chain", "span", "host_writers", "hmm", "ctc")}
+expected |= {"semiring_ops_cpu_bmm_autograd", "semiring_ops_cpu_chain_autograd"}  # the CPU families' autograd nodes
 if WITH_CUDA:
-    expected |= {"_C_cuda_bmm", "_C_cuda_chain", "_C_cuda_span", "_C_cuda_fast_log", "_C_cuda_packed", "_C_cuda_ctc"}
+    expected |= {f"semiring_ops_cuda_{f}" for f in ("bmm", "chain", "span", "fast_log", "packed", "ctc")}
 assert set(built) == expected, built
 assert "semiring_ops/_prebuilt.json" in names and "semiring_ops/csrc/ops.h" in names
 
@@ -138,16 +145,16 @@ smoke = SMOKE.format(site=fresh_site)
 res = run([fresh_python, "-W", "error::RuntimeWarning", "-c", smoke], env=user_env, cwd=work, what="smoke set")
 print(res.stdout.strip())
 kinds = res.stdout.split("KINDS", 1)[1]
-cpu_modules = sum(m.startswith("_C_cpu_") for m in expected)  # the smoke set uses every CPU family and module
+cpu_modules = sum(m.startswith("semiring_ops_cpu_") for m in expected)  # the smoke set uses every CPU family and module
 assert kinds.count("prebuilt") == cpu_modules and "compiled" not in kinds and "reference" not in kinds, kinds
 assert not list(cache.glob("semiring_ops_*")), "the prebuilt wheel compiled something"
 info = run([fresh_python, "-m", "semiring_ops", "info", "--json"], env=user_env, cwd=work, what="info").stdout
-families = json.loads(info)["families"]
+families = [f for f in json.loads(info)["families"] if WITH_CUDA or f["device"] == "cpu"]
 assert all(f["kind"] == "prebuilt" for f in families), [(f["device"], f["family"], f["kind"]) for f in families]
 if WITH_CUDA:
     load = (
-        "import importlib; [importlib.import_module(f'semiring_ops._C_cuda_{n}').semiring_ids() for n in "
-        "('bmm', 'chain', 'span', 'ctc', 'fast_log', 'packed')]; print('CUDA modules load')"
+        "from semiring_ops.build import families, prebuilt; [prebuilt.load_prebuilt(f).semiring_ids() for f in "
+        "families.families_for('cuda')]; print('CUDA modules load')"
     )
     print(run([fresh_python, "-c", load], env=user_env, cwd=work, what="CUDA modules").stdout.strip())
 

@@ -4,6 +4,7 @@ warning naming the fix (never a traceback), and `info` reports what is active wi
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from semiring_ops.build import backends, jit
+from semiring_ops.build import backends, jit, prebuilt
 from semiring_ops.build.families import FAMILIES, families_for, family
 
 CPU_BMM = family("cpu", "bmm")
@@ -318,6 +319,62 @@ def _run_child(cache: Path, extra_env: dict[str, str] | None = None) -> tuple[st
     )
     assert res.returncode == 0, f"exit {res.returncode}\nstdout:\n{res.stdout}\nstderr:\n{res.stderr}"
     return res.stdout, res.stderr
+
+
+def test_the_cpu_target_is_native_unless_named_and_names_its_own_cache_folder(monkeypatch):
+    """SEMIRING_OPS_CPU_ARCH picks the CPU families' -march (CI and setup.py: the wheel's x86-64-v3); the module's
+    name stays, so a wheel ships the very library the JIT builds, and each target has its own cache folder."""
+    monkeypatch.delenv("SEMIRING_OPS_CPU_ARCH", raising=False)
+    native = CPU_BMM.spec()
+    monkeypatch.setenv("SEMIRING_OPS_CPU_ARCH", "x86-64-v3")
+    portable = CPU_BMM.spec()
+    monkeypatch.setenv("SEMIRING_OPS_CPU_ARCH", "default")
+    default = CPU_BMM.spec()
+    assert [f for f in native.cflags if f.startswith("-march")] == ["-march=native"]
+    assert [f for f in portable.cflags if f.startswith("-march")] == ["-march=x86-64-v3"]
+    assert not [f for f in default.cflags if f.startswith("-march")]
+    assert native.name == portable.name == default.name == "semiring_ops_cpu_bmm"
+    assert len({jit.build_directory(s) for s in (native, portable, default)}) == 3
+    assert not [f for f in family("cuda", "bmm").spec().cflags if f.startswith("-march")]
+
+
+PREBUILT_SCRIPT = textwrap.dedent(
+    """
+    import sys, torch
+    from pathlib import Path
+    from semiring_ops.build import families, prebuilt
+    prebuilt._PACKAGE_DIR = Path(sys.argv[1])  # a wheel's package folder
+    prebuilt._cpu_flags = lambda: set(prebuilt.AOT_CPU_FLAGS)
+    bmm = families.family("cpu", "bmm")
+    module = prebuilt.load_prebuilt(bmm)
+    assert prebuilt.load_prebuilt(bmm) is module, "imported once"
+    assert prebuilt.load_prebuilt(families.family("cpu", "chain")) is None, "not in this wheel"
+    a, b = torch.randn(2, 5, 7, dtype=torch.float64), torch.randn(2, 7, 3, dtype=torch.float64)
+    out, _ = module.bmm_forward(a, b, module.semiring_ids()["LogSemiring"], False)
+    assert torch.allclose(out, torch.logsumexp(a[..., None] + b[:, None], -2))
+    print("MODULE", module.__name__, module.__file__)
+    """
+)
+
+
+def test_a_wheels_copy_of_a_cached_build_loads_as_prebuilt(tmp_path):
+    """What setup.py puts in a wheel, a family's library copied from the cache into semiring_ops/_prebuilt/ beside
+    a matching manifest, is what load_prebuilt imports (once), under the module name the JIT gave it (in a process
+    that has not loaded the cached build: Python would hand that back for the same name)."""
+    state = backends.backend_for(torch.device("cpu"))
+    state.family("bmm")
+    if state.families["bmm"].kind != "compiled":
+        pytest.skip("the CPU kernels are not JIT-built here (prebuilt or the reference)")
+    (tmp_path / prebuilt.LIBRARY_FOLDER).mkdir()
+    copy = tmp_path / prebuilt.LIBRARY_FOLDER / prebuilt.library_file(CPU_BMM)
+    shutil.copyfile(state.families["bmm"].detail, copy)
+    info = prebuilt.build_manifest(["cpu_bmm"], [], "x86-64-v3")
+    (tmp_path / prebuilt.MANIFEST_NAME).write_text(json.dumps(info))
+    res = subprocess.run(
+        [sys.executable, "-c", PREBUILT_SCRIPT, str(tmp_path)], capture_output=True, text=True, timeout=300
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["MODULE", "semiring_ops_cpu_bmm", str(copy)], res.stdout
 
 
 def test_a_corrupt_cached_library_is_rebuilt_once_then_loads_from_the_cache(tmp_path, monkeypatch):

@@ -17,13 +17,15 @@ This module imports nothing beyond the standard library: setup.py reads it witho
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
-__all__ = ["FAMILIES", "ExtensionSpec", "Family", "families_for", "family"]
+__all__ = ["CPU_ARCH_ENV", "FAMILIES", "ExtensionSpec", "Family", "cpu_arch", "families_for", "family"]
 
 # -fopenmp: at::parallel_for runs threads only in files built with it (resolves to torch's libgomp);
 # -fno-trapping-math: lets GCC if-convert (vectorise) the selects; no result changes, inf/NaN included.
-# -march: the JIT builds for this machine (native); a wheel for a portable baseline (families.AOT_CPU_ARCH).
+# -march: cpu_arch(): this machine's (native) unless $SEMIRING_OPS_CPU_ARCH names another; a wheel's is the portable
+# AOT_CPU_ARCH (setup.py sets it), so a JIT build for that target is the very library a wheel ships.
 # --param ggc-*: g++ collects its garbage less often (more memory, ~10% less compile time on torch's headers); other
 # compilers are not given them (toolkit.compiler_cflags).
 GCC_ONLY_CFLAGS = ("--param=ggc-min-expand=1000", "--param=ggc-min-heapsize=2097152")
@@ -36,6 +38,14 @@ _CUDA_CFLAGS = ("-O3", "-lineinfo")
 # before loading one; elsewhere the JIT builds with -march=native.
 AOT_CPU_ARCH = "x86-64-v3"
 AOT_CPU_FLAGS = ("avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe")  # /proc/cpuinfo names of x86-64-v3
+CPU_ARCH_ENV = "SEMIRING_OPS_CPU_ARCH"
+DEFAULT_CPU_ARCH = "default"  # $SEMIRING_OPS_CPU_ARCH's value for no -march at all: the compiler's own target
+
+
+def cpu_arch() -> str:
+    """The target of the CPU families' builds: $SEMIRING_OPS_CPU_ARCH (an -march value, or "default" for the
+    compiler's own target), else "native". Part of each build's flags, hence of its cache folder's name."""
+    return os.environ.get(CPU_ARCH_ENV, "").strip() or "native"
 
 
 @dataclass(frozen=True)
@@ -47,7 +57,6 @@ class ExtensionSpec:
     cflags: tuple[str, ...]
     cuda_cflags: tuple[str, ...] = ()
     ldflags: tuple[str, ...] = ()
-    aot_module: str = ""  # the module setup.py builds when SEMIRING_OPS_BUILD_EXT=1
 
     @property
     def is_cuda(self) -> bool:
@@ -72,11 +81,12 @@ class Family:
     def key(self) -> str:
         return f"{self.device_type}_{self.name}"
 
-    def spec(self, ahead_of_time: bool = False) -> ExtensionSpec:
-        """The module's build: JIT (-march=native on the CPU) or ahead of time (a portable CPU target)."""
+    def spec(self) -> ExtensionSpec:
+        """The module's build, the same for first use and for a wheel (setup.py), for the CPU target cpu_arch()."""
         if self.device_type == "cpu":
-            arch = f"-march={AOT_CPU_ARCH}" if ahead_of_time else "-march=native"
-            cflags, cuda_cflags, ldflags = (*_CPU_CFLAGS, _AUTOGRAD_APART, arch), (), ("-fopenmp",)
+            arch = cpu_arch()
+            march = () if arch == DEFAULT_CPU_ARCH else (f"-march={arch}",)
+            cflags, cuda_cflags, ldflags = (*_CPU_CFLAGS, _AUTOGRAD_APART, *march), (), ("-fopenmp",)
         else:
             cflags, cuda_cflags, ldflags = _CUDA_HOST_CFLAGS, _CUDA_CFLAGS, ()
         return ExtensionSpec(
@@ -85,7 +95,6 @@ class Family:
             cflags=cflags,
             cuda_cflags=cuda_cflags,
             ldflags=ldflags,
-            aot_module=f"semiring_ops._C_{self.key}",
         )
 
 

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from .families import ExtensionSpec
     from .toolkit import CudaToolkit
 
-__all__ = ["build_directory", "cache_root", "is_cached", "load", "source_root"]
+__all__ = ["build_directory", "cache_root", "import_library", "is_cached", "library_path", "load", "source_root"]
 
 
 def source_root() -> Path:
@@ -119,7 +119,9 @@ def _exclusive(lock_path: Path):
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
-def _import_from(path: Path, name: str) -> ModuleType:
+def import_library(path: Path, name: str) -> ModuleType:
+    """The compiled module `name` (its PyInit_ symbol) from the library at `path`, whatever the file is called: a
+    family's build in the cache, or its copy in a wheel (prebuilt.py)."""
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {name} from {path}")
@@ -130,6 +132,11 @@ def _import_from(path: Path, name: str) -> ModuleType:
 
 def _library_path(folder: Path, name: str) -> Path:
     return folder / f"{name}.so"  # torch.utils.cpp_extension.load's naming
+
+
+def library_path(spec: ExtensionSpec, toolkit: CudaToolkit | None = None) -> Path:
+    """The library a build of `spec` (with `toolkit`, for a CUDA spec) leaves in the cache."""
+    return _library_path(build_directory(spec, toolkit), spec.name)
 
 
 _loaded: dict[Path, ModuleType] = {}
@@ -189,7 +196,7 @@ def _import_intact(library: Path, marker: Path, name: str) -> ModuleType:
         raise ImportError(f"the cached library {library} has no recorded digest (an older semiring_ops built it)")
     if not library.is_file() or recorded != [_library_stamp(library)]:
         raise ImportError(f"the cached library {library} is damaged or incomplete (size or digest changed)")
-    return _import_from(library, name)
+    return import_library(library, name)
 
 
 def _build(spec: ExtensionSpec, folder: Path, marker: Path, toolkit: CudaToolkit | None) -> ModuleType:

@@ -35,8 +35,11 @@ def _jobs_for(fam: Family, jobs: int) -> int:
     return max(1, min(len(fam.sources), jobs))
 
 
-def build_families(fams: list[Family], jobs: int | None = None, echo=print) -> list[FamilyBuild]:
-    """Compiles `fams` into the cache in parallel worker processes; one line per family through `echo` as each ends."""
+def build_families(
+    fams: list[Family], jobs: int | None = None, echo=print, use_prebuilt: bool = True
+) -> list[FamilyBuild]:
+    """Compiles `fams` into the cache in parallel worker processes; one line per family through `echo` as each ends.
+    A family a matching wheel serves is skipped, unless `use_prebuilt` is False (setup.py, building that wheel)."""
     from . import backends, jit, prebuilt, toolkit
 
     jobs = jobs or os.cpu_count() or 1
@@ -45,7 +48,7 @@ def build_families(fams: list[Family], jobs: int | None = None, echo=print) -> l
     pending: list[Family] = []
     for fam in fams:
         device_index = 0 if fam.device_type == "cuda" and _has_gpu() else None
-        if prebuilt.prebuilt_status(fam, device_index)[0] == "prebuilt":
+        if use_prebuilt and prebuilt.prebuilt_status(fam, device_index)[0] == "prebuilt":
             results.append(FamilyBuild(fam, "prebuilt"))
             continue
         tk = toolkit.find_cuda_toolkit(jit.cache_root()) if fam.device_type == "cuda" else None

@@ -1,5 +1,6 @@
-"""Prebuilt kernels: the modules a wheel built with SEMIRING_OPS_BUILD_EXT=1 carries (semiring_ops/_C_<device>_<family>)
-and its manifest (semiring_ops/_prebuilt.json, written by setup.py), which says what they were built for.
+"""Prebuilt kernels: the modules a wheel built with SEMIRING_OPS_BUILD_EXT=1 carries (semiring_ops/_prebuilt/, each
+family's library as the JIT builds it, semiring_ops_<device>_<family>.so) and its manifest (semiring_ops/_prebuilt.json,
+written by setup.py), which says what they were built for.
 
 A prebuilt library is imported only when the manifest matches what is running: the same torch (version, CUDA
 version, C++ ABI: a library built against another torch can crash the process when it is loaded, before any Python
@@ -11,7 +12,6 @@ wheel.
 from __future__ import annotations
 
 import functools
-import importlib
 import json
 import platform
 import re
@@ -23,11 +23,27 @@ from typing import Any
 import torch
 
 from .families import AOT_CPU_FLAGS, Family
+from .jit import import_library
 
-__all__ = ["MANIFEST_NAME", "build_manifest", "load_prebuilt", "manifest", "mismatch", "prebuilt_status"]
+__all__ = [
+    "LIBRARY_FOLDER",
+    "MANIFEST_NAME",
+    "build_manifest",
+    "library_file",
+    "load_prebuilt",
+    "manifest",
+    "mismatch",
+    "prebuilt_status",
+]
 
 MANIFEST_NAME = "_prebuilt.json"
+LIBRARY_FOLDER = "_prebuilt"  # inside the package: the families' libraries
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
+
+
+def library_file(fam: Family) -> str:
+    """The file name of `fam`'s library in the wheel (that of its build in the cache)."""
+    return f"{fam.spec().name}.so"
 
 
 def build_manifest(modules: list[str], cuda_archs: list[str], cpu_arch: str) -> dict[str, Any]:
@@ -128,7 +144,7 @@ def prebuilt_status(fam: Family, device_index: int | None = None) -> tuple[str, 
     why = mismatch(fam, info, device_index)
     if why is not None:
         return ("none", "") if why == "the wheel has no such module" else ("mismatch", why)
-    return "prebuilt", str(_PACKAGE_DIR / f"_C_{fam.key}")
+    return "prebuilt", str(_PACKAGE_DIR / LIBRARY_FOLDER / library_file(fam))
 
 
 _told: set[str] = set()
@@ -150,4 +166,9 @@ def load_prebuilt(fam: Family, device_index: int | None = None) -> ModuleType | 
                 flush=True,
             )
         return None
-    return importlib.import_module(f"semiring_ops._C_{fam.key}")
+    return _import_once(detail, fam.spec().name)
+
+
+@functools.cache
+def _import_once(path: str, name: str) -> ModuleType:
+    return import_library(Path(path), name)

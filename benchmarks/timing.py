@@ -61,6 +61,31 @@ def timed_runs(fn: Callable[[], object], device: str, reps: int) -> list[float]:
     return times
 
 
+def loop_ms(fn: Callable[[], object], device: str, reps: int, loops: int = 3) -> float:
+    """Milliseconds a call of fn() takes in a loop of ``reps`` calls back to back, as a training loop makes them
+    (the host's work for one call overlaps the device's for the one before): the median of ``loops`` loops,
+    after warm-up; CUDA events around each loop on the GPU, the wall clock on the CPU."""
+    for _ in range(3):
+        fn()
+    settle(device)
+    times = []
+    for _ in range(loops):
+        if device == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(reps):
+                fn()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end) / reps)
+        else:
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                fn()
+            times.append((time.perf_counter() - t0) * 1e3 / reps)
+    return statistics.median(times)
+
+
 def synced_wall_ms(fn: Callable[[], object], device: str) -> float:
     """Wall-clock milliseconds of one call of fn(), the device synchronised before and after it."""
     if device == "cuda":

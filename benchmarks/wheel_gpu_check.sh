@@ -12,11 +12,13 @@ W=/tmp/wheel_gpu
 rm -rf "$W" && mkdir -p "$W" "$OUT"
 repo=$PWD
 t0=$(date +%s)
-env -u TORCH_CUDA_ARCH_LIST SEMIRING_OPS_BUILD_EXT=1 SEMIRING_OPS_CACHE=$W/build-cache python3 -m build --wheel --no-isolation --outdir "$W/dist" . \
+# WHEEL_ARCHS: the CUDA targets (default: setup.py's, whatever TORCH_CUDA_ARCH_LIST the machine sets)
+arch_env=(-u TORCH_CUDA_ARCH_LIST) && [ -n "${WHEEL_ARCHS:-}" ] && arch_env=("TORCH_CUDA_ARCH_LIST=$WHEEL_ARCHS")
+env "${arch_env[@]}" SEMIRING_OPS_BUILD_EXT=1 SEMIRING_OPS_CACHE=$W/build-cache python3 -m build --wheel --no-isolation --outdir "$W/dist" . \
   > "$OUT/wheel_build.log" 2>&1 || { tail -40 "$OUT/wheel_build.log"; exit 1; }
 wheel=$(ls "$W"/dist/*.whl)
 echo "wheel built in $(( $(date +%s) - t0 )) s: $(basename "$wheel") $(du -h "$wheel" | cut -f1)" | tee "$OUT/wheel_size.txt"
-python3 -m zipfile -l "$wheel" | grep -E "_C_|_prebuilt" | tee "$OUT/wheel_listing.txt"
+python3 -m zipfile -l "$wheel" | grep -E "_prebuilt" | tee "$OUT/wheel_listing.txt"
 
 python3 -m venv "$W/venv"
 site=$("$W/venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")

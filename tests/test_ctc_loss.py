@@ -232,6 +232,23 @@ def test_the_checks_name_the_same_values_wherever_they_run(device, host_checks, 
         assert str(raised.value) == f"ctc_loss: {message}"
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_columns_past_every_target_are_ignored_whatever_they_hold(device):
+    """Targets padded past the longest length with labels out of range (a GPU call's kernels then run on all the
+    columns while the host checks the values, checked_inputs' defer): torch's losses and gradients."""
+    _, targets, il, _ = _case(11, 12, 3, 5, 4, 0, device)
+    tl = torch.tensor([4, 2, 3])
+    wide = torch.cat([targets, torch.full((3, 3), 99, device=device)], 1)
+    logits = torch.randn(12, 3, 5, dtype=F64, generator=torch.Generator().manual_seed(3))
+    ours, theirs = logits.to(device, copy=True).requires_grad_(), logits.requires_grad_()
+    got = ctc_loss(ours.log_softmax(-1), wide, il.to(device), tl.to(device), reduction="none")
+    want = F.ctc_loss(theirs.log_softmax(-1), targets.cpu(), il, tl, reduction="none")
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-10, atol=1e-10)
+    got.sum().backward()
+    want.sum().backward()
+    torch.testing.assert_close(ours.grad.cpu(), theirs.grad, rtol=1e-8, atol=1e-10)
+
+
 def test_empty_inputs_and_targets():
     """0 frames with an empty target: loss 0; with labels: inf (0 under zero_infinity); an empty batch."""
     lp = torch.randn(3, 2, 4, dtype=F64).log_softmax(-1)

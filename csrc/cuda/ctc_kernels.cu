@@ -127,9 +127,8 @@ template <class T, bool kMax> __global__ void rnnt_lattice_kernel(RnntArgs<T> a)
 template <class T> LaunchStatus ctc_log_launch(const CtcArgs<T>& a, cudaStream_t stream) {
   const LaunchStatus states = check_states<T>(a.K);
   if (states.refusal != nullptr || a.N == 0) return states;
-  int device = 0, multiprocessors = 0;
-  SEMIRING_OPS_CUDA_TRY(cudaGetDevice(&device));
-  SEMIRING_OPS_CUDA_TRY(device_attribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
+  int multiprocessors = 0;
+  SEMIRING_OPS_CUDA_TRY(current_device_attribute(&multiprocessors, cudaDevAttrMultiProcessorCount));
   const dim3 items(unsigned(a.N));
   const LaunchStatus run = a.N <= multiprocessors ? launch(ctc_log_kernel<T, 1>, a, items, true, stream)
                                                   : launch(ctc_log_kernel<T, 2>, a, items, true, stream);

@@ -42,6 +42,13 @@ inline cudaError_t device_attribute(int* value, cudaDeviceAttr attr, int device)
   return e;
 }
 
+// device_attribute of the current device (the launchers' case: they run on the caller's current device).
+inline cudaError_t current_device_attribute(int* value, cudaDeviceAttr attr) {
+  int device = 0;
+  const cudaError_t e = cudaGetDevice(&device);
+  return e == cudaSuccess ? device_attribute(value, attr, device) : e;
+}
+
 // cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) for the current device, unless
 // an earlier call already allowed at least `bytes` there (the attribute only ever grows here).
 inline cudaError_t allow_dynamic_smem(const void* kernel, int bytes) {

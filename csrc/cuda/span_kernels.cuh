@@ -189,9 +189,8 @@ template <class S, class T> LaunchStatus launch_chain(bool adjoint, const SpanAr
   }
   const dim3 grid(unsigned(B), S::kSelects ? 1u : 2u);
   const int64_t tile = C * (C + 1);  // one staged step, padded
-  int device = 0, optin = 0;
-  SEMIRING_OPS_CUDA_TRY(cudaGetDevice(&device));
-  SEMIRING_OPS_CUDA_TRY(device_attribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  int optin = 0;
+  SEMIRING_OPS_CUDA_TRY(current_device_attribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin));
   const size_t budget = std::min(kMaxStagedBytes, size_t(optin));
   const int stages = int(std::min<int64_t>(4, int64_t(budget / sizeof(T) - 2 * C) / tile));
   if (stages >= 2 && C <= 64) {  // 8 lanes a label: C x 8 threads

@@ -54,7 +54,7 @@ def forced_align(
         input_lengths = torch.full((N,), T, dtype=torch.long, device=log_probs.device)
     if target_lengths is None:
         target_lengths = torch.full((N,), targets.shape[1], dtype=torch.long, device=log_probs.device)
-    lp, padded, input_lengths, target_lengths, _ = checked_inputs(
+    lp, padded, input_lengths, target_lengths, _, _ = checked_inputs(
         log_probs.transpose(0, 1), targets, input_lengths, target_lengths, blank, "forced_align"
     )
     lp = in_compute_dtype(lp).detach()

@@ -32,7 +32,7 @@ def state_labels(targets: Tensor, blank: int) -> Tensor:
     return states
 
 
-__all__ = ["ctc_kernels", "ctc_kernels_or_raise", "ctc_log", "ctc_viterbi", "path_indicator"]
+__all__ = ["ctc_kernels", "ctc_kernels_or_raise", "ctc_log", "ctc_log_fast", "ctc_viterbi", "path_indicator"]
 
 
 def ctc_kernels(device: torch.device):
@@ -90,6 +90,30 @@ def _log_backward(ctx, grad_total, _grad_occupancy):
 
 
 ctc_log.register_autograd(_log_backward, setup_context=_log_setup_context)
+
+
+class _EagerCtcLog(torch.autograd.Function):
+    """ctc_log's kernels and backward (_log_backward) without the registered op's dispatch, for eager calls: the op's
+    Python layers cost ~50 µs a call, as much as the kernels of a small batch."""
+
+    @staticmethod
+    def forward(ctx, log_probs, targets, input_lengths, target_lengths, blank, need_occupancy):
+        module = ctc_kernels_or_raise(log_probs.device, "ctc_log")
+        output = tuple(module.ctc_log(log_probs, targets, input_lengths, target_lengths, blank, need_occupancy))
+        _log_setup_context(ctx, (log_probs, targets, input_lengths, target_lengths, blank, need_occupancy), output)
+        return output
+
+    backward = staticmethod(_log_backward)
+
+
+def ctc_log_fast(
+    log_probs: Tensor, targets: Tensor, input_lengths: Tensor, target_lengths: Tensor, blank: int, need_occupancy: bool
+) -> tuple[Tensor, Tensor]:
+    """ctc_log by the quickest route: the registered op while torch.compile traces (its graphs see the op), else
+    the same kernels and backward through an autograd.Function."""
+    if torch.compiler.is_compiling():
+        return ctc_log(log_probs, targets, input_lengths, target_lengths, blank, need_occupancy)
+    return _EagerCtcLog.apply(log_probs, targets, input_lengths, target_lengths, blank, need_occupancy)
 
 
 @torch.library.custom_op("semiring_ops::ctc_viterbi", mutates_args=())

@@ -373,7 +373,32 @@ def ctc(light: bool) -> None:
         want_score, want_states = ctc_ops.ctc_viterbi(lp, targets, il, tl, 0)
         _close(score, want_score, f"ctc max {T}", 1e-5)
         assert torch.equal(states.cpu(), want_states), f"ctc best path {T}"
+    ctc_bad_input()
     rnnt(light)
+
+
+def ctc_bad_input() -> None:
+    """ctc_loss on the GPU runs its kernels before the host has checked the values (alignment/ctc.py,
+    checked_inputs' defer): lengths past the shapes and labels out of range, made safe on the device, then refused."""
+    import semiring_ops
+
+    lp = torch.randn(12, 3, 5, device="cuda").log_softmax(-1)
+    targets = torch.tensor([[1, 2, 3], [4, 4, 1], [2, 3, 4]], device="cuda")
+    il, tl = torch.tensor([12, 12, 12], device="cuda"), torch.tensor([3, 3, 3], device="cuda")
+    bad = [
+        (targets, il + 30, tl),  # frames past T
+        (targets, il, tl + 40),  # labels past the columns
+        (targets - 9, il, tl),  # labels below 0
+        (targets + 90, il, tl),  # labels past C
+        (targets, il - 99, tl - 99),  # negative lengths
+    ]
+    for tg, input_lengths, target_lengths in bad:
+        try:
+            semiring_ops.ctc_loss(lp.requires_grad_(), tg, input_lengths, target_lengths)
+        except ValueError:
+            continue
+        raise AssertionError("ctc_loss took bad input")
+    torch.cuda.synchronize()
 
 
 def rnnt(light: bool) -> None:

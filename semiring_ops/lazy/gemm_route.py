@@ -36,7 +36,7 @@ from .codegen import GRAM_CANCEL
 from .inner_products import GramSpec, gram_plan
 from .plan import CallArgs, Plan, new_outputs
 
-__all__ = ["block_gram", "block_rows", "precise_mm", "route_mode", "run_routed"]
+__all__ = ["GramInner", "block_gram", "block_rows", "gram_inner", "precise_mm", "route_mode", "run_routed"]
 
 # a sum of fewer components stays in the plain kernel (its cells read x_i from registers and y_j from shared
 # memory or contiguous lanes; the route's matrix costs 8 bytes of memory traffic a cell): on an H200 50,000^2 k-NN
@@ -136,22 +136,55 @@ def precise_mm(a: torch.Tensor, b: torch.Tensor, fast: bool = False) -> torch.Te
         return torch.mm(torch.cat([a_hi, a_hi, a_lo], 1), torch.cat([b_hi, b_lo, b_hi], 0))
 
 
-def block_gram(spec: GramSpec, call: CallArgs, lo: int, n: int, fast: bool = False) -> torch.Tensor:
+@dataclasses.dataclass
+class GramInner:
+    """What block_gram needs of the inner variable, made once per call (not once per block of rows)."""
+
+    y: torch.Tensor  # (n_inner, D) as given
+    shift: torch.Tensor | None  # (D,): the inner terms' mean (squared distances; None for a dot product)
+    operand: torch.Tensor  # (n_inner, D): y itself (dot), y - shift (TF32 split), [-2 w ys, 1, |ys|^2] (the CPU's)
+    norms: torch.Tensor  # (n_inner,) |y - shift|^2, weighted (empty for a dot product)
+    bound_norm: torch.Tensor | None  # the largest finite norm (the CPU's candidate bound)
+
+
+def gram_inner(spec: GramSpec, call: CallArgs) -> GramInner:
+    """block_gram's inner side of the call (module docstring's shift, norms and GEMM operand)."""
+    y = call.tensors[spec.inner_slot].reshape(call.n_inner, spec.dim)
+    if spec.kind == "dot":
+        return GramInner(y, None, y, y.new_empty(0), None)
+    w = _weights(spec, call)
+    ones = w if w is not None else 1.0
+    shift = y.mean(0)
+    ys = y - shift
+    ny = (ys * ys * ones).sum(1)
+    if _tf32_split(y.device.type, y.dtype):
+        return GramInner(y, shift, ys * ones, ny, None)
+    operand = torch.cat([ys * (-2 * ones), ny.new_ones(len(ny), 1), ny[:, None]], 1)
+    # (max over the finite |y|^2: an infinite y would make every row's bound infinite and every row a candidate;
+    # its cells are inf, or NaN, which fails the comparisons and is summed again)
+    bound_norm = torch.where(torch.isfinite(ny), ny, 0).max() if len(ny) else None
+    return GramInner(y, shift, operand, ny, bound_norm)
+
+
+def block_gram(
+    spec: GramSpec, call: CallArgs, lo: int, n: int, fast: bool = False, inner: GramInner | None = None
+) -> torch.Tensor:
     """The values (n, n_inner) of an inner product for output rows [lo, lo + n), as torch tensors: x.y, or the
     squared distance from the shifted GEMM with the cells below 1 / GRAM_CANCEL of the norms' sum summed again
-    from the variables (the kernels' rule, codegen._gram_cells)."""
+    from the variables (the kernels' rule, codegen._gram_cells). ``inner``: gram_inner(spec, call), made once for
+    all the blocks of a call (else here)."""
+    inner = inner if inner is not None else gram_inner(spec, call)
     x = call.tensors[spec.outer_slot].reshape(call.n_outer, spec.dim)[lo : lo + n]
-    y = call.tensors[spec.inner_slot].reshape(call.n_inner, spec.dim)
+    y, ny = inner.y, inner.norms
     if spec.kind == "dot":
         return precise_mm(x, y.t(), fast)
     w = _weights(spec, call)
     ones = w if w is not None else 1.0
-    shift = y.mean(0)
-    xs, ys = x - shift, y - shift
-    nx, ny = (xs * xs * ones).sum(1, keepdim=True), (ys * ys * ones).sum(1)
+    xs = x - inner.shift
+    nx = (xs * xs * ones).sum(1, keepdim=True)
     if _tf32_split(x.device.type, x.dtype):
         total = nx + ny
-        values = total - 2 * precise_mm(xs, (ys * ones).t(), fast)
+        values = total - 2 * precise_mm(xs, inner.operand.t(), fast)
         rows, cols = (~(values >= total / GRAM_CANCEL)).nonzero(as_tuple=True)
     else:
         # one GEMM gives the whole distance, [xs, nx, 1] . [-2 w ys, 1, ny]: no pass over the block for the norms;
@@ -160,15 +193,10 @@ def block_gram(spec: GramSpec, call: CallArgs, lo: int, n: int, fast: bool = Fal
         # a row), and the exact test runs on them alone (NaN fails the comparisons, so it is summed again too, as
         # on CUDA). At D = 3 every row has cells under its bound (~0.25% of random cells cancel) and the exact test
         # over whole rows (their copy, |x|^2 + |y|^2, its division) was 60% of a 4,000 x 2,000 K @ b
-        one = torch.ones_like(nx)
-        values = torch.mm(
-            torch.cat([xs, nx, one], 1), torch.cat([ys * (-2 * ones), one.new_ones(len(ny), 1), ny[:, None]], 1).t()
-        )
+        values = torch.mm(torch.cat([xs, nx, torch.ones_like(nx)], 1), inner.operand.t())
         if not len(ny):
             return values
-        # (max over the finite |y|^2: an infinite y would make every row's bound infinite and every row a
-        # candidate; its cells are inf, or NaN, which fails the comparisons and is summed again)
-        bound = (nx[:, 0] + torch.where(torch.isfinite(ny), ny, 0).max()) / GRAM_CANCEL
+        bound = (nx[:, 0] + inner.bound_norm) / GRAM_CANCEL
         low = (~(values.amin(1) >= bound)).nonzero()[:, 0]
         if not len(low):
             return values

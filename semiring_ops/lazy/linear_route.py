@@ -35,7 +35,7 @@ from .formula import (
     evaluate,
     replace_nodes,
 )
-from .gemm_route import MIN_DIM, MIN_PAIRS, block_gram, block_rows, precise_mm, route_mode
+from .gemm_route import MIN_DIM, MIN_PAIRS, block_gram, block_rows, gram_inner, precise_mm, route_mode
 from .inner_products import GramSpec, match_inner_product
 from .plan import CallArgs, Plan, new_outputs
 
@@ -208,9 +208,13 @@ def _run_term(term: LinearTerm, plan: Plan, call: CallArgs, rows: int, vals: tor
     pairs = {id(node): Var("i", 1, slot=_PAIR_SLOT - n) for n, (node, _) in enumerate(term.grams)}
     owned = frozenset(v.slot for v in pairs.values())  # the blocks' matrices, made for the cell alone
     cell = replace_nodes(term.cell, pairs)
+    inners = [gram_inner(spec, call) for _, spec in term.grams]  # the inner sides, once for every block
     for lo in range(0, call.n_outer, rows):
         n = min(rows, call.n_outer - lo)
-        values = {_PAIR_SLOT - k: block_gram(spec, call, lo, n, plan.fast) for k, (_, spec) in enumerate(term.grams)}
+        values = {
+            _PAIR_SLOT - k: block_gram(spec, call, lo, n, plan.fast, inner)
+            for k, ((_, spec), inner) in enumerate(zip(term.grams, inners, strict=True))
+        }
 
         def read(var: Var, lo: int = lo, n: int = n, values: dict = values) -> torch.Tensor:
             if var.slot <= _PAIR_SLOT:

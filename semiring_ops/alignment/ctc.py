@@ -136,11 +136,12 @@ def checked_inputs(
     keep their columns (a graph without data-dependent shapes; the eager call checks the values).
 
     ``finish`` is a function to call once the kernels are queued: with ``defer`` on a GPU, for padded targets, the
-    values' check is left pending. Their copy to the host is queued, and what comes back is made safe for the
-    kernels on the device (lengths clamped to the shapes, labels past each length blanked, labels clamped to
-    [0, C)), the targets keeping their columns; ``finish`` waits for the copy alone and raises the ValueError, so
-    that the GPU runs the loss while the host checks (at T = 1,000, N = 32 a fifth of the loss's time idle
-    otherwise). Without ``defer``, ``finish`` does nothing."""
+    values' check is left pending. Their copy to the host is queued, and what comes back is what the fused kernels
+    take as it is (they read only lengths and labels in range: csrc/ctc_dp.h, ctc_setup), or, for the PyTorch
+    program, made safe on the device (lengths clamped to the shapes, labels past each length blanked, labels
+    clamped to [0, C)), the targets keeping their columns; ``finish`` waits for the copy alone and raises the
+    ValueError, so that the GPU runs the loss while the host checks (at T = 1,000, N = 32 a fifth of the loss's
+    time idle otherwise). Without ``defer``, ``finish`` does nothing."""
     if not isinstance(log_probs, Tensor) or log_probs.dim() not in (2, 3) or not log_probs.is_floating_point():
         got = tuple(log_probs.shape) if isinstance(log_probs, Tensor) else type(log_probs).__name__
         raise ValueError(f"{who}: log_probs must be a floating (T, N, C) or (T, C) tensor, got {got}")
@@ -167,6 +168,8 @@ def checked_inputs(
         values = torch.cat([input_lengths, target_lengths, padded.reshape(-1)])
         if defer and device.type == "cuda" and not concatenated:
             finish = _check_when_copied(values, padded.shape, T, C, blank, who)
+            if fused_ok(log_probs, padded):  # the kernels read only in-range values (csrc/ctc_dp.h, ctc_setup)
+                return log_probs, padded, input_lengths, target_lengths, unbatched, finish
             input_lengths, target_lengths = input_lengths.clamp(0, T), target_lengths.clamp(0, padded.shape[1])
             labels = torch.where(_within_lengths(padded, target_lengths), padded, blank).clamp_(0, C - 1)
             return log_probs, labels, input_lengths, target_lengths, unbatched, finish

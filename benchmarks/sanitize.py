@@ -346,7 +346,7 @@ def span(light: bool) -> None:
 
 
 def ctc(light: bool) -> None:
-    """CTC's kernels: the log program with and without occupancies (and their collection), and the best path,
+    """CTC's kernels: the log program with and without occupancies, their collection (weighted), and the best path,
     float32 and float64, targets of 0 to 600 labels (repeats included: chains of a label's states), items of 0, 1,
     odd and full frame counts, an impossible one, 97 states (four warps), 1,201 in float32 and 1,001 in float64
     (past a block's threads: strided), against the CPU kernels."""
@@ -363,12 +363,16 @@ def ctc(light: bool) -> None:
         il = torch.tensor([T, 0, 1, T - 2, T // 2][:N])
         tl = torch.tensor([S, 0, 0, S - 1, S // 2][:N])
         args = [x.cuda() for x in (lp, targets, il, tl)]
-        for need in (True, False):
-            total, occupancy = ctc_ops.ctc_log(*args, 0, need)
-            want, want_occupancy = ctc_ops.ctc_log(lp, targets, il, tl, 0, need)
-            _close(total, want, f"ctc log {T}", 1e-5)
-            if need:
-                _close(occupancy.cpu(), want_occupancy, f"ctc occupancy {T}", 1e-4)
+        total = ctc_ops.ctc_log(*args, 0, False)[0]
+        want, want_occupancy = ctc_ops.ctc_occupancy(lp, targets, il, tl, 0)
+        _close(total, want, f"ctc log {T}", 1e-5)
+        total, occupancy = ctc_ops.ctc_occupancy(*args, 0)
+        _close(total, want, f"ctc log {T}", 1e-5)
+        _close(occupancy.cpu(), want_occupancy, f"ctc occupancy {T}", 1e-4)
+        _, states = ctc_ops.ctc_log(*args, 0, True)
+        weight = torch.linspace(-2, 2, N, dtype=dtype).cuda()
+        scaled = ctc_ops.ctc_collect(*args, 0, total, states, weight)
+        _close(scaled.cpu(), want_occupancy * weight.cpu()[None, :, None], f"ctc collection {T}", 1e-4)
         score, states = ctc_ops.ctc_viterbi(*args, 0)
         want_score, want_states = ctc_ops.ctc_viterbi(lp, targets, il, tl, 0)
         _close(score, want_score, f"ctc max {T}", 1e-5)

@@ -18,9 +18,12 @@
 // (its frames' emissions, and in pass 2 the stored rows) are staged into the scratch during the step before (the
 // team's copy_async: cp.async on the GPU, a copy on the CPU), so the loops over states read only the scratch (and
 // vectorise on the CPU).
-// Then (ctc_collect_frames, frames in parallel: a second launch on the GPU) the state occupancies are summed per
-// label deterministically, without atomics: the blank's over the even states by a team reduction, each label's
-// by the thread of its first state, walking the chain of its later states (`chain`).
+// Then (ctc_collect_frames, frames in parallel: a launch of its own on the GPU, made by the loss's backward) the
+// state occupancies are summed per label deterministically, without atomics: the blank's over the even states by a
+// team reduction, each label's by the thread of its first state, walking the chain of its later states (`chain`);
+// times a factor per item (the loss's gradient), every entry of the (T, N, C) output written (0 times the factor
+// off the labels, past the frames and for an item with no alignment: NaN where the factor is not finite, as the
+// product with a zeroed tensor gives).
 //
 // Max (ctc_viterbi_item): the best path, forward with 2-bit moves stored per (frame, state), then walked back by
 // the team's lead. Ties as torchaudio.functional.forced_align breaks them: a skip only when strictly better than
@@ -52,9 +55,10 @@ template <class T> struct CtcArgs {
   const int64_t* target_lengths;
   int64_t N, T_, C, S, K, blank;
   T* total;          // (N,)
-  T* occupancy;      // (T, N, C), zeroed by the host, or null (no gradient): d log Z / d log_probs
+  T* occupancy;      // (T, N, C) the collection's output: weight * d log Z / d log_probs (every entry written)
   int64_t os0, os1;  // its strides of t and n (c: 1)
-  T* rows;           // (N, T, K) scratch of the log program (with occupancy only)
+  const T* weight;   // (N,) the collection's factor of each item, or null (1)
+  T* rows;           // (N, T, K) the log program's state occupancies at each item's frames, or null (no gradient)
   unsigned char* moves;  // (N, T, K) of the max program
   int64_t* path;     // (N, T) the best path's states (-1 past the item's frames)
 };
@@ -278,44 +282,59 @@ template <class T, class Team> SR_HD void ctc_virtual_rows(const Team& team, con
 // The next state of a chain entry (CtcScratch::chain).
 SR_HD int ctc_chain_next(int32_t link) { return link >= 0 ? link : -link - 2; }
 
-// Sums frame t's state occupancies (the row over which pass 2 wrote them) per label into the occupancy tensor:
-// the blank's over the even states (a reduction over the team: warp sums, then the first warp's), each label's
-// over its chain of states (its first state's thread). The team's labels and chains are the item's (ctc_setup).
+// Frame t's (T, N, C) entries of item b: 0 times the item's factor w (ctc_collect_frames' zeros).
+template <class T, class Team>
+SR_HD void ctc_collect_zeros(const Team& team, const CtcArgs<T>& a, int64_t b, int64_t t, T w) {
+  T* out = a.occupancy + t * a.os0 + b * a.os1;
+  for (int64_t c = team.rank(); c < a.C; c += team.size()) out[c] = T(0) * w;
+}
+
+// Sums frame t's state occupancies (the row over which pass 2 wrote them) per label into the occupancy tensor,
+// times w: the blank's over the even states (a reduction over the team: warp sums, then the first warp's), each
+// label's over its chain of states (its first state's thread); the other labels' entries 0 * w. The team's labels
+// and chains are the item's (ctc_setup).
 template <class T, class Team>
 SR_HD void ctc_collect_frame(const Team& team, const CtcArgs<T>& a, const CtcScratch<T>& sm, int64_t b, int K,
-                             int64_t t) {
+                             int64_t t, T w) {
   const T* occ = a.rows + (b * a.T_ + t) * a.K;
   T* out = a.occupancy + t * a.os0 + b * a.os1;
+  ctc_collect_zeros<T>(team, a, b, t, w);  // (before the barrier below: the label entries are written after it)
   T v = T(0);
   for (int s = 2 * team.rank(); s < K; s += 2 * team.size()) v += occ[s];
   v = team.warp_sum(v);
   if (team.lane() == 0) sm.partial()[team.warp()] = v;
   team.barrier();
   const T blank = team.lead_sum(team.warps(), [&](int64_t w) { return sm.partial()[w]; });
-  if (team.rank() == 0) out[a.blank] = blank;
+  if (team.rank() == 0) out[a.blank] = blank * w;
   for (int s = 1 + 2 * team.rank(); s < K; s += 2 * team.size()) {
     if (sm.chain[s] < 0) continue;
     T sum = occ[s];
     for (int q = sm.chain[s]; q < K; q = ctc_chain_next(sm.chain[q])) sum += occ[q];
-    out[sm.label[s]] = sum;
+    out[sm.label[s]] = sum * w;
   }
   team.barrier();  // (the partial sums are rewritten by the next frame)
 }
 
-// The label sums of item b's frames [t0, t1) (after ctc_log_item wrote its state occupancies; none when its total
-// is not finite: no alignment, or bad arguments).
+// Item b's entries of frames [t0, t1) of the (T, N, C) output: its label sums times its factor at its frames (after
+// ctc_log_item wrote its state occupancies), 0 times the factor past them and everywhere when its total is not
+// finite (no alignment, or bad arguments).
 template <class T, class Team>
 SR_HD void ctc_collect_frames(const Team& team, const CtcArgs<T>& a, const CtcScratch<T>& sm, int64_t b, int64_t t0,
                               int64_t t1) {
+  const T w = a.weight != nullptr ? a.weight[b] : T(1);
   const T Z = a.total[b];
-  if (!(Z > -pos_inf<T>() && Z < pos_inf<T>())) return;  // (NaN too)
-  const int64_t L = a.input_lengths[b];
-  if (!ctc_setup<T>(team, a, sm, b, false)) return;
-  const int K = int(2 * a.target_lengths[b] + 1);
-  for (int64_t t = t0; t < t1 && t < L; ++t) ctc_collect_frame<T>(team, a, sm, b, K, t);
+  const bool ok = Z > -pos_inf<T>() && Z < pos_inf<T>() && ctc_setup<T>(team, a, sm, b, false);  // (NaN: not)
+  const int64_t L = ok ? a.input_lengths[b] : 0;
+  const int K = ok ? int(2 * a.target_lengths[b] + 1) : 0;
+  for (int64_t t = t0; t < t1 && t < a.T_; ++t) {
+    if (t < L)
+      ctc_collect_frame<T>(team, a, sm, b, K, t, w);
+    else
+      ctc_collect_zeros<T>(team, a, b, t, w);
+  }
 }
 
-// The log program for item b (module comment): its total, and its occupancies when a.occupancy is set.
+// The log program for item b (module comment): its total, and its state occupancies when a.rows is set.
 template <class T, class Team>
 SR_HD void ctc_log_item(const Team& team, const CtcArgs<T>& a, const CtcScratch<T>& sm, int64_t b) {
   const bool ok = ctc_setup<T>(team, a, sm, b, true);
@@ -386,7 +405,7 @@ SR_HD void ctc_log_item(const Team& team, const CtcArgs<T>& a, const CtcScratch<
   team.barrier();
   const T Z = sm.shared()[0];
   if (lead) a.total[b] = Z;
-  if (a.occupancy == nullptr || Z == zero || is_nan(Z) || Z == pos_inf<T>()) return;
+  if (a.rows == nullptr || Z == zero || is_nan(Z) || Z == pos_inf<T>()) return;
   // pass 2: beta from frame m - 1 down (staged: its emissions and alpha's stored row), alpha from frame m up
   // (its emissions and beta's stored row), each step's inputs staged during the step before; the state
   // occupancies written over the stored rows. (Those were written by other threads: the barriers since make them

@@ -1,4 +1,4 @@
-// The host side of ctc_log and ctc_viterbi (contracts in ops.h) that the CPU and CUDA backends share: argument
+// The host side of ctc_log, ctc_collect and ctc_viterbi (contracts in ops.h) that the CPU and CUDA backends share: argument
 // checks, outputs and scratch, the dtype dispatch; the backend runs the filled CtcArgs.
 #pragma once
 
@@ -51,29 +51,57 @@ CtcArgs<T> ctc_args(const at::Tensor& log_probs, const at::Tensor& targets, cons
   return a;
 }
 
-// ctc_log: [total (N,), occupancy (T, N, C) or (0,)]; run(args) executes the program.
+// ctc_log: [total (N,), states (N, T, K) or (0,)]; run(args) executes the program.
 template <class Run>
 std::vector<at::Tensor> ctc_log_host(const char* who, const at::Tensor& log_probs, const at::Tensor& targets,
                                      const at::Tensor& input_lengths, const at::Tensor& target_lengths, int64_t blank,
-                                     bool need_occupancy, Run run) {
+                                     bool need_states, Run run) {
   check_ctc_args(who, log_probs, targets, input_lengths, target_lengths, blank);
-  const int64_t T = log_probs.size(0), N = log_probs.size(1), C = log_probs.size(2), K = 2 * targets.size(1) + 1;
+  const int64_t T = log_probs.size(0), N = log_probs.size(1), K = 2 * targets.size(1) + 1;
   at::Tensor total = new_output(log_probs, {N}, log_probs.options());
-  at::Tensor occupancy = need_occupancy ? log_probs.new_zeros({T, N, C}) : log_probs.new_empty({0});
-  at::Tensor rows = need_occupancy ? new_output(log_probs, {N, T, K}, log_probs.options()) : log_probs.new_empty({0});
+  at::Tensor states = need_states ? new_output(log_probs, {N, T, K}, log_probs.options()) : log_probs.new_empty({0});
   AT_DISPATCH_FLOATING_TYPES(log_probs.scalar_type(), "ctc_log", [&] {
     std::vector<at::Tensor> keep;
     CtcArgs<scalar_t> a = ctc_args<scalar_t>(log_probs, targets, input_lengths, target_lengths, blank, keep);
     a.total = total.data_ptr<scalar_t>();
-    if (need_occupancy) {
-      a.occupancy = occupancy.data_ptr<scalar_t>();
-      a.os0 = occupancy.stride(0);
-      a.os1 = occupancy.stride(1);
-      a.rows = rows.data_ptr<scalar_t>();
-    }
+    if (need_states) a.rows = states.data_ptr<scalar_t>();
     run(a);
   });
-  return {total, occupancy};
+  return {total, states};
+}
+
+// ctc_collect: the (T, N, C) weight * d log Z / d log_probs from ctc_log's total and states; run(args) executes the
+// collection (every entry of the output written).
+template <class Run>
+at::Tensor ctc_collect_host(const char* who, const at::Tensor& log_probs, const at::Tensor& targets,
+                            const at::Tensor& input_lengths, const at::Tensor& target_lengths, int64_t blank,
+                            const at::Tensor& total, const at::Tensor& states, const at::Tensor& weight, Run run) {
+  check_ctc_args(who, log_probs, targets, input_lengths, target_lengths, blank);
+  const int64_t T = log_probs.size(0), N = log_probs.size(1), C = log_probs.size(2), K = 2 * targets.size(1) + 1;
+  for (const at::Tensor* t : {&total, &weight})
+    TORCH_CHECK_VALUE(t->dim() == 1 && t->size(0) == N && t->scalar_type() == log_probs.scalar_type() &&
+                          t->device() == log_probs.device(),
+                      who, ": total and weight must be (N,) with N = ", N, " of log_probs' dtype and device, got ",
+                      describe(*t));
+  TORCH_CHECK_VALUE(states.dim() == 3 && states.size(0) == N && states.size(1) == T && states.size(2) == K &&
+                        states.scalar_type() == log_probs.scalar_type() && states.device() == log_probs.device() &&
+                        states.is_contiguous(),
+                    who, ": states must be ctc_log's contiguous (N, T, K = ", K, "), got ", describe(states));
+  at::Tensor occupancy = new_output(log_probs, {T, N, C}, log_probs.options());
+  AT_DISPATCH_FLOATING_TYPES(log_probs.scalar_type(), "ctc_collect", [&] {
+    std::vector<at::Tensor> keep;
+    CtcArgs<scalar_t> a = ctc_args<scalar_t>(log_probs, targets, input_lengths, target_lengths, blank, keep);
+    keep.push_back(total.contiguous());
+    keep.push_back(weight.contiguous());
+    a.total = keep[2].data_ptr<scalar_t>();
+    a.weight = keep[3].data_ptr<scalar_t>();
+    a.rows = states.data_ptr<scalar_t>();
+    a.occupancy = occupancy.data_ptr<scalar_t>();
+    a.os0 = occupancy.stride(0);
+    a.os1 = occupancy.stride(1);
+    run(a);
+  });
+  return occupancy;
 }
 
 // ctc_viterbi: [total (N,), path (N, T) int64: the best path's states, -1 past each item's frames].

@@ -217,10 +217,17 @@ at::Tensor span_adjoint(const at::Tensor& potentials, const at::Tensor& lengths,
 // CTC (csrc/ctc_dp.h has the programs): log_probs (T, N, C) float32 or float64, any strides; targets (N, S) int64
 // padded past target_lengths; input_lengths, target_lengths (N,) int64; all on one device; blank in [0, C).
 // An item with a length or label out of range gets a NaN total (the Python layer checks them first).
-// ctc_log: [log Z (N,), occupancy]: with need_occupancy, the (T, N, C) d log Z / d log_probs (each frame's label
-// posteriors; zero past an item's frames and for an item with no path), else an empty tensor.
+// ctc_log: [log Z (N,), states]: with need_states, the (N, T, K = 2 S + 1) state occupancies at each item's frames
+// (undefined past them and for an item with no path), what ctc_collect sums per label; else an empty tensor.
 std::vector<at::Tensor> ctc_log(const at::Tensor& log_probs, const at::Tensor& targets, const at::Tensor& input_lengths,
-                                const at::Tensor& target_lengths, int64_t blank, bool need_occupancy);
+                                const at::Tensor& target_lengths, int64_t blank, bool need_states);
+
+// ctc_collect: (T, N, C) weight[n] * d log Z_n / d log_probs from ctc_log's total and states (the same other
+// arguments): each frame's label posteriors times the item's weight, 0 * weight past an item's frames and for an
+// item with no path; total and weight (N,) of log_probs' dtype.
+at::Tensor ctc_collect(const at::Tensor& log_probs, const at::Tensor& targets, const at::Tensor& input_lengths,
+                       const at::Tensor& target_lengths, int64_t blank, const at::Tensor& total,
+                       const at::Tensor& states, const at::Tensor& weight);
 
 // ctc_viterbi: [best score (N,), states (N, T) int64]: the best path's extended-target state at each frame (ties
 // as torchaudio's forced_align), -1 past the item's frames and everywhere for an item with no path.

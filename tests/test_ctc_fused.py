@@ -51,7 +51,7 @@ def _kernels_or_skip(device: str):
 def test_log_program_matches_the_structure(device, seed, T, N, C, S, dtype):
     _kernels_or_skip(device)
     lp, targets, il, tl = _batch(seed, T, N, C, S, device, dtype)
-    total, occupancy = ctc_ops.ctc_log(lp, targets, il, tl, 0, True)
+    total, occupancy = ctc_ops.ctc_occupancy(lp, targets, il, tl, 0)
     x = lp.double().requires_grad_()
     ref = reference_log_partition(x, targets, il, tl, 0, "log")
     (grad,) = torch.autograd.grad(ref, x, torch.isfinite(ref).double())
@@ -62,6 +62,13 @@ def test_log_program_matches_the_structure(device, seed, T, N, C, S, dtype):
     torch.testing.assert_close(occupancy.double(), grad, rtol=tol, atol=tol)
     forward_only = ctc_ops.ctc_log(lp, targets, il, tl, 0, False)
     assert torch.equal(forward_only[0], total) and forward_only[1].numel() == 0
+    # the backward's collection: the occupancies times each item's weight, every entry written (the output
+    # poisoned first: tests/conftest.py), NaN where a weight is not finite, as the product with a tensor of zeros
+    weight = torch.randn(N, dtype=dtype, generator=torch.Generator().manual_seed(seed)).to(device)
+    weight[0] = float("inf") if seed % 2 else weight[0]
+    _, states = ctc_ops.ctc_log(lp, targets, il, tl, 0, True)
+    scaled = ctc_ops.ctc_collect(lp, targets, il, tl, 0, total, states, weight)
+    torch.testing.assert_close(scaled, occupancy * weight[None, :, None], rtol=tol, atol=tol, equal_nan=True)
 
 
 def _best_path_scalar(lp: torch.Tensor, target: list[int], frames: int, blank: int) -> tuple[float, list[int]]:
@@ -174,8 +181,8 @@ def test_non_contiguous_and_long_targets(device):
     lp = base.permute(2, 0, 1)  # (T, N, C), no unit stride on C
     targets = torch.randint(1, C, (N, S), generator=g).to(device)
     il, tl = torch.tensor([T, 65, 61], device=device), torch.tensor([S, 29, 1], device=device)
-    total, occupancy = ctc_ops.ctc_log(lp, targets, il, tl, 0, True)
-    total_c, occupancy_c = ctc_ops.ctc_log(lp.contiguous(), targets, il, tl, 0, True)
+    total, occupancy = ctc_ops.ctc_occupancy(lp, targets, il, tl, 0)
+    total_c, occupancy_c = ctc_ops.ctc_occupancy(lp.contiguous(), targets, il, tl, 0)
     assert torch.equal(total, total_c) and torch.equal(occupancy, occupancy_c)
     ref = reference_log_partition(lp, targets, il, tl, 0, "log")
     torch.testing.assert_close(total, ref, rtol=1e-10, atol=1e-10)

@@ -1,4 +1,4 @@
-// semiring_ops::ctc_log, ctc_viterbi and rnnt_lattice for CPU tensors (contracts in ops.h; the programs in ctc_dp.h
+// semiring_ops::ctc_log, ctc_collect, ctc_viterbi and rnnt_lattice for CPU tensors (contracts in ops.h; the programs in ctc_dp.h
 // and rnnt_dp.h): the batch items in parallel (at::parallel_for), each one thread (a team of one) with its own
 // buffers. (RNN-T's entry lives here rather than in a file of its own: one translation unit that includes ATen
 // fewer, 7.5 s of g++ on each build of the family.)
@@ -58,17 +58,26 @@ template <class T, class Program> void run_items(const CtcArgs<T>& a, Program pr
 }  // namespace
 
 std::vector<at::Tensor> ctc_log(const at::Tensor& log_probs, const at::Tensor& targets, const at::Tensor& input_lengths,
-                                const at::Tensor& target_lengths, int64_t blank, bool need_occupancy) {
+                                const at::Tensor& target_lengths, int64_t blank, bool need_states) {
   check_cpu(log_probs, "ctc_log");
-  return ctc_log_host("ctc_log (CPU)", log_probs, targets, input_lengths, target_lengths, blank, need_occupancy,
+  return ctc_log_host("ctc_log (CPU)", log_probs, targets, input_lengths, target_lengths, blank, need_states,
                       [&](const auto& a) {
                         using T = std::remove_cv_t<std::remove_pointer_t<decltype(a.lp)>>;
                         run_items(a, [](const SerialTeam& team, const CtcArgs<T>& args, const CtcScratch<T>& sm,
-                                        int64_t b) {
-                          ctc_log_item<T>(team, args, sm, b);
-                          if (args.occupancy) ctc_collect_frames<T>(team, args, sm, b, 0, args.T_);
-                        });
+                                        int64_t b) { ctc_log_item<T>(team, args, sm, b); });
                       });
+}
+
+at::Tensor ctc_collect(const at::Tensor& log_probs, const at::Tensor& targets, const at::Tensor& input_lengths,
+                       const at::Tensor& target_lengths, int64_t blank, const at::Tensor& total,
+                       const at::Tensor& states, const at::Tensor& weight) {
+  check_cpu(log_probs, "ctc_collect");
+  return ctc_collect_host("ctc_collect (CPU)", log_probs, targets, input_lengths, target_lengths, blank, total, states,
+                          weight, [&](const auto& a) {
+                            using T = std::remove_cv_t<std::remove_pointer_t<decltype(a.lp)>>;
+                            run_items(a, [](const SerialTeam& team, const CtcArgs<T>& args, const CtcScratch<T>& sm,
+                                            int64_t b) { ctc_collect_frames<T>(team, args, sm, b, 0, args.T_); });
+                          });
 }
 
 std::vector<at::Tensor> ctc_viterbi(const at::Tensor& log_probs, const at::Tensor& targets,

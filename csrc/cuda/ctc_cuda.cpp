@@ -1,4 +1,4 @@
-// semiring_ops::ctc_log, ctc_viterbi and rnnt_lattice for CUDA tensors (contracts in ops.h): the shared host bodies
+// semiring_ops::ctc_log, ctc_collect, ctc_viterbi and rnnt_lattice for CUDA tensors (contracts in ops.h): the shared host bodies
 // (ctc_host.h, rnnt_host.h) with the CUDA launchers (ctc_launch.h, rnnt_launch.h; kernels in ctc_kernels.cu).
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -25,13 +25,25 @@ void check_cuda(const at::Tensor& log_probs, const char* who) {
 }  // namespace
 
 std::vector<at::Tensor> ctc_log(const at::Tensor& log_probs, const at::Tensor& targets, const at::Tensor& input_lengths,
-                                const at::Tensor& target_lengths, int64_t blank, bool need_occupancy) {
+                                const at::Tensor& target_lengths, int64_t blank, bool need_states) {
   check_cuda(log_probs, "ctc_log");
   const c10::cuda::CUDAGuard guard(log_probs.device());
-  return ctc_log_host("ctc_log (CUDA)", log_probs, targets, input_lengths, target_lengths, blank, need_occupancy,
+  return ctc_log_host("ctc_log (CUDA)", log_probs, targets, input_lengths, target_lengths, blank, need_states,
                       [&](const auto& a) {
                         cuda::check_launch(cuda::ctc_log_launch(a, c10::cuda::getCurrentCUDAStream()), "ctc_log (CUDA)");
                       });
+}
+
+at::Tensor ctc_collect(const at::Tensor& log_probs, const at::Tensor& targets, const at::Tensor& input_lengths,
+                       const at::Tensor& target_lengths, int64_t blank, const at::Tensor& total,
+                       const at::Tensor& states, const at::Tensor& weight) {
+  check_cuda(log_probs, "ctc_collect");
+  const c10::cuda::CUDAGuard guard(log_probs.device());
+  return ctc_collect_host("ctc_collect (CUDA)", log_probs, targets, input_lengths, target_lengths, blank, total, states,
+                          weight, [&](const auto& a) {
+                            cuda::check_launch(cuda::ctc_collect_launch(a, c10::cuda::getCurrentCUDAStream()),
+                                               "ctc_collect (CUDA)");
+                          });
 }
 
 std::vector<at::Tensor> ctc_viterbi(const at::Tensor& log_probs, const at::Tensor& targets,

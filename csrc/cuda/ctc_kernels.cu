@@ -1,8 +1,9 @@
 // CTC's kernels (the programs in ctc_dp.h; host side ctc_cuda.cpp): one block per item, a thread per state
 // (strided past 1,024 states), the item's rows, staged inputs, labels and label chains in dynamic shared memory;
-// then, for the occupancies, the collection: a block per item and 64 frames. And RNN-T's lattice kernel
-// (rnnt_dp.h): one block per item, its threads striding over an anti-diagonal's cells, alpha and beta in global
-// scratch (a diagonal reads the one before, written by the block's other threads before the barrier).
+// and the collection of the state occupancies per label (the loss's backward): a block per item and 64 frames.
+// And RNN-T's lattice kernel (rnnt_dp.h): one block per item, its threads striding over an anti-diagonal's cells,
+// alpha and beta in global scratch (a diagonal reads the one before, written by the block's other threads before
+// the barrier).
 // A step's inputs from global memory (its frames' emissions and, in pass 2, the stored rows) are copied into
 // shared memory by cp.async kCtcStages - 1 steps before (ctc_dp.h), and L2 is asked for those 8 frames ahead
 // (prefetch.global.L2): the steps' chain of dependent work never waits on global memory.
@@ -130,9 +131,13 @@ template <class T> LaunchStatus ctc_log_launch(const CtcArgs<T>& a, cudaStream_t
   int multiprocessors = 0;
   SEMIRING_OPS_CUDA_TRY(current_device_attribute(&multiprocessors, cudaDevAttrMultiProcessorCount));
   const dim3 items(unsigned(a.N));
-  const LaunchStatus run = a.N <= multiprocessors ? launch(ctc_log_kernel<T, 1>, a, items, true, stream)
-                                                  : launch(ctc_log_kernel<T, 2>, a, items, true, stream);
-  if (run.error != cudaSuccess || a.occupancy == nullptr || a.T_ == 0) return run;
+  return a.N <= multiprocessors ? launch(ctc_log_kernel<T, 1>, a, items, true, stream)
+                                : launch(ctc_log_kernel<T, 2>, a, items, true, stream);
+}
+
+template <class T> LaunchStatus ctc_collect_launch(const CtcArgs<T>& a, cudaStream_t stream) {
+  const LaunchStatus states = check_states<T>(a.K);
+  if (states.refusal != nullptr || a.N == 0 || a.T_ == 0) return states;
   const dim3 grid(unsigned(a.N), unsigned((a.T_ + kCollectFrames - 1) / kCollectFrames));
   return launch(ctc_collect_kernel<T>, a, grid, false, stream);
 }
@@ -145,6 +150,8 @@ template <class T> LaunchStatus ctc_viterbi_launch(const CtcArgs<T>& a, cudaStre
 
 template LaunchStatus ctc_log_launch<float>(const CtcArgs<float>&, cudaStream_t);
 template LaunchStatus ctc_log_launch<double>(const CtcArgs<double>&, cudaStream_t);
+template LaunchStatus ctc_collect_launch<float>(const CtcArgs<float>&, cudaStream_t);
+template LaunchStatus ctc_collect_launch<double>(const CtcArgs<double>&, cudaStream_t);
 template LaunchStatus ctc_viterbi_launch<float>(const CtcArgs<float>&, cudaStream_t);
 template LaunchStatus ctc_viterbi_launch<double>(const CtcArgs<double>&, cudaStream_t);
 

@@ -18,10 +18,13 @@ namespace cuda {
 // shared memory and sends longer targets to the structure's PyTorch program; ctc_dp.h, ctc_scratch_bytes.)
 template <class T> constexpr int64_t ctc_max_states() { return sizeof(T) == 4 ? 2047 : 1023; }
 
-// The log program (ctc_dp.h) over a.N items, one block each, then (with a.occupancy) the collection of the
-// occupancies per label, a block per item and 64 frames; T in {float, double}; the host has filled and checked
-// the arguments (a.occupancy zeroed, or null).
+// The log program (ctc_dp.h) over a.N items, one block each (with a.rows: its state occupancies); T in {float,
+// double}; the host has filled and checked the arguments.
 template <class T> LaunchStatus ctc_log_launch(const CtcArgs<T>& a, cudaStream_t stream);
+
+// The collection of the state occupancies a.rows per label, times a.weight, into a.occupancy (every entry), a block
+// per item and 64 frames.
+template <class T> LaunchStatus ctc_collect_launch(const CtcArgs<T>& a, cudaStream_t stream);
 
 // The max program (best paths), one block an item.
 template <class T> LaunchStatus ctc_viterbi_launch(const CtcArgs<T>& a, cudaStream_t stream);

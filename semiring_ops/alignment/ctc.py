@@ -329,9 +329,7 @@ def ctc_posteriors(
     )
     lp = in_compute_dtype(lp).detach()
     if fused_ok(lp, padded):
-        from ..ops.ctc_ops import ctc_log
-
-        posteriors = ctc_log(lp, padded, input_lengths, target_lengths, blank, True)[1]
+        posteriors = ctc_ops.ctc_occupancy(lp, padded, input_lengths, target_lengths, blank)[1]
     else:
         with torch.enable_grad():
             x = lp.requires_grad_()

@@ -1,11 +1,15 @@
 """CTC's fused programs, registered with torch.library (contracts in csrc/ops.h, programs in csrc/ctc_dp.h):
 
-semiring_ops::ctc_log(log_probs, targets, input_lengths, target_lengths, blank, need_occupancy)
-    -> (log Z (N,), occupancy (T, N, C) or (0,))
-    log_probs (T, N, C) float32 / float64, targets (N, S) int64 padded, lengths (N,) int64; one launch (two
-    with the occupancies: the program, then their sums per label).
-    Differentiable in log_probs (needs need_occupancy): the gradient of log Z is the occupancy, saved by the
-    forward; its own gradient (double backward) comes from the CTC structure's PyTorch program
+semiring_ops::ctc_log(log_probs, targets, input_lengths, target_lengths, blank, need_states)
+    -> (log Z (N,), states (N, T, 2 S + 1) or (0,))
+    log_probs (T, N, C) float32 / float64, targets (N, S) int64 padded, lengths (N,) int64; one launch. With
+    need_states, the state occupancies at each item's frames (undefined past them), which ctc_collect sums.
+    Differentiable in log_probs (needs need_states): the gradient of log Z times the loss's gradient is
+    ctc_collect's, one launch in the backward writing it whole (no zeroed occupancy kept from the forward, no
+    product); its own gradient (double backward) comes from the CTC structure's PyTorch program
+semiring_ops::ctc_collect(log_probs, targets, input_lengths, target_lengths, blank, total, states, weight)
+    -> (T, N, C) weight[n] * d log Z_n / d log_probs: each frame's label posteriors times the item's weight,
+    0 * weight past its frames and for an item with no alignment
 semiring_ops::ctc_viterbi(log_probs, targets, input_lengths, target_lengths, blank)
     -> (best score (N,), states (N, T) int64, -1 past each item's frames)
     differentiable in log_probs through the score: 1 at the best path's (frame, label) entries
@@ -32,7 +36,16 @@ def state_labels(targets: Tensor, blank: int) -> Tensor:
     return states
 
 
-__all__ = ["ctc_kernels", "ctc_kernels_or_raise", "ctc_log", "ctc_log_fast", "ctc_viterbi", "path_indicator"]
+__all__ = [
+    "ctc_collect",
+    "ctc_kernels",
+    "ctc_kernels_or_raise",
+    "ctc_log",
+    "ctc_log_fast",
+    "ctc_occupancy",
+    "ctc_viterbi",
+    "path_indicator",
+]
 
 
 def ctc_kernels(device: torch.device):
@@ -55,65 +68,107 @@ def ctc_kernels_or_raise(device: torch.device, op: str):
 
 @torch.library.custom_op("semiring_ops::ctc_log", mutates_args=())
 def ctc_log(
-    log_probs: Tensor, targets: Tensor, input_lengths: Tensor, target_lengths: Tensor, blank: int, need_occupancy: bool
+    log_probs: Tensor, targets: Tensor, input_lengths: Tensor, target_lengths: Tensor, blank: int, need_states: bool
 ) -> tuple[Tensor, Tensor]:
-    """(log Z (N,), occupancy): see the module docstring."""
+    """(log Z (N,), states): see the module docstring."""
     module = ctc_kernels_or_raise(log_probs.device, "ctc_log")
-    return tuple(module.ctc_log(log_probs, targets, input_lengths, target_lengths, blank, need_occupancy))
+    return tuple(module.ctc_log(log_probs, targets, input_lengths, target_lengths, blank, need_states))
 
 
 @ctc_log.register_fake
-def _(log_probs, targets, input_lengths, target_lengths, blank, need_occupancy):
-    occupancy = log_probs.new_empty(log_probs.shape if need_occupancy else (0,))
-    return log_probs.new_empty(log_probs.shape[1:2]), occupancy
+def _(log_probs, targets, input_lengths, target_lengths, blank, need_states):
+    T, N = log_probs.shape[:2]
+    states = log_probs.new_empty((N, T, 2 * targets.shape[1] + 1) if need_states else (0,))
+    return log_probs.new_empty((N,)), states
+
+
+@torch.library.custom_op("semiring_ops::ctc_collect", mutates_args=())
+def ctc_collect(
+    log_probs: Tensor,
+    targets: Tensor,
+    input_lengths: Tensor,
+    target_lengths: Tensor,
+    blank: int,
+    total: Tensor,
+    states: Tensor,
+    weight: Tensor,
+) -> Tensor:
+    """(T, N, C) weight times the occupancies: see the module docstring."""
+    module = ctc_kernels_or_raise(log_probs.device, "ctc_collect")
+    return module.ctc_collect(log_probs, targets, input_lengths, target_lengths, blank, total, states, weight)
+
+
+@ctc_collect.register_fake
+def _(log_probs, targets, input_lengths, target_lengths, blank, total, states, weight):
+    return log_probs.new_empty(log_probs.shape)
+
+
+def ctc_occupancy(
+    log_probs: Tensor, targets: Tensor, input_lengths: Tensor, target_lengths: Tensor, blank: int
+) -> tuple[Tensor, Tensor]:
+    """(log Z (N,), occupancy (T, N, C) = d log Z / d log_probs): each frame's label posteriors, by ctc_log and
+    ctc_collect (no gradient)."""
+    total, states = ctc_log(log_probs, targets, input_lengths, target_lengths, blank, True)
+    ones = torch.ones_like(total)
+    return total, ctc_collect(log_probs, targets, input_lengths, target_lengths, blank, total, states, ones)
 
 
 def _log_setup_context(ctx, inputs, output):
-    log_probs, targets, input_lengths, target_lengths, blank, _need_occupancy = inputs
+    log_probs, targets, input_lengths, target_lengths, blank, _need_states = inputs
     ctx.blank = blank
     ctx.mark_non_differentiable(output[1])
-    ctx.save_for_backward(log_probs, targets, input_lengths, target_lengths, output[1])
+    ctx.save_for_backward(log_probs, targets, input_lengths, target_lengths, output[0], output[1])
 
 
-def _log_backward(ctx, grad_total, _grad_occupancy):
-    log_probs, targets, input_lengths, target_lengths, occupancy = ctx.saved_tensors
+def _backward(ctx, grad_total, collect) -> tuple:
+    """ctc_log's backward, its collection by `collect` (ctc_collect's signature)."""
+    log_probs, targets, input_lengths, target_lengths, total, states = ctx.saved_tensors
     if grad_total is None:
         return (None,) * 6
     if torch.is_grad_enabled():  # a graph of the gradient (double backward): the structure's PyTorch program
         with torch.enable_grad():
-            total = reference_log_partition(log_probs, targets, input_lengths, target_lengths, ctx.blank, "log")
-            (grad,) = torch.autograd.grad(total, log_probs, grad_total, create_graph=True)
+            again = reference_log_partition(log_probs, targets, input_lengths, target_lengths, ctx.blank, "log")
+            (grad,) = torch.autograd.grad(again, log_probs, grad_total, create_graph=True)
         return grad, None, None, None, None, None
-    if occupancy.numel() != log_probs.numel():
-        raise RuntimeError("semiring_ops::ctc_log: backward needs the forward's need_occupancy=True")
-    return occupancy * grad_total.to(occupancy)[None, :, None], None, None, None, None, None
+    if states.dim() != 3:
+        raise RuntimeError("semiring_ops::ctc_log: backward needs the forward's need_states=True")
+    weight = grad_total.to(total)
+    grad = collect(log_probs, targets, input_lengths, target_lengths, ctx.blank, total, states, weight)
+    return grad, None, None, None, None, None
+
+
+def _log_backward(ctx, grad_total, _grad_states):
+    return _backward(ctx, grad_total, ctc_collect)
 
 
 ctc_log.register_autograd(_log_backward, setup_context=_log_setup_context)
 
 
 class _EagerCtcLog(torch.autograd.Function):
-    """ctc_log's kernels and backward (_log_backward) without the registered op's dispatch, for eager calls: the op's
+    """ctc_log's kernels and backward (_backward) without the registered ops' dispatch, for eager calls: an op's
     Python layers cost ~50 µs a call, as much as the kernels of a small batch."""
 
     @staticmethod
-    def forward(ctx, log_probs, targets, input_lengths, target_lengths, blank, need_occupancy):
+    def forward(ctx, log_probs, targets, input_lengths, target_lengths, blank, need_states):
         module = ctc_kernels_or_raise(log_probs.device, "ctc_log")
-        output = tuple(module.ctc_log(log_probs, targets, input_lengths, target_lengths, blank, need_occupancy))
-        _log_setup_context(ctx, (log_probs, targets, input_lengths, target_lengths, blank, need_occupancy), output)
+        output = tuple(module.ctc_log(log_probs, targets, input_lengths, target_lengths, blank, need_states))
+        _log_setup_context(ctx, (log_probs, targets, input_lengths, target_lengths, blank, need_states), output)
+        ctx.module = module
         return output
 
-    backward = staticmethod(_log_backward)
+    @staticmethod
+    def backward(ctx, grad_total, _grad_states):
+        return _backward(ctx, grad_total, ctx.module.ctc_collect)
 
 
 def ctc_log_fast(
-    log_probs: Tensor, targets: Tensor, input_lengths: Tensor, target_lengths: Tensor, blank: int, need_occupancy: bool
+    log_probs: Tensor, targets: Tensor, input_lengths: Tensor, target_lengths: Tensor, blank: int, need_states: bool
 ) -> tuple[Tensor, Tensor]:
     """ctc_log by the quickest route: the registered op while torch.compile traces (its graphs see the op), else
     the same kernels and backward through an autograd.Function."""
     if torch.compiler.is_compiling():
-        return ctc_log(log_probs, targets, input_lengths, target_lengths, blank, need_occupancy)
-    return _EagerCtcLog.apply(log_probs, targets, input_lengths, target_lengths, blank, need_occupancy)
+        return ctc_log(log_probs, targets, input_lengths, target_lengths, blank, need_states)
+    return _EagerCtcLog.apply(log_probs, targets, input_lengths, target_lengths, blank, need_states)
 
 
 @torch.library.custom_op("semiring_ops::ctc_viterbi", mutates_args=())

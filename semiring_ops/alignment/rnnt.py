@@ -268,11 +268,14 @@ def _rnnt_costs_setup_context(ctx, inputs, output):
     logits, targets, _frames, target_lengths, blank, clamp, fused, _max, padded, _need_grad = inputs
     _costs_out, norm, post = output
     ctx.mark_non_differentiable(norm, post)
+    ctx.set_materialize_grads(False)  # (else the backward is handed zeroed tensors the size of norm and post)
     ctx.blank, ctx.clamp, ctx.padded, ctx.fused = blank, clamp, padded, fused
     ctx.save_for_backward(logits, targets, target_lengths, norm, post)
 
 
 def _rnnt_costs_backward(ctx, grad_costs, _grad_norm, _grad_post):
+    if grad_costs is None:  # (grads are not materialised: setup_context)
+        return (None,) * 10
     logits, targets, target_lengths, norm, post = ctx.saved_tensors
     norm = norm if ctx.fused else None
     grad = _logits_grad(logits, targets, target_lengths, norm, post, ctx.blank, ctx.clamp, ctx.padded, grad_costs)

@@ -22,6 +22,7 @@ from torch import Tensor
 
 from ..build.backends import backend_for
 from ..hooks import Hook
+from .registry import eager_function, plain_eager
 
 # log_partition by the CTC structure's PyTorch program, (log_probs, targets, input_lengths, target_lengths, blank,
 # semiring) -> (N,): what ctc_log's double backward differentiates (alignment/ctc.py installs it).
@@ -66,13 +67,19 @@ def ctc_kernels_or_raise(device: torch.device, op: str):
     return module
 
 
+def _ctc_log_body(
+    log_probs: Tensor, targets: Tensor, input_lengths: Tensor, target_lengths: Tensor, blank: int, need_states: bool
+) -> tuple[Tensor, Tensor]:
+    module = ctc_kernels_or_raise(log_probs.device, "ctc_log")
+    return tuple(module.ctc_log(log_probs, targets, input_lengths, target_lengths, blank, need_states))
+
+
 @torch.library.custom_op("semiring_ops::ctc_log", mutates_args=())
 def ctc_log(
     log_probs: Tensor, targets: Tensor, input_lengths: Tensor, target_lengths: Tensor, blank: int, need_states: bool
 ) -> tuple[Tensor, Tensor]:
     """(log Z (N,), states): see the module docstring."""
-    module = ctc_kernels_or_raise(log_probs.device, "ctc_log")
-    return tuple(module.ctc_log(log_probs, targets, input_lengths, target_lengths, blank, need_states))
+    return _ctc_log_body(log_probs, targets, input_lengths, target_lengths, blank, need_states)
 
 
 @ctc_log.register_fake
@@ -80,6 +87,10 @@ def _(log_probs, targets, input_lengths, target_lengths, blank, need_states):
     T, N = log_probs.shape[:2]
     states = log_probs.new_empty((N, T, 2 * targets.shape[1] + 1) if need_states else (0,))
     return log_probs.new_empty((N,)), states
+
+
+def _ctc_collect_body(log_probs: Tensor, *args) -> Tensor:
+    return ctc_kernels_or_raise(log_probs.device, "ctc_collect").ctc_collect(log_probs, *args)
 
 
 @torch.library.custom_op("semiring_ops::ctc_collect", mutates_args=())
@@ -94,8 +105,7 @@ def ctc_collect(
     weight: Tensor,
 ) -> Tensor:
     """(T, N, C) weight times the occupancies: see the module docstring."""
-    module = ctc_kernels_or_raise(log_probs.device, "ctc_collect")
-    return module.ctc_collect(log_probs, targets, input_lengths, target_lengths, blank, total, states, weight)
+    return _ctc_collect_body(log_probs, targets, input_lengths, target_lengths, blank, total, states, weight)
 
 
 @ctc_collect.register_fake
@@ -117,6 +127,7 @@ def _log_setup_context(ctx, inputs, output):
     log_probs, targets, input_lengths, target_lengths, blank, _need_states = inputs
     ctx.blank = blank
     ctx.mark_non_differentiable(output[1])
+    ctx.set_materialize_grads(False)  # (else the backward is handed a zeroed tensor the size of the states)
     ctx.save_for_backward(log_probs, targets, input_lengths, target_lengths, output[0], output[1])
 
 
@@ -142,33 +153,23 @@ def _log_backward(ctx, grad_total, _grad_states):
 
 
 ctc_log.register_autograd(_log_backward, setup_context=_log_setup_context)
-
-
-class _EagerCtcLog(torch.autograd.Function):
-    """ctc_log's kernels and backward (_backward) without the registered ops' dispatch, for eager calls: an op's
-    Python layers cost ~50 µs a call, as much as the kernels of a small batch."""
-
-    @staticmethod
-    def forward(ctx, log_probs, targets, input_lengths, target_lengths, blank, need_states):
-        module = ctc_kernels_or_raise(log_probs.device, "ctc_log")
-        output = tuple(module.ctc_log(log_probs, targets, input_lengths, target_lengths, blank, need_states))
-        _log_setup_context(ctx, (log_probs, targets, input_lengths, target_lengths, blank, need_states), output)
-        ctx.module = module
-        return output
-
-    @staticmethod
-    def backward(ctx, grad_total, _grad_states):
-        return _backward(ctx, grad_total, ctx.module.ctc_collect)
+# the same body and formula as an autograd.Function, without the ops' dispatch (~50 µs a call each on the GPU host)
+_CtcLogEager = eager_function(
+    "_CtcLogEager",
+    _ctc_log_body,
+    _log_setup_context,
+    lambda ctx, grad_total, _grad_states: _backward(ctx, grad_total, _ctc_collect_body),
+)
 
 
 def ctc_log_fast(
     log_probs: Tensor, targets: Tensor, input_lengths: Tensor, target_lengths: Tensor, blank: int, need_states: bool
 ) -> tuple[Tensor, Tensor]:
-    """ctc_log by the quickest route: the registered op while torch.compile traces (its graphs see the op), else
-    the same kernels and backward through an autograd.Function."""
-    if torch.compiler.is_compiling():
-        return ctc_log(log_probs, targets, input_lengths, target_lengths, blank, need_states)
-    return _EagerCtcLog.apply(log_probs, targets, input_lengths, target_lengths, blank, need_states)
+    """ctc_log by the quickest route: on plain eager tensors (registry.plain_eager) the same kernels and backward
+    through an autograd.Function, else the registered op (torch.compile's graphs, functorch, dispatch modes)."""
+    if plain_eager(log_probs, targets, input_lengths, target_lengths):
+        return _CtcLogEager.apply(log_probs, targets, input_lengths, target_lengths, blank, need_states)
+    return ctc_log(log_probs, targets, input_lengths, target_lengths, blank, need_states)
 
 
 @torch.library.custom_op("semiring_ops::ctc_viterbi", mutates_args=())

@@ -16,9 +16,9 @@ Differences from torch, on purpose:
 - float16 / bfloat16 and ``semiring="max"`` are accepted.
 
 The log and max semirings run on the fused kernels (csrc/ctc_dp.h through ops/ctc_ops.py: one launch for the
-loss and its occupancies, a second to sum them per label; memory a row of 2 S + 1 states per frame, half of
-torch's alpha and beta) where they apply (fused_ok), else the CTC structure's PyTorch program, which also gives
-the double backward.
+loss and its state occupancies, one in the backward to sum them per label times the loss's gradient; memory a row
+of 2 S + 1 states per frame, half of torch's alpha and beta) where they apply (fused_ok), else the CTC structure's
+PyTorch program, which also gives the double backward.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-// The host side of ctc_log, ctc_collect and ctc_viterbi (contracts in ops.h) that the CPU and CUDA backends share: argument
-// checks, outputs and scratch, the dtype dispatch; the backend runs the filled CtcArgs.
+// The host side of ctc_log, ctc_collect and ctc_viterbi (contracts in ops.h) that the CPU and CUDA backends share:
+// argument checks, outputs and scratch, the dtype dispatch; the backend runs the filled CtcArgs.
 #pragma once
 
 #include "tensor_api.h"

@@ -1,6 +1,6 @@
-// semiring_ops::ctc_log, ctc_collect, ctc_viterbi and rnnt_lattice for CPU tensors (contracts in ops.h; the programs in ctc_dp.h
-// and rnnt_dp.h): the batch items in parallel (at::parallel_for), each one thread (a team of one) with its own
-// buffers. (RNN-T's entry lives here rather than in a file of its own: one translation unit that includes ATen
+// semiring_ops::ctc_log, ctc_collect, ctc_viterbi and rnnt_lattice for CPU tensors (contracts in ops.h; the programs
+// in ctc_dp.h and rnnt_dp.h): the batch items in parallel (at::parallel_for), each one thread (a team of one) with
+// its own buffers. (RNN-T's entry lives here rather than in a file of its own: one translation unit that includes ATen
 // fewer, 7.5 s of g++ on each build of the family.)
 #include <ATen/Parallel.h>
 

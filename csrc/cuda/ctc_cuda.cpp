@@ -1,5 +1,6 @@
-// semiring_ops::ctc_log, ctc_collect, ctc_viterbi and rnnt_lattice for CUDA tensors (contracts in ops.h): the shared host bodies
-// (ctc_host.h, rnnt_host.h) with the CUDA launchers (ctc_launch.h, rnnt_launch.h; kernels in ctc_kernels.cu).
+// semiring_ops::ctc_log, ctc_collect, ctc_viterbi and rnnt_lattice for CUDA tensors (contracts in ops.h): the shared
+// host bodies (ctc_host.h, rnnt_host.h) with the CUDA launchers (ctc_launch.h, rnnt_launch.h; kernels in
+// ctc_kernels.cu).
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 

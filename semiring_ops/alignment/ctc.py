@@ -322,8 +322,8 @@ def ctc_posteriors(
     """Each frame's label posteriors under CTC (arguments as :func:`ctc_loss`): (T, N, C) (or (T, C) unbatched)
     in log_probs' dtype, entry [t, n, c] the probability that item n's alignment emits label c at frame t, given
     its target; each frame's entries sum to 1 within the item's frames, and are 0 past them and for an item with
-    no alignment. The same as minus the gradient of the unreduced loss. One launch by the fused kernels (16-bit
-    inputs computed in float32), else the structure's PyTorch program."""
+    no alignment. The same as minus the gradient of the unreduced loss. Two launches of the fused kernels (the log
+    program, the collection; 16-bit inputs computed in float32), else the structure's PyTorch program."""
     lp, padded, input_lengths, target_lengths, unbatched, _ = checked_inputs(
         log_probs, targets, input_lengths, target_lengths, blank, "ctc_posteriors"
     )

@@ -10,7 +10,7 @@ import torch
 
 from . import __version__
 from .build import backends, jit, prebuilt, toolkit
-from .build.families import FAMILIES
+from .build.families import CPU_ARCH_ENV, DEFAULT_CPU_ARCH, FAMILIES, cpu_arch
 from .lazy.dispatch import lazy_backend
 from .lazy.kernel_cache import lazy_cache_dir
 
@@ -58,6 +58,7 @@ def backend_info(load: bool = False) -> dict[str, Any]:
         "cache": str(jit.cache_root()),
         "lazy_cache": str(lazy_cache_dir()),
         "cxx": toolkit.cxx_compiler(),
+        "cpu_arch": cpu_arch(),  # the CPU families' target when compiled here
         "cuda_toolkit": cuda_toolkit,
         "prebuilt": {k: wheel[k] for k in ("torch", "torch_cuda", "cpu_arch", "cuda_archs") if k in wheel}
         if wheel
@@ -67,13 +68,18 @@ def backend_info(load: bool = False) -> dict[str, Any]:
     }
 
 
+def _cpu_target(arch: str) -> str:
+    return "the compiler's default target" if arch == DEFAULT_CPU_ARCH else f"-march={arch}"
+
+
 def format_info(info: dict[str, Any]) -> str:
     lines = [
         f"semiring_ops {info['semiring_ops']}  (torch {info['torch']}, CUDA {info['torch_cuda']}, "
         f"Python {info['python']})",
         f"build cache: {info['cache']}",
         f"lazy kernel cache: {info['lazy_cache']}",
-        f"C++ compiler: {info['cxx'] or 'none found'}",
+        f"C++ compiler: {info['cxx'] or 'none found'} (CPU kernels compiled here for {_cpu_target(info['cpu_arch'])}, "
+        f"${CPU_ARCH_ENV})",
     ]
     tk = info["cuda_toolkit"]
     if tk is not None:

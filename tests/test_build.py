@@ -254,7 +254,7 @@ def test_no_compiler_falls_back_to_the_reference_with_one_warning_naming_the_fix
 
 
 def test_info_reports_every_family_without_compiling(tmp_path):
-    env = {**os.environ, "SEMIRING_OPS_CACHE": str(tmp_path)}
+    env = {**os.environ, "SEMIRING_OPS_CACHE": str(tmp_path), "SEMIRING_OPS_CPU_ARCH": "x86-64-v3"}
     env.pop("SEMIRING_OPS_BACKEND", None)
     res = subprocess.run(
         [sys.executable, "-m", "semiring_ops", "info"], capture_output=True, text=True, timeout=900, env=env
@@ -262,7 +262,7 @@ def test_info_reports_every_family_without_compiling(tmp_path):
     assert res.returncode == 0, res.stderr
     assert "compiling" not in res.stderr and not any(tmp_path.glob("semiring_ops_*")), "info compiles nothing"
     assert "build cache: " + str(tmp_path) in res.stdout and "lazy kernel cache:" in res.stdout
-    assert "C++ compiler: " in res.stdout
+    assert "C++ compiler: " in res.stdout and "CPU kernels compiled here for -march=x86-64-v3" in res.stdout
     for fam in families_for("cpu"):
         assert re.search(rf"cpu  {fam.name} +not built  compiles on first use", res.stdout), fam.name
     assert "std matmul: torch.matmul" in res.stdout

@@ -63,27 +63,17 @@ def timed_runs(fn: Callable[[], object], device: str, reps: int) -> list[float]:
 
 def loop_ms(fn: Callable[[], object], device: str, reps: int, loops: int = 3) -> float:
     """Milliseconds a call of fn() takes in a loop of ``reps`` calls back to back, as a training loop makes them
-    (the host's work for one call overlaps the device's for the one before): the median of ``loops`` loops,
-    after warm-up; CUDA events around each loop on the GPU, the wall clock on the CPU."""
+    (the host's work for one call overlaps the device's for the one before): the median of ``loops`` loops timed
+    as timed_runs times a call, after warm-up."""
     for _ in range(3):
         fn()
     settle(device)
-    times = []
-    for _ in range(loops):
-        if device == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(reps):
-                fn()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end) / reps)
-        else:
-            t0 = time.perf_counter()
-            for _ in range(reps):
-                fn()
-            times.append((time.perf_counter() - t0) * 1e3 / reps)
-    return statistics.median(times)
+
+    def loop() -> None:
+        for _ in range(reps):
+            fn()
+
+    return statistics.median(timed_runs(loop, device, loops)) / reps
 
 
 def synced_wall_ms(fn: Callable[[], object], device: str) -> float:

@@ -141,6 +141,7 @@ class GramInner:
     """What block_gram needs of the inner variable, made once per call (not once per block of rows)."""
 
     y: torch.Tensor  # (n_inner, D) as given
+    weights: torch.Tensor | float  # a weighted squared distance's (D,), else 1.0
     shift: torch.Tensor | None  # (D,): the inner terms' mean (squared distances; None for a dot product)
     operand: torch.Tensor  # (n_inner, D): y itself (dot), y - shift (TF32 split), [-2 w ys, 1, |ys|^2] (the CPU's)
     norms: torch.Tensor  # (n_inner,) |y - shift|^2, weighted (empty for a dot product)
@@ -151,35 +152,30 @@ def gram_inner(spec: GramSpec, call: CallArgs) -> GramInner:
     """block_gram's inner side of the call (module docstring's shift, norms and GEMM operand)."""
     y = call.tensors[spec.inner_slot].reshape(call.n_inner, spec.dim)
     if spec.kind == "dot":
-        return GramInner(y, None, y, y.new_empty(0), None)
+        return GramInner(y, 1.0, None, y, y.new_empty(0), None)
     w = _weights(spec, call)
     ones = w if w is not None else 1.0
     shift = y.mean(0)
     ys = y - shift
     ny = (ys * ys * ones).sum(1)
     if _tf32_split(y.device.type, y.dtype):
-        return GramInner(y, shift, ys * ones, ny, None)
+        return GramInner(y, ones, shift, ys * ones, ny, None)
     operand = torch.cat([ys * (-2 * ones), ny.new_ones(len(ny), 1), ny[:, None]], 1)
     # (max over the finite |y|^2: an infinite y would make every row's bound infinite and every row a candidate;
     # its cells are inf, or NaN, which fails the comparisons and is summed again)
     bound_norm = torch.where(torch.isfinite(ny), ny, 0).max() if len(ny) else None
-    return GramInner(y, shift, operand, ny, bound_norm)
+    return GramInner(y, ones, shift, operand, ny, bound_norm)
 
 
-def block_gram(
-    spec: GramSpec, call: CallArgs, lo: int, n: int, fast: bool = False, inner: GramInner | None = None
-) -> torch.Tensor:
+def block_gram(spec: GramSpec, inner: GramInner, call: CallArgs, lo: int, n: int, fast: bool = False) -> torch.Tensor:
     """The values (n, n_inner) of an inner product for output rows [lo, lo + n), as torch tensors: x.y, or the
     squared distance from the shifted GEMM with the cells below 1 / GRAM_CANCEL of the norms' sum summed again
     from the variables (the kernels' rule, codegen._gram_cells). ``inner``: gram_inner(spec, call), made once for
-    all the blocks of a call (else here)."""
-    inner = inner if inner is not None else gram_inner(spec, call)
+    all the blocks of a call."""
     x = call.tensors[spec.outer_slot].reshape(call.n_outer, spec.dim)[lo : lo + n]
-    y, ny = inner.y, inner.norms
+    y, ny, ones = inner.y, inner.norms, inner.weights
     if spec.kind == "dot":
         return precise_mm(x, y.t(), fast)
-    w = _weights(spec, call)
-    ones = w if w is not None else 1.0
     xs = x - inner.shift
     nx = (xs * xs * ones).sum(1, keepdim=True)
     if _tf32_split(x.device.type, x.dtype):

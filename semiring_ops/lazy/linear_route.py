@@ -212,7 +212,7 @@ def _run_term(term: LinearTerm, plan: Plan, call: CallArgs, rows: int, vals: tor
     for lo in range(0, call.n_outer, rows):
         n = min(rows, call.n_outer - lo)
         values = {
-            _PAIR_SLOT - k: block_gram(spec, call, lo, n, plan.fast, inner)
+            _PAIR_SLOT - k: block_gram(spec, inner, call, lo, n, plan.fast)
             for k, ((_, spec), inner) in enumerate(zip(term.grams, inners, strict=True))
         }
 

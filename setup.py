@@ -62,6 +62,7 @@ class BuildKernels(build_ext):
         x86 = platform.machine() in ("x86_64", "AMD64")
         cpu_arch = families.AOT_CPU_ARCH if x86 else families.DEFAULT_CPU_ARCH
         os.environ[families.CPU_ARCH_ENV] = cpu_arch  # the portable target, whatever this machine's default
+        os.environ["SEMIRING_OPS_CUDA_KERNELS"] = "nvcc"  # a wheel ships its CUDA kernels compiled ahead of time
         os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
         cuda = None
         if os.environ.get("SEMIRING_OPS_BUILD_CUDA", "1") == "1" and toolkit.torch_cuda_major() is not None:

@@ -12,6 +12,39 @@
 #include "checks.h"
 #include "semiring.h"
 
+#if defined(SEMIRING_OPS_NVRTC_HOST)  // a family built for the NVRTC route (csrc/cuda/kernel_ref.h)
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace semiring_ops {
+namespace cuda {
+
+// The Python function that compiles and loads a kernel (semiring_ops/build/nvrtc_kernels.py kernel_handle), set by
+// the loader once the module is imported; never destroyed (the interpreter may be gone at exit).
+inline pybind11::object& kernel_source() {
+  static auto* source = new pybind11::object();
+  return *source;
+}
+
+const void* nvrtc_kernel(const char* program, const std::string& expression) {
+  pybind11::gil_scoped_acquire gil;
+  const pybind11::object& source = kernel_source();
+  if (!source) {
+    throw std::runtime_error("semiring_ops: this module's kernels compile through NVRTC, and no compiler was "
+                             "registered (set_kernel_source): load it through semiring_ops");
+  }
+  try {
+    return reinterpret_cast<const void*>(source(program, expression).cast<uintptr_t>());
+  } catch (pybind11::error_already_set& e) {  // as a C++ error: the launcher may run on an autograd thread
+    throw std::runtime_error(e.what());
+  }
+}
+
+}  // namespace cuda
+}  // namespace semiring_ops
+#endif
+
 namespace semiring_ops {
 
 inline void bind_common(pybind11::module_& m, const char* doc) {
@@ -31,6 +64,13 @@ inline void bind_common(pybind11::module_& m, const char* doc) {
         return ids;
       },
       "The kernel id of every semiring compiled into this module, by struct name.");
+#if defined(SEMIRING_OPS_NVRTC_HOST)
+  m.def(
+      "set_kernel_source", [](py::object source) { cuda::kernel_source() = std::move(source); },
+      "Registers source(program, expression) -> cudaKernel_t handle (int), which compiles a kernel on its first "
+      "launch (the NVRTC route).",
+      py::arg("source"));
+#endif
 }
 
 }  // namespace semiring_ops

@@ -4,24 +4,33 @@
 // field, and each output's state is the semiring's Accumulator (the log semiring in float accumulation:
 // LogSumExp2TileAccumulator on the engine's guarded fast path, bmm_policy.cuh LogBmmPolicy). Instantiated for
 // every semiring of semiring.h x {float16, bfloat16, float32, float64}; the arg-tracking variant only for
-// semirings that select (max, min).
+// semirings that select (max, min). Under NVRTC each is compiled when first launched (kernel_ref.h).
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
-#include <type_traits>
-
-#include "cuda/bmm_launch.h"
-#include "cuda/bmm_policy.cuh"
-#include "cuda/tile_engine.cuh"
+#include "cuda/bmm_args.h"
+#include "cuda/kernel_ref.h"
 #include "semiring.h"
+#if SEMIRING_OPS_DEVICE_PASS
+#include "cuda/bmm_policy.cuh"
+#endif
+
+#if !defined(__CUDACC_RTC__)
+#include "cuda/bmm_launch.h"
 
 namespace semiring_ops {
 namespace cuda {
 
+#if !SEMIRING_OPS_DEVICE_PASS
+template <class S, class scalar_t, bool kArg>
+struct SemiringBmmPolicy;
+#endif
+
 template <class S, class T, bool kArg>
 LaunchStatus launch_bmm(BmmArgs<T>& args, int64_t batch, int64_t rows, int64_t cols, int64_t depth,
                         cudaStream_t stream) {
-  return launch_contraction<SemiringBmmPolicy<S, T, kArg>>(args, batch, rows, cols, depth, stream);
+  const void* kernel = SEMIRING_OPS_KERNEL_OF("cuda/bmm_kernels.cu", contraction_kernel, SemiringBmmPolicy<S, T, kArg>);
+  return launch_contraction<typename BmmTiles<acc_of_t<T>>::type>(kernel, args, batch, rows, cols, depth, stream);
 }
 
 #define SEMIRING_OPS_BMM(S, T, ARG) \
@@ -38,3 +47,4 @@ SEMIRING_OPS_BMM_DTYPES(MinSemiring, true)
 
 }  // namespace cuda
 }  // namespace semiring_ops
+#endif  // !__CUDACC_RTC__

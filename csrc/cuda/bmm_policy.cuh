@@ -11,19 +11,6 @@
 namespace semiring_ops {
 namespace cuda {
 
-// Tile shapes, per accumulation type. fp64 halves the tile: its states and staging take twice
-// the registers and shared memory.
-template <class acc_t>
-struct BmmTiles;
-template <>
-struct BmmTiles<float> {
-  using type = TileShape</*BM*/ 64, /*BN*/ 64, /*BK*/ 16, /*TM*/ 4, /*TN*/ 4, /*min blocks*/ 2>;
-};
-template <>
-struct BmmTiles<double> {
-  using type = TileShape</*BM*/ 32, /*BN*/ 32, /*BK*/ 16, /*TM*/ 2, /*TN*/ 2, /*min blocks*/ 1>;
-};
-
 template <class S, class scalar_t_, bool kArg>
 struct GenericBmmPolicy {
   using scalar_t = scalar_t_;

@@ -4,18 +4,29 @@
 // right fields {R0, R1?}, O0 the output-indexed field. L0, R0 (at staging) and O0 (at init) are scaled by log2(e)
 // (LogWeight::to_kernel), so each cell costs one exponential in base 2 (in float32 a fixed share of them on the FMA
 // pipe: log_contract_policy.cuh). Instantiated for float32 / float64 x (L1 present?) x (R1 present?).
-#include "cuda/bmm_launch.h"
+#include "cuda/bmm_args.h"
+#include "cuda/kernel_ref.h"
+#if SEMIRING_OPS_DEVICE_PASS
 #include "cuda/log_contract_policy.cuh"
-#include "cuda/tile_engine.cuh"
-#include "semiring.h"
+#endif
+
+#if !defined(__CUDACC_RTC__)
+#include "cuda/bmm_launch.h"
 
 namespace semiring_ops {
 namespace cuda {
 
+#if !SEMIRING_OPS_DEVICE_PASS
+template <class T, bool kL1, bool kR1>
+struct LogContractPolicy;
+#endif
+
 template <class T, bool kL1, bool kR1>
 LaunchStatus launch_log_contract(LogContractArgs<T, kL1, kR1>& args, int64_t batch, int64_t rows, int64_t cols,
                                  int64_t depth, cudaStream_t stream) {
-  return launch_contraction<LogContractPolicy<T, kL1, kR1>>(args, batch, rows, cols, depth, stream);
+  const void* kernel =
+      SEMIRING_OPS_KERNEL_OF("cuda/log_contract_kernels.cu", contraction_kernel, LogContractPolicy<T, kL1, kR1>);
+  return launch_contraction<typename ContractTiles<T>::type>(kernel, args, batch, rows, cols, depth, stream);
 }
 
 #define SEMIRING_OPS_LOG_CONTRACT(T, L1, R1)                                                                     \
@@ -31,3 +42,4 @@ SEMIRING_OPS_LOG_CONTRACT_DTYPE(double)
 
 }  // namespace cuda
 }  // namespace semiring_ops
+#endif  // !__CUDACC_RTC__

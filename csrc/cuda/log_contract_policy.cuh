@@ -11,18 +11,6 @@
 namespace semiring_ops {
 namespace cuda {
 
-// Tile shapes, per element type (fp64 halves the tile, as for bmm).
-template <class T>
-struct ContractTiles;
-template <>
-struct ContractTiles<float> {
-  using type = TileShape</*BM*/ 64, /*BN*/ 64, /*BK*/ 16, /*TM*/ 4, /*TN*/ 4, /*min blocks*/ 2>;
-};
-template <>
-struct ContractTiles<double> {
-  using type = TileShape</*BM*/ 32, /*BN*/ 32, /*BK*/ 16, /*TM*/ 2, /*TN*/ 2, /*min blocks*/ 1>;
-};
-
 #ifndef SEMIRING_OPS_LOG_CONTRACT_POLY_PER_16
 #define SEMIRING_OPS_LOG_CONTRACT_POLY_PER_16 2
 #endif

@@ -9,13 +9,16 @@
 // sum over its rows for grad_b[k, j]. The partials of a chunk (one per row group) go to shared memory and are
 // summed there, then added to grad_b with one global atomic per (k, j) and row tile. As in the forward, a fixed
 // share of the exponentials take exp2_poly on the FMA pipe (semiring.h).
+#include "cuda/kernel_ref.h"
 #include "cuda/log_grads_launch.h"
+#if SEMIRING_OPS_DEVICE_PASS
 #include "cuda/tile_engine.cuh"  // in_share_of_16
 #include "semiring.h"
+#endif
 
 namespace semiring_ops {
 namespace cuda {
-namespace {
+namespace log_grads {  // named, so that NVRTC can name the kernel
 
 constexpr int kThreads = 256;
 constexpr int kTI = 8, kTK = 4;                   // a thread's rows i and columns k
@@ -31,6 +34,7 @@ constexpr int kLeftLoads = kRows * kChunk / kThreads;   // -c and g values a thr
 constexpr int kRightLoads = kCols * kChunk / kThreads;  // b values: 4
 constexpr int kSums = kCols * kChunk / kThreads;        // grad_b sums a thread finishes per chunk: 4
 
+#if SEMIRING_OPS_DEVICE_PASS
 struct Staged {
   float negc[kLeftLoads], g[kLeftLoads], b[kRightLoads];
 };
@@ -147,16 +151,22 @@ __global__ void __launch_bounds__(kThreads, 2) log_bmm_grads_fused_kernel(const 
       if (my_i + ii < p.n && my_k + kk < p.k) p.grad_a[(batch * p.n + my_i + ii) * p.k + my_k + kk] = acc[ii][kk];
 }
 
-}  // namespace
+#endif  // SEMIRING_OPS_DEVICE_PASS
+}  // namespace log_grads
 
+#if !defined(__CUDACC_RTC__)
 LaunchStatus launch_log_bmm_grads_fused(const LogGradsParams& p, cudaStream_t stream) {
+  using namespace log_grads;
   if (p.batch > 65535) return refused("batch above 65535 (the grid's z)");
   const int64_t row_tiles = (p.n + kRows - 1) / kRows, col_tiles = (p.k + kCols - 1) / kCols;
   if (row_tiles > 65535 || col_tiles > 0x7fffffff) return refused("rows or columns beyond the grid");
   const dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(row_tiles), static_cast<unsigned>(p.batch));
-  log_bmm_grads_fused_kernel<<<grid, kThreads, 0, stream>>>(p);
+  const void* kernel = SEMIRING_OPS_KERNEL("cuda/log_grads_kernels.cu", log_grads::log_bmm_grads_fused_kernel);
+  void* params[] = {const_cast<LogGradsParams*>(&p)};
+  SEMIRING_OPS_CUDA_TRY(cudaLaunchKernel(kernel, grid, dim3(kThreads), params, 0, stream));
   return last_launch();
 }
+#endif  // !__CUDACC_RTC__
 
 }  // namespace cuda
 }  // namespace semiring_ops

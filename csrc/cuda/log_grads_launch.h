@@ -2,11 +2,10 @@
 // (launch_status.h).
 #pragma once
 
-#include <cuda_runtime_api.h>
-
 #include <cstdint>
-
+#if !defined(__CUDACC_RTC__)
 #include "cuda/launch_status.h"
+#endif
 
 namespace semiring_ops {
 namespace cuda {
@@ -31,10 +30,12 @@ struct LogGradsParams {
   int64_t batch, n, k, m;
 };
 
+#if !defined(__CUDACC_RTC__)
 // grad_b's sums over i are added with global float atomics (their order varies: not bitwise deterministic; the
 // caller takes the two-contraction path under torch.use_deterministic_algorithms). Needs B n K m > 0; refuses
 // shapes whose grid does not fit (B > 65535).
 LaunchStatus launch_log_bmm_grads_fused(const LogGradsParams& p, cudaStream_t stream);
+#endif
 
 }  // namespace cuda
 }  // namespace semiring_ops

@@ -41,9 +41,9 @@
 //                               int idx)         every term of the tile, idx as for cell_at (t' = 0 first)
 //   __device__ static bool tile_ok(const State&);  whether the fast path's tile may be kept
 //   __device__ static void tile_commit(State&);    keep it (called when every state of the thread is ok)
-// A new operation is one such struct, a launcher in a *_kernels.cu file that calls launch_contraction<Policy>
-// (explicitly instantiated there), and a host function (*_cuda.cpp) that fills the ContractionArgs (contraction.h,
-// contraction_host.h) and calls the launcher.
+// A new operation is one such struct, a launcher in a *_kernels.cu file that calls launch_contraction<Shape> with
+// contraction_kernel<Policy> (tile_launch.h; explicitly instantiated there), and a host function (*_cuda.cpp) that
+// fills the ContractionArgs (contraction.h, contraction_host.h) and calls the launcher.
 //
 // Kernel structure: one block computes a BM x BN output tile of one batch (grid.x enumerates the
 // tiles, grid.y strides over the batch); each thread owns a TM x TN micro-tile of states in registers.
@@ -63,29 +63,10 @@
 #include <type_traits>
 
 #include "cuda/contraction.h"
-#if !defined(__CUDACC_RTC__)  // the launcher is host code: NVRTC compiles the kernel alone
-#include "cuda/launch_status.h"
-#endif
+#include "cuda/tile_launch.h"  // TileShape; the launcher (host code: NVRTC compiles the kernel alone)
 
 namespace semiring_ops {
 namespace cuda {
-
-// ---------------------------------------------------------------- tile shape
-
-// BM x BN outputs per block, t-tiles of BK, TM x TN outputs per thread, (BM/TM) * (BN/TN) threads.
-// kMinBlocks goes to __launch_bounds__ (2 caps a 256-thread block at 128 registers per thread).
-template <int BM_, int BN_, int BK_, int TM_, int TN_, int kMinBlocks_>
-struct TileShape {
-  static constexpr int BM = BM_, BN = BN_, BK = BK_, TM = TM_, TN = TN_;
-  static constexpr int kMinBlocks = kMinBlocks_;
-  static constexpr int kThreadsN = BN / TN;
-  static constexpr int kThreadsM = BM / TM;
-  static constexpr int kThreads = kThreadsM * kThreadsN;
-  static_assert(BM % TM == 0 && BN % TN == 0, "TM / TN must divide BM / BN");
-  static_assert((BM * BK) % kThreads == 0 && (BN * BK) % kThreads == 0,
-                "each thread stages a whole number of elements per tile");
-  static_assert((BM * BK) / kThreads <= 32 && (BN * BK) / kThreads <= 32, "validity masks are 32-bit");
-};
 
 // The kernel's arguments for a Policy (contraction.h).
 template <class Policy>
@@ -537,31 +518,6 @@ __global__ void __launch_bounds__(Policy::Shape::kThreads, Policy::Shape::kMinBl
     E::store(st, args, p, r_base, s_base);
   }
 }
-
-// ---------------------------------------------------------------- launch
-
-#if !defined(__CUDACC_RTC__)
-
-// Fills the shape part of args and launches on `stream`; the host has filled the fields and params and checked
-// the extents (contraction_host.h). Needs batch * rows * cols > 0.
-template <class Policy>
-LaunchStatus launch_contraction(ArgsOf<Policy>& args, int64_t batch, int64_t rows, int64_t cols, int64_t depth,
-                                cudaStream_t stream) {
-  using Shape = typename Policy::Shape;
-  const int64_t tiles_m = (rows + Shape::BM - 1) / Shape::BM;
-  const int64_t tiles_n = (cols + Shape::BN - 1) / Shape::BN;
-  if (tiles_m * tiles_n > std::numeric_limits<int32_t>::max()) return refused("too many output tiles (over 2^31)");
-  args.batch = batch;
-  args.rows = static_cast<int32_t>(rows);
-  args.cols = static_cast<int32_t>(cols);
-  args.depth = static_cast<int32_t>(depth);
-  args.tiles_n = static_cast<int32_t>(tiles_n);
-  const dim3 grid(static_cast<unsigned>(tiles_m * tiles_n), static_cast<unsigned>(std::min<int64_t>(batch, 65535)));
-  contraction_kernel<Policy><<<grid, Shape::kThreads, 0, stream>>>(args);
-  return last_launch();
-}
-
-#endif  // !__CUDACC_RTC__
 
 }  // namespace cuda
 }  // namespace semiring_ops

@@ -28,8 +28,9 @@ from typing import Any
 import torch
 
 from ..semirings import MaxSemiring, MinSemiring
-from . import jit, prebuilt, reference, toolkit
-from .families import Family, families_for, family
+from . import jit, nvrtc_kernels, prebuilt, reference, toolkit
+from .families import ExtensionSpec, Family, families_for, family
+from .toolkit import CudaToolkit
 
 __all__ = [
     "Backend",
@@ -231,13 +232,35 @@ def _fallback(fam: Family, reason: str, warn_key: str) -> FamilyState:
     return FamilyState("none", None, reason)
 
 
-def _toolchain_problem(device_type: str) -> tuple[str, str] | None:
-    """(reason, warn key) when this device type's kernels cannot be compiled here at all, else None."""
+def _toolchain_problem(device_type: str, nvrtc: bool = False) -> tuple[str, str] | None:
+    """(reason, warn key) when this device type's kernels (on the NVRTC route: a family's host code) cannot be
+    compiled here at all, else None."""
     if toolkit.cxx_compiler() is None:
         return toolkit.missing_compiler_reason(device_type), "compiler"
-    if device_type == "cuda" and toolkit.find_cuda_toolkit(jit.cache_root()) is None:
+    if device_type == "cuda" and not nvrtc and toolkit.find_cuda_toolkit(jit.cache_root()) is None:
         return toolkit.missing_toolkit_reason(jit.cache_root()), "toolkit"
     return None
+
+
+def jit_build(fam: Family) -> tuple[ExtensionSpec, CudaToolkit | None]:
+    """The JIT build of `fam` and the toolkit it needs: the family's nvcc build with the CUDA toolkit found, or for a
+    CUDA family that has one, the NVRTC route's host code where no toolkit is found and NVRTC serves
+    ($SEMIRING_OPS_CUDA_KERNELS: nvrtc prefers it, nvcc never takes it; nvrtc_kernels.route_choice)."""
+    if fam.device_type != "cuda":
+        return fam.spec(), None
+    tk = toolkit.find_cuda_toolkit(jit.cache_root())
+    choice = nvrtc_kernels.route_choice()
+    wanted = choice == "nvrtc" or (choice == "auto" and tk is None)
+    if fam.nvrtc and wanted and nvrtc_kernels.route_problem() is None:
+        return fam.spec(nvrtc=True), None
+    return fam.spec(), tk
+
+
+def _jit_load(spec: ExtensionSpec, tk: CudaToolkit | None) -> Any:
+    module = jit.load(spec, tk)
+    if spec.nvrtc:  # its kernels compile on their first launch: through this process's NVRTC route
+        module.set_kernel_source(nvrtc_kernels.kernel_handle)
+    return module
 
 
 def _device_index(device_type: str) -> int | None:
@@ -253,14 +276,13 @@ def _load_family(backend: Backend, fam: Family) -> FamilyState:
     module = prebuilt.load_prebuilt(fam, _device_index(fam.device_type))
     if module is not None:
         return FamilyState("prebuilt", module, getattr(module, "__file__", "") or "")
-    spec = fam.spec()
-    tk = toolkit.find_cuda_toolkit(jit.cache_root()) if fam.device_type == "cuda" else None
+    spec, tk = jit_build(fam)
     if not jit.is_cached(spec, tk):
-        problem = _toolchain_problem(fam.device_type)
+        problem = _toolchain_problem(fam.device_type, spec.nvrtc)
         if problem is not None:
             return _fallback(fam, *problem)
     try:
-        module = jit.load(spec, tk)
+        module = _jit_load(spec, tk)
     except Exception as exc:
         first = str(exc).strip().splitlines()
         reason = (
@@ -414,15 +436,15 @@ def family_status(device_type: str, name: str) -> tuple[str, str]:
     status, detail = prebuilt.prebuilt_status(fam, _device_index(device_type))
     if status == "prebuilt":
         return "prebuilt", detail
-    tk = toolkit.find_cuda_toolkit(jit.cache_root()) if device_type == "cuda" else None
-    spec = fam.spec()
+    spec, tk = jit_build(fam)
+    route = " (NVRTC route: kernels compile on their first launch)" if spec.nvrtc else ""
     if jit.is_cached(spec, tk):
-        return "compiled", f"cached in {jit.build_directory(spec, tk)}"
-    problem = _toolchain_problem(device_type)
+        return "compiled", f"cached in {jit.build_directory(spec, tk)}{route}"
+    problem = _toolchain_problem(device_type, spec.nvrtc)
     if problem is not None:
         return ("reference" if name in _REFERENCE_FAMILIES else "none"), problem[0]
     note = f" ({detail})" if status == "mismatch" else ""
-    return "not built", f"compiles on first use{note}"
+    return "not built", f"compiles on first use{note}{route}"
 
 
 def set_poison_outputs(enabled: bool) -> None:

@@ -57,10 +57,12 @@ class ExtensionSpec:
     cflags: tuple[str, ...]
     cuda_cflags: tuple[str, ...] = ()
     ldflags: tuple[str, ...] = ()
+    nvrtc: bool = False  # the NVRTC route: the C++ compiler builds the kernel files' launchers, NVRTC the kernels
 
     @property
     def is_cuda(self) -> bool:
-        return any(s.endswith(".cu") for s in self.sources)
+        """Whether nvcc builds it (a CUDA family on the nvcc route)."""
+        return not self.nvrtc and any(s.endswith(".cu") for s in self.sources)
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,7 @@ class Family:
     sources: tuple[str, ...]  # relative to csrc; one file of bindings/, the longest compile first
     serves: str  # what uses it, for `info`
     autograd_of: str = ""  # an autograd module: the family whose kernels its nodes call
+    nvrtc: bool = False  # a CUDA family whose kernels can take the NVRTC route (csrc/cuda/kernel_ref.h)
 
     @property
     def bindings(self) -> str:
@@ -81,8 +84,16 @@ class Family:
     def key(self) -> str:
         return f"{self.device_type}_{self.name}"
 
-    def spec(self) -> ExtensionSpec:
-        """The module's build, the same for first use and for a wheel (setup.py), for the CPU target cpu_arch()."""
+    def spec(self, nvrtc: bool = False) -> ExtensionSpec:
+        """The module's build, the same for first use and for a wheel (setup.py), for the CPU target cpu_arch();
+        with `nvrtc` (a family that can), its host code alone, for the NVRTC route."""
+        if nvrtc and self.nvrtc:
+            return ExtensionSpec(
+                name=f"semiring_ops_{self.key}",
+                sources=self.sources,
+                cflags=(*_CUDA_HOST_CFLAGS, NVRTC_HOST_DEFINE),
+                nvrtc=True,
+            )
         if self.device_type == "cpu":
             arch = cpu_arch()
             march = () if arch == DEFAULT_CPU_ARCH else (f"-march={arch}",)
@@ -105,6 +116,7 @@ _CUDA_AUTOGRAD = {
     "chain": ("autograd/chain_autograd.cpp", "autograd/crf_forward.cpp"),
 }
 _AUTOGRAD_APART = "-DSEMIRING_OPS_AUTOGRAD_APART"
+NVRTC_HOST_DEFINE = "-DSEMIRING_OPS_NVRTC_HOST"
 
 
 def _cpu(name: str, serves: str, *sources: str, bindings_first: bool = True) -> Family:
@@ -118,9 +130,13 @@ def _cpu_autograd(of: str, serves: str) -> Family:
     return Family(f"{of}_autograd", "cpu", (f"bindings/{of}_autograd.cpp",), serves, autograd_of=of)
 
 
-def _cuda(name: str, serves: str, *sources: str) -> Family:
+def _cuda(name: str, serves: str, *sources: str, nvrtc: bool = False) -> Family:
     return Family(
-        name, "cuda", (f"bindings/{name}.cpp", *(f"cuda/{s}" for s in sources), *_CUDA_AUTOGRAD.get(name, ())), serves
+        name,
+        "cuda",
+        (f"bindings/{name}.cpp", *(f"cuda/{s}" for s in sources), *_CUDA_AUTOGRAD.get(name, ())),
+        serves,
+        nvrtc=nvrtc,
     )
 
 
@@ -148,6 +164,7 @@ FAMILIES: tuple[Family, ...] = (
         "bmm_kernels.cu",
         "log_contract_kernels.cu",
         "log_grads_kernels.cu",
+        nvrtc=True,
     ),
     _cuda(
         "chain",

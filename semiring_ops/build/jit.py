@@ -224,15 +224,18 @@ def _build(spec: ExtensionSpec, folder: Path, marker: Path, toolkit: CudaToolkit
     env_arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
     if spec.is_cuda and not env_arch:
         os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(cuda_arch_list())
+    sources, includes, cflags, ldflags = [str(root / s) for s in spec.sources], [str(root)], spec.cflags, spec.ldflags
+    if spec.nvrtc:
+        sources, includes, cflags, ldflags = _nvrtc_host_build(spec, folder)
     try:
         with _toolkit(spec, toolkit):
             module = torch_load(
                 name=spec.name,
-                sources=[str(root / s) for s in spec.sources],
-                extra_include_paths=[str(root)],
-                extra_cflags=compiler_cflags(spec.cflags),
+                sources=sources,
+                extra_include_paths=includes,
+                extra_cflags=compiler_cflags(cflags),
                 extra_cuda_cflags=list(spec.cuda_cflags),
-                extra_ldflags=list(spec.ldflags),
+                extra_ldflags=list(ldflags),
                 build_directory=str(folder),
                 verbose=os.environ.get("SEMIRING_OPS_VERBOSE_BUILD") == "1",
             )
@@ -245,6 +248,42 @@ def _build(spec: ExtensionSpec, folder: Path, marker: Path, toolkit: CudaToolkit
     tmp.write_text(f"{torch.__version__}\n{_library_stamp(_library_path(folder, spec.name))}\n")
     os.replace(tmp, marker)
     return module
+
+
+def _nvrtc_host_build(spec: ExtensionSpec, folder: Path) -> tuple[list[str], list[str], list[str], list[str]]:
+    """(sources, include paths, compiler flags, linker flags) of a family's host code for the NVRTC route: each
+    kernel file compiled by the C++ compiler through a one-line .cpp in the build folder (its launchers;
+    csrc/cuda/kernel_ref.h), against the CUDA runtime's headers (csrc/nvrtc_host standing in for the two that come
+    with nvcc), linked with PyTorch's CUDA libraries and the CUDA runtime."""
+    from .nvrtc_kernels import cuda_runtime_paths
+
+    paths = cuda_runtime_paths()
+    if paths is None:
+        raise RuntimeError("the CUDA runtime's headers and library (nvidia-cuda-runtime, or a CUDA toolkit) are needed")
+    include, cudart = paths
+    root, hosts = source_root(), folder / "nvrtc_host"
+    hosts.mkdir(exist_ok=True)
+    sources = []
+    for rel in spec.sources:
+        if rel.endswith(".cu"):
+            wrapper = hosts / (rel.replace("/", "_") + ".cpp")
+            text = f'#include "{rel}"  // its launchers, for the NVRTC route\n'
+            if not wrapper.is_file() or wrapper.read_text() != text:
+                wrapper.write_text(text)
+            sources.append(str(wrapper))
+        else:
+            sources.append(str(root / rel))
+    torch_lib = Path(torch.__file__).parent / "lib"
+    ldflags = [
+        *spec.ldflags,
+        f"-L{torch_lib}",
+        "-lc10_cuda",
+        "-ltorch_cuda",
+        str(cudart),
+        f"-Wl,-rpath,{cudart.parent}",
+    ]
+    cflags = [*spec.cflags, "-idirafter", str(root / "nvrtc_host")]
+    return sources, [str(root), str(include)], cflags, ldflags
 
 
 def _toolkit(spec: ExtensionSpec, toolkit: CudaToolkit | None):

@@ -40,7 +40,7 @@ def build_families(
 ) -> list[FamilyBuild]:
     """Compiles `fams` into the cache in parallel worker processes; one line per family through `echo` as each ends.
     A family a matching wheel serves is skipped, unless `use_prebuilt` is False (setup.py, building that wheel)."""
-    from . import backends, jit, prebuilt, toolkit
+    from . import backends, jit, prebuilt
 
     jobs = jobs or os.cpu_count() or 1
     width = max((len(fam.name) for fam in fams), default=0)  # the families' column, as wide as its longest name
@@ -51,11 +51,11 @@ def build_families(
         if use_prebuilt and prebuilt.prebuilt_status(fam, device_index)[0] == "prebuilt":
             results.append(FamilyBuild(fam, "prebuilt"))
             continue
-        tk = toolkit.find_cuda_toolkit(jit.cache_root()) if fam.device_type == "cuda" else None
-        if jit.is_cached(fam.spec(), tk):
+        spec, tk = backends.jit_build(fam)
+        if jit.is_cached(spec, tk):
             results.append(FamilyBuild(fam, "cached"))
             continue
-        problem = backends._toolchain_problem(fam.device_type)
+        problem = backends._toolchain_problem(fam.device_type, spec.nvrtc)
         if problem is not None:
             results.append(FamilyBuild(fam, "skipped", detail=problem[0]))
             continue
@@ -125,13 +125,11 @@ def start_background_build(fam: Family) -> subprocess.Popen:
 
 
 def _build_one(device_type: str, name: str, nice: int = 0) -> None:
-    from . import jit, toolkit
+    from . import backends, jit
 
     if nice:
         os.nice(nice)
-    fam = family(device_type, name)
-    tk = toolkit.find_cuda_toolkit(jit.cache_root()) if device_type == "cuda" else None
-    jit.load(fam.spec(), tk)
+    jit.load(*backends.jit_build(family(device_type, name)))
 
 
 if __name__ == "__main__":

@@ -104,6 +104,12 @@ class _Driver:
         self.cuFuncGetAttribute = _declare(lib, "cuFuncGetAttribute", [_c_int_p, ctypes.c_int, vp])
         self.cuFuncSetAttribute = _declare(lib, "cuFuncSetAttribute", [vp, ctypes.c_int, ctypes.c_int])
         self.cuThreadExchangeStreamCaptureMode = _declare(lib, "cuThreadExchangeStreamCaptureMode", [_c_int_p])
+        # library, code, jit options (count, names, values), library options (count, names, values)
+        self.cuLibraryLoadData = _declare(
+            lib, "cuLibraryLoadData", [_c_void_p_p, ctypes.c_char_p, vp, vp, u, vp, vp, u]
+        )
+        self.cuLibraryGetKernel = _declare(lib, "cuLibraryGetKernel", [_c_void_p_p, vp, ctypes.c_char_p])
+        self.cuKernelGetFunction = _declare(lib, "cuKernelGetFunction", [_c_void_p_p, vp])
         # f, grid x y z, block x y z, dynamic shared bytes, stream, kernelParams, extra
         self.cuLaunchKernel = _declare(lib, "cuLaunchKernel", [vp, u, u, u, u, u, u, u, vp, vp, vp])
         self.check(self.cuInit(0), "cuInit")
@@ -144,6 +150,8 @@ class _Nvrtc:
         self.nvrtcGetPTXSize = _declare(lib, "nvrtcGetPTXSize", [vp, _c_size_t_p])
         self.nvrtcGetPTX = _declare(lib, "nvrtcGetPTX", [vp, _c_char_buf])
         self.nvrtcDestroyProgram = _declare(lib, "nvrtcDestroyProgram", [_c_void_p_p])
+        self.nvrtcAddNameExpression = _declare(lib, "nvrtcAddNameExpression", [vp, ctypes.c_char_p])
+        self.nvrtcGetLoweredName = _declare(lib, "nvrtcGetLoweredName", [vp, ctypes.c_char_p, _c_char_p_p])
         major, minor = ctypes.c_int(), ctypes.c_int()
         self.check(self.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor)), "nvrtcVersion")
         self.version = (major.value, minor.value)
@@ -551,11 +559,21 @@ def _nvrtc_log(nv: _Nvrtc, prog: ctypes.c_void_p) -> str:
 
 
 def _nvrtc_compile(source: str, options: Sequence[str], cubin: bool, key: str) -> bytes:
+    return nvrtc_compile_named(source, options, cubin, key, ())[0]
+
+
+def nvrtc_compile_named(
+    source: str, options: Sequence[str], cubin: bool, key: str, expressions: Sequence[str]
+) -> tuple[bytes, list[str]]:
+    """(cubin or PTX, the lowered (mangled) names of ``expressions``): ``source`` compiled with ``options``, each
+    name expression (e.g. ``&ns::kernel<float>``) instantiated. Raises LazyCompileError with NVRTC's log."""
     nv = _nvrtc()
     prog = ctypes.c_void_p()
     rc = nv.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), f"{key}.cu".encode(), 0, None, None)
     nv.check(rc, "nvrtcCreateProgram")
     try:
+        for expression in expressions:
+            nv.check(nv.nvrtcAddNameExpression(prog, expression.encode()), f"nvrtcAddNameExpression({expression})")
         opts = (ctypes.c_char_p * len(options))(*[o.encode() for o in options])
         rc = nv.nvrtcCompileProgram(prog, len(options), opts)
         if rc != 0:
@@ -567,7 +585,12 @@ def _nvrtc_compile(source: str, options: Sequence[str], cubin: bool, key: str) -
         nv.check(get_size(prog, ctypes.byref(size)), "nvrtcGetCUBINSize" if cubin else "nvrtcGetPTXSize")
         buf = ctypes.create_string_buffer(size.value)
         nv.check(get(prog, buf), "nvrtcGetCUBIN" if cubin else "nvrtcGetPTX")
-        return buf.raw
+        lowered = []
+        for expression in expressions:
+            name = ctypes.c_char_p()
+            nv.check(nv.nvrtcGetLoweredName(prog, expression.encode(), ctypes.byref(name)), "nvrtcGetLoweredName")
+            lowered.append((name.value or b"").decode())
+        return buf.raw, lowered
     finally:
         nv.nvrtcDestroyProgram(ctypes.byref(prog))
 

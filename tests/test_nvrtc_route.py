@@ -1,0 +1,248 @@
+"""The NVRTC route of the CUDA kernel families (semiring_ops/build/nvrtc_kernels.py, csrc/cuda/kernel_ref.h): every
+kernel of a family that has the route compiles under NVRTC (no GPU needed), the launchers spell their kernels'
+template arguments as NVRTC names them, the host code builds with the C++ compiler alone, the route is chosen as
+documented, the cache's files are checked whole; on a GPU, the route's kernels against the float64 reference, with
+cold caches, in concurrent processes, from a damaged cache and inside a CUDA graph capture."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from semiring_ops.build import backends, families, jit, nvrtc_kernels
+
+ROOT = jit.source_root()
+HAS_CUDA = torch.cuda.is_available()
+
+
+def _nvrtc_present() -> bool:
+    from semiring_ops.lazy import nvrtc
+
+    try:
+        nvrtc._nvrtc()
+    except OSError:
+        return False
+    return nvrtc_kernels.cuda_runtime_paths() is not None
+
+
+needs_nvrtc = pytest.mark.skipif(not _nvrtc_present(), reason="no libnvrtc or CUDA runtime headers (a CPU torch)")
+
+
+def _semirings() -> list[str]:
+    """The semirings of semiring.h's registry, so that a new one is compiled here too."""
+    text = (ROOT / "semiring.h").read_text()
+    block = text[text.index("#define SEMIRING_OPS_FOR_EACH_SEMIRING(X)") :].split("\n\n")[0]
+    return re.findall(r"X\((\w+)\)", block)
+
+
+def _bmm_family_kernels() -> list[tuple[str, str]]:
+    """(kernel file, expression) of every kernel the bmm family's launchers instantiate."""
+    engine = "semiring_ops::cuda::contraction_kernel<semiring_ops::cuda::{}>"
+    out = []
+    for s in _semirings():
+        for t in ("c10::Half", "c10::BFloat16", "float", "double"):
+            out.append(("cuda/bmm_kernels.cu", engine.format(f"SemiringBmmPolicy<semiring_ops::{s}, {t}, false>")))
+    for s in ("MaxSemiring", "MinSemiring"):
+        for t in ("c10::Half", "c10::BFloat16", "float", "double"):
+            out.append(("cuda/bmm_kernels.cu", engine.format(f"SemiringBmmPolicy<semiring_ops::{s}, {t}, true>")))
+    for t in ("float", "double"):
+        for l1 in ("false", "true"):
+            for r1 in ("false", "true"):
+                out.append(("cuda/log_contract_kernels.cu", engine.format(f"LogContractPolicy<{t}, {l1}, {r1}>")))
+    out.append(("cuda/log_grads_kernels.cu", "semiring_ops::cuda::log_grads::log_bmm_grads_fused_kernel"))
+    return out
+
+
+@needs_nvrtc
+def test_every_bmm_kernel_compiles_with_nvrtc():
+    from semiring_ops.lazy import nvrtc
+
+    include, _ = nvrtc_kernels.cuda_runtime_paths()
+    options = nvrtc_kernels.nvrtc_options("sm_90", include)
+    kernels = _bmm_family_kernels()
+    assert len(kernels) == 4 * len(_semirings()) + 8 + 8 + 1
+    for program, expression in kernels:
+        image, (lowered,) = nvrtc.nvrtc_compile_named(
+            f'#include "{program}"\n', options, True, "test", (f"&{expression}",)
+        )
+        assert image[:4] == b"\x7fELF" and lowered.startswith("_ZN12semiring_ops4cuda"), expression
+
+
+def _compile_and_run(tmp_path: Path, body: str) -> str:
+    source = tmp_path / "spell.cpp"
+    source.write_text(
+        '#include <cstdio>\n#include "cuda/kernel_ref.h"\n'
+        "namespace semiring_ops { struct LogSemiring; namespace cuda {\n"
+        "template <class S, class T, bool kArg> struct SemiringBmmPolicy;\ntemplate <class T, int N> struct Tile;\n"
+        "} }\nusing namespace semiring_ops; using namespace semiring_ops::cuda;\n" + body
+    )
+    exe = tmp_path / "spell"
+    subprocess.run(["g++", "-std=c++17", f"-I{ROOT}", str(source), "-o", str(exe)], check=True, capture_output=True)
+    return subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+
+
+@pytest.mark.skipif(not __import__("shutil").which("g++"), reason="no g++")
+def test_launchers_spell_kernel_template_arguments_as_nvrtc_names_them(tmp_path):
+    out = _compile_and_run(
+        tmp_path,
+        textwrap.dedent("""
+        template <bool kArg> void spell() {
+          std::puts(kernel_expression<SemiringBmmPolicy<LogSemiring, float, kArg>>("contraction_kernel").c_str());
+          std::puts(kernel_expression<double, SEMIRING_OPS_VALUE(kArg), SEMIRING_OPS_VALUE(-3), Tile<float, 1024>>(
+              "k").c_str());
+        }
+        int main() { spell<true>(); spell<false>(); }
+        """),
+    )
+    assert out.splitlines() == [
+        "semiring_ops::cuda::contraction_kernel<semiring_ops::cuda::SemiringBmmPolicy<semiring_ops::LogSemiring, "
+        "float, true>>",
+        "semiring_ops::cuda::k<double, true, -3, semiring_ops::cuda::Tile<float, 1024>>",
+        "semiring_ops::cuda::contraction_kernel<semiring_ops::cuda::SemiringBmmPolicy<semiring_ops::LogSemiring, "
+        "float, false>>",
+        "semiring_ops::cuda::k<double, false, -3, semiring_ops::cuda::Tile<float, 1024>>",
+    ]
+
+
+@needs_nvrtc
+def test_nvrtc_route_host_code_builds_with_the_cpp_compiler_alone(tmp_path, monkeypatch):
+    """The bmm family's host code for the NVRTC route: no nvcc (it is not looked for), the CUDA runtime's headers
+    from PyTorch's pip packages or a toolkit, csrc/nvrtc_host for the two that come with nvcc."""
+    monkeypatch.setenv("SEMIRING_OPS_CACHE", str(tmp_path))
+    spec = families.family("cuda", "bmm").spec(nvrtc=True)
+    assert spec.nvrtc and not spec.is_cuda and families.NVRTC_HOST_DEFINE in spec.cflags
+    assert jit.build_directory(spec) != jit.build_directory(families.family("cuda", "bmm").spec())
+    code = (
+        "from semiring_ops.build import families, jit\n"
+        "m = jit.load(families.family('cuda', 'bmm').spec(nvrtc=True))\n"
+        "print(sorted(n for n in dir(m) if not n.startswith('_')))\n"
+    )
+    env = {**os.environ, "SEMIRING_OPS_CACHE": str(tmp_path), "PATH": os.environ.get("PATH", "")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "'set_kernel_source'" in out.stdout and "'bmm_forward'" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("choice", "toolkit_found", "nvrtc_ok", "route"),
+    [
+        ("", True, True, "nvcc"),  # auto: a toolkit's nvcc build where one is found (today's kernels' speed)
+        ("", False, True, "nvrtc"),  # auto: NVRTC where none is
+        ("", False, False, "nvcc"),  # neither: the nvcc spec, whose missing toolkit the loader reports
+        ("nvrtc", True, True, "nvrtc"),
+        ("nvrtc", True, False, "nvcc"),
+        ("nvcc", False, True, "nvcc"),
+    ],
+)
+def test_the_route_is_chosen_as_documented(monkeypatch, choice, toolkit_found, nvrtc_ok, route):
+    monkeypatch.setenv(nvrtc_kernels.ROUTE_ENV, choice)
+    monkeypatch.setattr(backends.toolkit, "find_cuda_toolkit", lambda cache: object() if toolkit_found else None)
+    monkeypatch.setattr(nvrtc_kernels, "route_problem", lambda: None if nvrtc_ok else "no NVRTC")
+    spec, tk = backends.jit_build(families.family("cuda", "bmm"))
+    assert ("nvrtc" if spec.nvrtc else "nvcc") == route
+    assert (tk is None) == (spec.nvrtc or not toolkit_found)
+    chain, _ = backends.jit_build(families.family("cuda", "chain"))  # no NVRTC route (yet): always nvcc
+    assert not chain.nvrtc
+    cpu, cpu_tk = backends.jit_build(families.family("cpu", "bmm"))
+    assert not cpu.nvrtc and cpu_tk is None
+
+
+def test_a_bad_route_names_the_variable(monkeypatch):
+    monkeypatch.setenv(nvrtc_kernels.ROUTE_ENV, "clang")
+    with pytest.raises(ValueError, match="SEMIRING_OPS_CUDA_KERNELS must be one of auto, nvrtc, nvcc"):
+        nvrtc_kernels.route_choice()
+
+
+def test_cache_files_are_read_only_when_whole():
+    packed = nvrtc_kernels._pack("_Z6kernelv", b"\x7fELF image bytes")
+    assert nvrtc_kernels._unpack(packed) == (b"_Z6kernelv", b"\x7fELF image bytes")
+    assert nvrtc_kernels._unpack(packed[:-3]) is None  # truncated
+    assert nvrtc_kernels._unpack(packed[:-1] + b"X") is None  # overwritten
+    assert nvrtc_kernels._unpack(b"\x7fELF a cubin of another version") is None
+
+
+def test_the_cache_key_follows_the_kernel_files_headers():
+    files = jit.project_files([ROOT / "cuda/bmm_kernels.cu"], ROOT)
+    names = {p.relative_to(ROOT).as_posix() for p in files}
+    assert {"cuda/bmm_policy.cuh", "cuda/tile_engine.cuh", "semiring.h", "cuda/kernel_ref.h"} <= names
+
+
+# ---------------------------------------------------------------- on the GPU
+
+_CHECK = textwrap.dedent("""
+    import sys, torch, semiring_ops as so
+    from semiring_ops.build import backends
+    torch.manual_seed(int(sys.argv[1]))
+    ops = {"log": so.logbmm, "max": so.maxbmm, "min": so.minbmm}
+    ref = {"log": lambda s: s.logsumexp(-2), "max": lambda s: s.amax(-2), "min": lambda s: s.amin(-2)}
+    for name, op in ops.items():
+        for dtype in (torch.float32, torch.float64, torch.bfloat16):
+            a = torch.randn(3, 37, 65, device="cuda", dtype=dtype)
+            b = torch.randn(3, 65, 29, device="cuda", dtype=dtype)
+            want = ref[name](a.double()[..., :, :, None] + b.double()[..., None, :, :])
+            tol = 1e-2 if dtype == torch.bfloat16 else 1e-5
+            assert torch.allclose(op(a, b).double(), want, atol=tol, rtol=tol), (name, dtype)
+    a = torch.randn(2, 33, 70, device="cuda", dtype=torch.float64, requires_grad=True)
+    b = torch.randn(2, 70, 41, device="cuda", dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(so.logbmm, (a, b))
+    kind, detail = backends.family_status("cuda", "bmm")
+    assert kind == "compiled", (kind, detail)
+    print("ok", sys.argv[1])
+""")
+
+
+def _run(env: dict[str, str], *args: str, code: str = _CHECK) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
+def test_nvrtc_kernels_from_a_cold_cache_in_concurrent_processes_then_from_a_damaged_one(tmp_path):
+    env = {**os.environ, nvrtc_kernels.ROUTE_ENV: "nvrtc", "SEMIRING_OPS_NVRTC_CACHE": str(tmp_path)}
+    procs = [_run(env, str(seed)) for seed in (1, 2, 3)]
+    outs = [(p.wait(timeout=600), *p.communicate()) for p in procs]
+    for rc, out, err in outs:
+        assert rc == 0 and out.startswith("ok"), err[-3000:]
+    files = sorted(tmp_path.glob("*.cubin"))
+    assert files and not list(tmp_path.glob("*.tmp*"))
+    compiled = sum(err.count("with NVRTC") for _, _, err in outs)
+    assert compiled == len(files)  # each kernel compiled once, by one of the three
+    damaged = files[0]
+    damaged.write_bytes(damaged.read_bytes()[:100])
+    proc = _run(env, "4")
+    rc, (out, err) = proc.wait(timeout=600), proc.communicate()
+    assert rc == 0 and out.startswith("ok"), err[-3000:]
+    assert "is damaged; compiling it again" in err and damaged.stat().st_size > 100
+
+
+_GRAPH = textwrap.dedent("""
+    import torch, semiring_ops as so
+    a = torch.randn(4, 64, 48, device="cuda"); b = torch.randn(4, 48, 80, device="cuda")
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):  # the kernel's first launch, and so its compile and load, inside the capture
+            out = so.maxbmm(a, b)
+    g.replay(); torch.cuda.synchronize()
+    want = (a[..., :, :, None] + b[..., None, :, :]).amax(-2)
+    assert torch.equal(out, want)
+    print("ok")
+""")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
+def test_an_nvrtc_kernel_first_launched_inside_a_cuda_graph_capture(tmp_path):
+    env = {**os.environ, nvrtc_kernels.ROUTE_ENV: "nvrtc", "SEMIRING_OPS_NVRTC_CACHE": str(tmp_path)}
+    proc = _run(env, code=_GRAPH)
+    rc, (out, err) = proc.wait(timeout=600), proc.communicate()
+    assert rc == 0 and out.startswith("ok"), err[-3000:]

@@ -1,83 +1,87 @@
-"""The two routes to GPU kernels without a system CUDA toolkit (issue 26, docs/build.md "Why nvcc from pip, not
-NVRTC"), measured on the kernels a first logbmm forward + backward runs: the tile engine's log-semiring forward
-policy and its two log-weighted contraction policies (float32).
+"""The two routes to the CUDA kernels (docs/build.md, "Two routes to the CUDA kernels"), side by side:
 
-  (a) nvcc (a system toolkit or NVIDIA's pip wheels) under torch.utils.cpp_extension: the family compiles every
-      instantiation ahead of its first call (the bmm family: 24 forward + 8 contraction kernels); timed here as
-      nvcc's device-only compile (-cubin) of the family's two kernel files.
-  (b) NVRTC (libnvrtc, which PyTorch's CUDA wheels bring): each instantiation compiled when first called; timed
-      here for the three a first logbmm needs, one NVRTC program each, the kernel headers included as they are
-      (they compile under NVRTC: tile_engine.cuh keeps its host launcher out of it), the standard headers they use
-      mapped onto libcu++ (a shim: NVRTC has no C++ standard library).
+compile   the kernels a first logbmm forward + backward runs (the log forward, both log-weighted contractions,
+          the fused gradient; float32), compiled by NVRTC one instantiation at a time as the NVRTC route does
+          (nvrtc_kernels.nvrtc_options, csrc/nvrtc's stand-in headers), and the bmm family's kernel files by nvcc
+          (device code only, -cubin) as the nvcc route does. No GPU needed (both for sm_90).
+kernels   (--kernels, on a GPU) logbmm forward, forward + backward and maxbmm forward, B = 8, n = 1024, float32, under
+          each route's build of the bmm family ($SEMIRING_OPS_CUDA_KERNELS), in fresh processes alternated
+          --rounds times, median of 40 CUDA-event timings each.
 
-    python benchmarks/build_routes.py            # no GPU needed: both compile for sm_90
+  python benchmarks/build_routes.py              # compile times
+  python benchmarks/build_routes.py --kernels    # and the kernels' times (a GPU, a toolkit for the nvcc route)
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from semiring_ops.build import jit, toolkit
-from semiring_ops.lazy import nvrtc
-
 ARCH = "sm_90"
-SHIMS = {  # the names the kernel headers take from the standard library, from libcu++
-    "type_traits": "#include <cuda/std/type_traits>\nnamespace std { using namespace cuda::std; }\n",
-    "limits": "#include <cuda/std/limits>\nnamespace std { using cuda::std::numeric_limits; }\n",
-    "cstdint": "typedef int int32_t;\ntypedef long long int64_t;\ntypedef unsigned int uint32_t;\n"
-    "typedef unsigned char uint8_t;\n",
-    "algorithm": "",
-}
-FIRST_LOGBMM = {  # kernel instantiation -> the policy header it needs
-    "SemiringBmmPolicy<LogSemiring, float, false>": "cuda/bmm_policy.cuh",
-    "LogContractPolicy<float, true, false>": "cuda/log_contract_policy.cuh",  # grad_a: L1 = g
-    "LogContractPolicy<float, false, true>": "cuda/log_contract_policy.cuh",  # grad_b: R1 = g
-}
+_ENGINE = "semiring_ops::cuda::contraction_kernel"
+FIRST_LOGBMM = (  # (kernel file, expression): what a first logbmm forward + backward launches, and the contractions
+    (
+        "cuda/bmm_kernels.cu",
+        f"{_ENGINE}<semiring_ops::cuda::SemiringBmmPolicy<semiring_ops::LogSemiring, float, false>>",
+    ),
+    ("cuda/log_grads_kernels.cu", "semiring_ops::cuda::log_grads::log_bmm_grads_fused_kernel"),
+    ("cuda/log_contract_kernels.cu", f"{_ENGINE}<semiring_ops::cuda::LogContractPolicy<float, true, false>>"),
+    ("cuda/log_contract_kernels.cu", f"{_ENGINE}<semiring_ops::cuda::LogContractPolicy<float, false, true>>"),
+)
+
+_TIMING = """
+import os, torch, semiring_ops as so
+torch.manual_seed(0)
+a = torch.randn(8, 1024, 1024, device="cuda", requires_grad=True)
+b = torch.randn(8, 1024, 1024, device="cuda", requires_grad=True)
+def median_ms(fn, n=40):
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(2 * n)]
+    for i in range(n):
+        ev[2 * i].record(); fn(); ev[2 * i + 1].record()
+    torch.cuda.synchronize()
+    return sorted(ev[2 * i].elapsed_time(ev[2 * i + 1]) for i in range(n))[n // 2]
+print(median_ms(lambda: so.logbmm(a.detach(), b.detach())),
+      median_ms(lambda: so.logbmm(a, b).sum().backward()),
+      median_ms(lambda: so.maxbmm(a.detach(), b.detach())))
+"""
 
 
-def _program(policy: str, header: str) -> str:
-    return (
-        f'#include "{header}"\nnamespace semiring_ops {{ namespace cuda {{\n'
-        f"template __global__ void contraction_kernel<{policy}>(const __grid_constant__ ArgsOf<{policy}>);\n"
-        "} }\n"
-    )
+def nvrtc_seconds() -> list[tuple[str, float]]:
+    from semiring_ops.build import nvrtc_kernels
+    from semiring_ops.lazy import nvrtc
+
+    paths = nvrtc_kernels.cuda_runtime_paths()
+    if paths is None:
+        sys.exit("the CUDA runtime's headers are needed (a CUDA build of torch)")
+    options = nvrtc_kernels.nvrtc_options(ARCH, paths[0])
+    rows = []
+    for program, expression in FIRST_LOGBMM:
+        t0 = time.perf_counter()
+        nvrtc.nvrtc_compile_named(f'#include "{program}"\n', options, True, "build_routes", (f"&{expression}",))
+        rows.append((expression.removeprefix(f"{_ENGINE}<").split("::")[-1][:60], time.perf_counter() - t0))
+    return rows
 
 
-def nvrtc_seconds(cuda_include: Path) -> list[tuple[str, float]]:
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, text in SHIMS.items():
-            Path(tmp, name).write_text(f"#pragma once\n{text}")
-        options = (
-            f"--gpu-architecture={ARCH}",
-            "-std=c++17",
-            "-default-device",
-            "-lineinfo",
-            f"--include-path={tmp}",
-            f"--include-path={jit.source_root()}",
-            f"--include-path={cuda_include}",
-            f"--include-path={cuda_include / 'cccl'}",
-        )
-        rows = []
-        for policy, header in FIRST_LOGBMM.items():
-            t0 = time.perf_counter()
-            nvrtc._nvrtc_compile(_program(policy, header), options, True, "build_routes")
-            rows.append((policy, time.perf_counter() - t0))
-        return rows
-
-
-def nvcc_seconds(home: Path) -> list[tuple[str, float]]:
+def nvcc_seconds() -> list[tuple[str, float]] | None:
     import torch
 
+    from semiring_ops.build import jit, toolkit
+
+    tk = toolkit.find_cuda_toolkit(jit.cache_root())
+    if tk is None:
+        return None
     torch_include = Path(torch.__file__).parent / "include"
     rows = []
-    for name in ("bmm_kernels.cu", "log_contract_kernels.cu"):
+    for name in ("bmm_kernels.cu", "log_contract_kernels.cu", "log_grads_kernels.cu"):
         cmd = [
-            str(home / "bin" / "nvcc"), "-cubin", f"-arch={ARCH}", "-O3", "-lineinfo", "-std=c++20",
+            str(tk.home / "bin" / "nvcc"), "-cubin", f"-arch={ARCH}", "-O3", "-lineinfo", "-std=c++17",
             "--expt-relaxed-constexpr", f"-I{jit.source_root()}", "-isystem", str(torch_include),
             str(jit.source_root() / "cuda" / name), "-o", os.devnull,
         ]  # fmt: skip
@@ -87,21 +91,39 @@ def nvcc_seconds(home: Path) -> list[tuple[str, float]]:
     return rows
 
 
+def kernel_times(rounds: int) -> None:
+    print("kernels (ms, median of 40; B = 8, n = 1024, float32): route, logbmm fwd, logbmm fwd+bwd, maxbmm fwd")
+    for _ in range(rounds):
+        for route in ("nvcc", "nvrtc"):
+            env = {**os.environ, "SEMIRING_OPS_CUDA_KERNELS": route}
+            out = subprocess.run([sys.executable, "-c", _TIMING], env=env, capture_output=True, text=True, check=True)
+            fwd, both, mx = (float(x) for x in out.stdout.split())
+            print(f"    {route:6s} {fwd:8.3f} {both:8.3f} {mx:8.3f}", flush=True)
+
+
 def main() -> None:
-    tk = toolkit.find_cuda_toolkit(jit.cache_root())
-    if tk is None:
-        sys.exit("a CUDA toolkit is needed for the nvcc row (and its libcu++ headers for the NVRTC shim)")
-    major, minor = nvrtc.nvrtc_version()
-    print(f"{os.cpu_count()} CPU cores; nvcc {tk.version} ({tk.source}); NVRTC {major}.{minor}; target {ARCH}")
-    print("(b) NVRTC, per instantiation a first logbmm fwd + bwd needs:")
-    rows_b = nvrtc_seconds(tk.home / "include")
-    for policy, s in rows_b:
-        print(f"    {policy:48s} {s:6.2f} s")
-    print(f"    {'the first logbmm (3 programs, one after the other)':48s} {sum(s for _, s in rows_b):6.2f} s")
-    print("(a) nvcc, device code only (-cubin), the bmm family's kernel files (all 32 instantiations):")
-    rows_a = nvcc_seconds(tk.home)
-    for name, s in rows_a:
-        print(f"    {name:48s} {s:6.2f} s")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kernels", action="store_true", help="time both routes' kernels (a GPU)")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    from semiring_ops.lazy import nvrtc
+
+    print(f"{os.cpu_count()} CPU cores; NVRTC {'.'.join(map(str, nvrtc.nvrtc_version()))}; target {ARCH}")
+    print("NVRTC, one instantiation at a time (the route's first launches):")
+    rows = nvrtc_seconds()
+    for name, s in rows:
+        print(f"    {name:60s} {s:6.2f} s")
+    first = rows[0][1] + rows[1][1]
+    print(f"    {'a first logbmm fwd + bwd (the first two, one after the other)':60s} {first:6.2f} s")
+    nvcc = nvcc_seconds()
+    if nvcc is None:
+        print("nvcc: no CUDA toolkit found")
+    else:
+        print("nvcc, device code only (-cubin), the bmm family's kernel files (every instantiation):")
+        for name, s in nvcc:
+            print(f"    {name:60s} {s:6.2f} s")
+    if args.kernels:
+        kernel_times(args.rounds)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,10 @@ Rows (each a new Python process; "cold": an empty SEMIRING_OPS_CACHE, "warm": th
   first CRF step   import + one LinearChainCRF training step, loss and backward ((32, 128) tokens, 32 tags)
   build all        python -m semiring_ops build: every family of the device type, in parallel
 Reported: seconds of the whole process (import, compile, the call) and the compile it waited for (the families'
-builds, from the cache's ninja logs). On the CPU a first call also starts the family's C++ autograd module, built
+builds, from the cache's ninja logs). Where a family took the NVRTC route (no CUDA toolkit; docs/build.md), its
+kernels compile on their first launch: "NVRTC" counts those compiles, and "kernels cold s" is a third run with the
+family's host code cached and the kernels' cache emptied (what a user of a wheel without the GPU's kernels waits).
+On the CPU a first call also starts the family's C++ autograd module, built
 by a worker process in the background (families.py, "autograd modules"): "then" is that build, which the cold
 process does not wait for; the warm run starts once it has ended. The toolkit used is printed (`python -m
 semiring_ops info` chooses it).
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -102,15 +106,21 @@ def main() -> None:
         + (f" ({torch.cuda.get_device_name()})" if device == "cuda" else "")
     )
     rows = []
-    print(f"{'call':16s} {'cold s':>8s} {'compile s':>10s} {'then s':>8s} {'warm s':>8s}")
+    head = f"{'call':16s} {'cold s':>8s} {'compile s':>10s} {'then s':>8s} {'warm s':>8s}"
+    print(f"{head} {'NVRTC':>6s} {'kernels cold s':>15s}")
     for name, body in SCENARIOS.items():
         with tempfile.TemporaryDirectory(prefix="so_first_use_") as tmp:
             cache = Path(tmp)
             cmd = [sys.executable, "-c", body.format(device=device)]
-            cold, _ = _run(cmd, cache)
+            cold, err = _run(cmd, cache)
+            nvrtc_compiles = err.count(" with NVRTC ")
             _wait_for_background_builds(cache)
             compiled, then = _compile_seconds(cache), _compile_seconds(cache, autograd=True)
             warm, _ = _run(cmd, cache)
+            kernels_cold = None
+            if (cache / "nvrtc").is_dir():  # the NVRTC route: its kernels cold again, the host code cached
+                shutil.rmtree(cache / "nvrtc")
+                kernels_cold, _ = _run(cmd, cache)
             families = sorted(
                 p.name.split("-")[0].removeprefix("semiring_ops_") for p in cache.glob("semiring_ops_*") if p.is_dir()
             )
@@ -121,10 +131,13 @@ def main() -> None:
                 "compile_s": compiled,
                 "background_s": then,
                 "warm_s": warm,
+                "nvrtc_compiles": nvrtc_compiles,
+                "kernels_cold_s": kernels_cold,
                 "families": families,
             }
         )
-        print(f"{name:16s} {cold:8.1f} {compiled:10.1f} {then:8.1f} {warm:8.1f}   built: {', '.join(families)}")
+        nv = f"{nvrtc_compiles:6d} {kernels_cold:15.1f}" if kernels_cold is not None else f"{'':6s} {'':15s}"
+        print(f"{name:16s} {cold:8.1f} {compiled:10.1f} {then:8.1f} {warm:8.1f} {nv}   built: {', '.join(families)}")
     with tempfile.TemporaryDirectory(prefix="so_first_use_") as tmp:
         target = Path(args.build_into) if args.build_into else Path(tmp)
         if any(target.glob("semiring_ops_*")):

@@ -8,7 +8,8 @@
 #   unset, /usr/local/cuda renamed), NVIDIA's pip layout of the compiler made from its files
 #   (pip_toolkit_from_system.sh: the machine reaches no registry for the wheels) on PYTHONPATH; first-use times
 #   from cold caches (first_use.py), then the stages after it in the list run in that environment; the toolkit
-#   is restored at the end. E.g. STAGES="notoolkit tests" PYTEST_ARGS="-n 4"; FIRST_USE=0 skips the cold first
+#   is restored at the end. NVRTC_ONLY=1: no pip compiler either (the NVRTC route's user: torch's own packages only).
+#   E.g. STAGES="notoolkit tests" PYTEST_ARGS="-n 4"; FIRST_USE=0 skips the cold first
 #   uses (a second call on the warm machine). PYTEST_ARGS="--shuffle 7": the tests in a shuffled order (conftest.py).
 #   SANITIZE_ARGS="--families bmm" narrows the sanitize stage;
 #   BENCH="bmm crf ..." picks benchmarks; run the sanitize stage in every session that changes a kernel.
@@ -31,7 +32,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm 
 hidden=""
 if [[ " $STAGES " == *" notoolkit "* ]]; then
   system=$(readlink -f /usr/local/cuda)
-  bash benchmarks/pip_toolkit_from_system.sh /tmp/pip_cuda "$system" | tee "$OUT/notoolkit.log"
+  [ "${NVRTC_ONLY:-0}" = 1 ] || bash benchmarks/pip_toolkit_from_system.sh /tmp/pip_cuda "$system" | tee "$OUT/notoolkit.log"
   for d in /usr/local/cuda "$system"; do [ -e "$d" ] && mv "$d" "$d.hidden" && hidden="$d $hidden"; done
   restore() { for d in $hidden; do mv "$d.hidden" "$d"; done; }
   trap restore EXIT
@@ -39,7 +40,7 @@ if [[ " $STAGES " == *" notoolkit "* ]]; then
   PATH=$(echo "$PATH" | tr ':' '\n' | grep -v -e cuda -e '^/usr/local/bin$' | paste -sd:)
   export PATH
   unset CUDA_HOME CUDA_PATH
-  export PYTHONPATH="/tmp/pip_cuda${PYTHONPATH:+:$PYTHONPATH}"
+  [ "${NVRTC_ONLY:-0}" = 1 ] || export PYTHONPATH="/tmp/pip_cuda${PYTHONPATH:+:$PYTHONPATH}"
   { echo "nvcc on PATH: $(command -v nvcc || echo none); CUDA_HOME=${CUDA_HOME-unset}"; python3 -m semiring_ops info; } \
     2>&1 | tee -a "$OUT/notoolkit.log"
   # cold first uses, then every family built into the test cache from cold (first_use.py's 'build all');

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from . import __version__
-from .build import backends, jit, prebuilt, toolkit
+from .build import backends, jit, nvrtc_kernels, prebuilt, toolkit
 from .build.families import CPU_ARCH_ENV, DEFAULT_CPU_ARCH, FAMILIES, cpu_arch
 from .lazy.dispatch import lazy_backend
 from .lazy.kernel_cache import lazy_cache_dir
@@ -48,6 +48,16 @@ def backend_info(load: bool = False) -> dict[str, Any]:
             if tk
             else {"missing": toolkit.missing_toolkit_reason(jit.cache_root())}
         )
+    nvrtc_route = None
+    if torch.version.cuda:
+        problem = nvrtc_kernels.route_problem()
+        nvrtc_route = {
+            "choice": nvrtc_kernels.route_choice(),
+            "families": [f.name for f in FAMILIES if f.nvrtc],
+            "usable": problem is None,
+            "why_not": problem,
+            "cache": str(nvrtc_kernels.cache_dir()),
+        }
     wheel = prebuilt.manifest()
     return {
         "semiring_ops": __version__,
@@ -60,6 +70,7 @@ def backend_info(load: bool = False) -> dict[str, Any]:
         "cxx": toolkit.cxx_compiler(),
         "cpu_arch": cpu_arch(),  # the CPU families' target when compiled here
         "cuda_toolkit": cuda_toolkit,
+        "nvrtc_route": nvrtc_route,
         "prebuilt": {k: wheel[k] for k in ("torch", "torch_cuda", "cpu_arch", "cuda_archs") if k in wheel}
         if wheel
         else None,
@@ -87,6 +98,12 @@ def format_info(info: dict[str, Any]) -> str:
             f"CUDA toolkit: {tk['home']} (nvcc {tk['nvcc']}, {tk['source']})"
             if "home" in tk
             else f"CUDA toolkit: {tk['missing']}"
+        )
+    route = info["nvrtc_route"]
+    if route is not None:
+        lines.append(
+            f"NVRTC route (${nvrtc_kernels.ROUTE_ENV}={route['choice']}; families {', '.join(route['families'])}): "
+            + (f"usable, kernels cached in {route['cache']}" if route["usable"] else f"not usable: {route['why_not']}")
         )
     wheel = info["prebuilt"]
     if wheel:

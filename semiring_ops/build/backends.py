@@ -106,7 +106,8 @@ class Backend:
     @property
     def kind(self) -> str:
         """prebuilt | compiled | reference | mixed: what serves the families loaded so far, or, before any, what
-        will (reference only when forced or no compiler can build them)."""
+        will (reference only when forced or no compiler can build them; mixed where only the families with an NVRTC
+        route can be)."""
         kinds = {s.kind for s in self.families.values() if s.kind not in ("none", "building")}
         if len(kinds) == 1:
             return kinds.pop()
@@ -407,7 +408,11 @@ def _expected_kind(backend: Backend) -> str:
     fams = families_for(backend.device_type)
     if fams and all(prebuilt.prebuilt_status(f, _device_index(f.device_type))[0] == "prebuilt" for f in fams):
         return "prebuilt"
-    return "reference" if _toolchain_problem(backend.device_type) else "compiled"
+    kinds = set()
+    for fam in fams:  # a CUDA family may take the NVRTC route where no toolkit builds the others
+        spec, _ = jit_build(fam)
+        kinds.add("reference" if _toolchain_problem(fam.device_type, spec.nvrtc) else "compiled")
+    return kinds.pop() if len(kinds) == 1 else "mixed"
 
 
 def backend_for(device: torch.device) -> Backend:

@@ -140,8 +140,8 @@ SR_HD_ALWAYS_INLINE float series_log(float x) {
   p = p * u2 + 1.f / 3.f;
   p = p * u2 + 1.f;
   const float y = e * float(kLn2) + 2.f * u * p;
-  const float special = raw_e == 0 ? -HUGE_VALF : (x == HUGE_VALF ? x : __builtin_nanf(""));
-  return (raw_e != 0 && raw_e != 255 && x > 0.f) ? y : (x < 0.f ? __builtin_nanf("") : special);
+  const float special = raw_e == 0 ? -HUGE_VALF : (x == HUGE_VALF ? x : quiet_nan<float>());
+  return (raw_e != 0 && raw_e != 255 && x > 0.f) ? y : (x < 0.f ? quiet_nan<float>() : special);
 }
 SR_HD_ALWAYS_INLINE double series_log(double x) {
   union {
@@ -167,8 +167,8 @@ SR_HD_ALWAYS_INLINE double series_log(double x) {
   p = p * u2 + 1. / 3.;
   p = p * u2 + 1.;
   const double y = e * kLn2 + 2. * u * p;
-  const double special = raw_e == 0 ? -HUGE_VAL : (x == HUGE_VAL ? x : __builtin_nan(""));
-  return (raw_e != 0 && raw_e != 2047 && x > 0.) ? y : (x < 0. ? __builtin_nan("") : special);
+  const double special = raw_e == 0 ? -HUGE_VAL : (x == HUGE_VAL ? x : quiet_nan<double>());
+  return (raw_e != 0 && raw_e != 2047 && x > 0.) ? y : (x < 0. ? quiet_nan<double>() : special);
 }
 
 template <class T> SR_HD_ALWAYS_INLINE T ctc_exp(T x) { return fast_exp2(x * T(kLog2e)); }

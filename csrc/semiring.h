@@ -53,6 +53,16 @@ template <class T> SR_HD T max_finite();
 template <> SR_HD float max_finite<float>() { return 3.402823466e+38f; }
 template <> SR_HD double max_finite<double>() { return 1.7976931348623157e+308; }
 
+// A quiet NaN (NVRTC has no __builtin_nan: the bits).
+template <class T> SR_HD T quiet_nan();
+#if defined(__CUDACC_RTC__)
+template <> SR_HD float quiet_nan<float>() { return __int_as_float(0x7fc00000); }
+template <> SR_HD double quiet_nan<double>() { return __longlong_as_double(0x7ff8000000000000LL); }
+#else
+template <> SR_HD float quiet_nan<float>() { return __builtin_nanf(""); }
+template <> SR_HD double quiet_nan<double>() { return __builtin_nan(""); }
+#endif
+
 template <class T> SR_HD bool is_nan(T x) { return x != x; }
 
 constexpr double kLog2e = 1.4426950408889634073599246810018921;

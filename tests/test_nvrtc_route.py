@@ -1,5 +1,5 @@
 """The NVRTC route of the CUDA kernel families (semiring_ops/build/nvrtc_kernels.py, csrc/cuda/kernel_ref.h): every
-kernel of a family that has the route compiles under NVRTC (no GPU needed), the launchers spell their kernels'
+CUDA kernel compiles under NVRTC (no GPU needed), the launchers spell their kernels'
 template arguments as NVRTC names them, the host code builds with the C++ compiler alone, the route is chosen as
 documented, the cache's files are checked whole; on a GPU, the route's kernels against the float64 reference, with
 cold caches, in concurrent processes, from a damaged cache and inside a CUDA graph capture."""
@@ -60,19 +60,84 @@ def _bmm_family_kernels() -> list[tuple[str, str]]:
     return out
 
 
-@needs_nvrtc
-def test_every_bmm_kernel_compiles_with_nvrtc():
+def _other_family_kernels() -> list[tuple[str, str]]:
+    """(kernel file, expression): every kernel template of the other CUDA families, each element type, the semirings
+    and variants that change its code paths."""
+    out = []
+    chain = "semiring_ops::cuda::chain::chain_kernel<semiring_ops::{}, {}, {}, {}, {}, {}, {}>"
+    for t in ("float", "double"):
+        for s in ("LogSemiring",) if t == "float" else ("StdSemiring",):
+            for variant in (
+                ("false", "false", "false", "false", "false"),  # the matrix read from L2
+                ("false", "true", "false", "false", "false"),  # on chip
+                ("false", "true", "false", "false", "true"),  # a cluster
+            ):
+                out.append(("cuda/chain_kernels.cuh", chain.format(s, t, *variant)))
+        out.append(("cuda/chain_kernels.cuh", chain.format("MaxSemiring", t, "true", "true", "false", "false", "true")))
+        for grad in (("true", "false", "false", "false"), ("true", "true", "true", "true")):
+            out.append(("cuda/chain_kernels.cuh", chain.format("LogSemiring", t, "false", *grad)))
+        span = "semiring_ops::cuda::span::{}<semiring_ops::{}, " + t + "{}>"
+        for s in ("LogSemiring",) if t == "float" else ("MaxSemiring",):  # a summing and a selecting semiring
+            for kernel, extra in (
+                ("span_inside_kernel", ", 256"),
+                ("span_adjoint_kernel", ", 1024"),
+                ("alignment_inside_kernel", ""),
+                ("alignment_adjoint_kernel", ""),
+                ("chain_inside_kernel", ", 8, true"),
+                ("chain_inside_kernel", ", 32, false"),
+                ("chain_adjoint_kernel", ""),
+            ):
+                out.append(("cuda/span_kernels.cuh", span.format(kernel, s, extra)))
+        ctc = "semiring_ops::cuda::ctc::"
+        for kernel in (
+            f"ctc_log_kernel<{t}, 1>",
+            f"ctc_log_kernel<{t}, 2>",
+            f"ctc_collect_kernel<{t}>",
+            f"ctc_viterbi_kernel<{t}>",
+            f"rnnt_lattice_kernel<{t}, true>",
+            f"rnnt_lattice_kernel<{t}, false>",
+        ):
+            out.append(("cuda/ctc_kernels.cu", ctc + kernel))  # fmt: skip
+    out.append(("cuda/sequence_kernels.cu", "semiring_ops::cuda::sequence::sequence_kernel"))
+    for t in ("float", "c10::Half", "c10::BFloat16"):
+        for passes in ("1", "3"):
+            out.append(
+                ("cuda/log_bmm_fast_kernels.cu", f"semiring_ops::cuda::fast_log::log_bmm_fast_kernel<{t}, {passes}>")
+            )
+        scaled = "semiring_ops::cuda::fast_log_scaled::kernels::"
+        for kernel in ("row_factors", "column_maxima", "column_factors"):
+            out.append(("cuda/fast_log_scaled_kernels.cu", f"{scaled}{kernel}<{t}>"))
+        for is_max in ("true", "false"):
+            out.append(("cuda/packed_select_kernels.cu", f"semiring_ops::cuda::packed::select_kernel<{t}, {is_max}>"))
+    for vector in ("true", "false"):
+        out.append(
+            ("cuda/fast_log_scaled_kernels.cu", f"semiring_ops::cuda::fast_log_scaled::kernels::epilogue<{vector}>")
+        )
+    return out
+
+
+def _compile_all(kernels: list[tuple[str, str]]) -> None:
     from semiring_ops.lazy import nvrtc
 
     include, _ = nvrtc_kernels.cuda_runtime_paths()
     options = nvrtc_kernels.nvrtc_options("sm_90", include)
-    kernels = _bmm_family_kernels()
-    assert len(kernels) == 4 * len(_semirings()) + 8 + 8 + 1
     for program, expression in kernels:
         image, (lowered,) = nvrtc.nvrtc_compile_named(
             f'#include "{program}"\n', options, True, "test", (f"&{expression}",)
         )
         assert image[:4] == b"\x7fELF" and lowered.startswith("_ZN12semiring_ops4cuda"), expression
+
+
+@needs_nvrtc
+def test_every_bmm_kernel_compiles_with_nvrtc():
+    kernels = _bmm_family_kernels()
+    assert len(kernels) == 4 * len(_semirings()) + 8 + 8 + 1
+    _compile_all(kernels)
+
+
+@needs_nvrtc
+def test_the_other_families_kernels_compile_with_nvrtc():
+    _compile_all(_other_family_kernels())
 
 
 def _compile_and_run(tmp_path: Path, body: str) -> str:
@@ -84,10 +149,13 @@ def _compile_and_run(tmp_path: Path, body: str) -> str:
         "} }\nusing namespace semiring_ops; using namespace semiring_ops::cuda;\n" + body
     )
     exe = tmp_path / "spell"
-    subprocess.run(["g++", "-std=c++17", f"-I{ROOT}", str(source), "-o", str(exe)], check=True, capture_output=True)
+    include, _ = nvrtc_kernels.cuda_runtime_paths()  # kernel_ref.h declares its launch helper with the runtime API
+    cmd = ["g++", "-std=c++17", f"-I{ROOT}", f"-I{include}", "-idirafter", str(ROOT / "nvrtc_host"), str(source)]
+    subprocess.run([*cmd, "-o", str(exe)], check=True, capture_output=True)
     return subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
 
 
+@needs_nvrtc
 @pytest.mark.skipif(not __import__("shutil").which("g++"), reason="no g++")
 def test_launchers_spell_kernel_template_arguments_as_nvrtc_names_them(tmp_path):
     out = _compile_and_run(
@@ -148,8 +216,8 @@ def test_the_route_is_chosen_as_documented(monkeypatch, choice, toolkit_found, n
     spec, tk = backends.jit_build(families.family("cuda", "bmm"))
     assert ("nvrtc" if spec.nvrtc else "nvcc") == route
     assert (tk is None) == (spec.nvrtc or not toolkit_found)
-    chain, _ = backends.jit_build(families.family("cuda", "chain"))  # no NVRTC route (yet): always nvcc
-    assert not chain.nvrtc
+    for fam in families.families_for("cuda"):  # every CUDA family has the route
+        assert backends.jit_build(fam)[0].nvrtc == (route == "nvrtc"), fam.name
     cpu, cpu_tk = backends.jit_build(families.family("cpu", "bmm"))
     assert not cpu.nvrtc and cpu_tk is None
 

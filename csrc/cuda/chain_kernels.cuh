@@ -20,33 +20,51 @@
 // scan yields the log-likelihood and the reverse scan its whole gradient.
 #pragma once
 
-#include <cooperative_groups.h>
-
-#include <algorithm>
+#include <cstddef>
 #include <cstdint>
+
+#include "cuda/chain_launch.h"
+#include "cuda/kernel_ref.h"
+#include "semiring.h"
+#if SEMIRING_OPS_DEVICE_PASS
+#if !defined(__CUDACC_RTC__)
+#include <cooperative_groups.h>  // NVRTC: its header needs libcu++; the cluster helpers below use PTX there
+#endif
+
+#include <cmath>  // NAN
 #include <cstring>
 #include <limits>
 #include <type_traits>
 
-#include "cuda/chain_launch.h"
-#include "cuda/device_attributes.h"
-#include "semiring.h"
 #include "warp_merge.cuh"
+#endif
+#if !defined(__CUDACC_RTC__)
+#include <algorithm>
+#include <limits>
+
+#include "cuda/device_attributes.h"
+#endif
 
 namespace semiring_ops {
 namespace cuda {
-namespace {
+namespace chain {  // named (not anonymous), so that NVRTC can name the kernel
 
 constexpr int kMaxWarps = 16;  // 512 threads: up to 128 registers each
 
+#if SEMIRING_OPS_DEVICE_PASS
 
 // Thread block clusters (sm_90+; the host launches clusters only there). cluster_sync: the cluster-wide
 // barrier (release / acquire; costly: its fence waits for every global store in flight, so it runs only
 // at the start and the end of a kernel). Each step's outputs instead travel as st.async writes into the
 // peers' shared memory, each counted (complete_tx) by the receiving block's mbarrier for that buffer;
-// the receiver waits on its own mbarrier's phase.
+// the receiver waits on its own mbarrier's phase. Under NVRTC (no cooperative_groups) the same three operations
+// are their PTX: %cluster_ctarank, barrier.cluster.arrive / wait (release / acquire), mapa.
 __device__ __forceinline__ int cluster_rank() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDACC_RTC__)
+  unsigned rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  return static_cast<int>(rank);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   return static_cast<int>(cooperative_groups::this_cluster().block_rank());
 #else
   return 0;
@@ -54,7 +72,9 @@ __device__ __forceinline__ int cluster_rank() {
 }
 
 __device__ __forceinline__ void cluster_sync() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDACC_RTC__)
+  asm volatile("barrier.cluster.arrive;\n\tbarrier.cluster.wait;" ::: "memory");
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   cooperative_groups::this_cluster().sync();
 #else
   __syncthreads();
@@ -62,7 +82,11 @@ __device__ __forceinline__ void cluster_sync() {
 }
 
 template <class X> __device__ __forceinline__ X* cluster_peer(X* ours, int rank) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDACC_RTC__)
+  X* peer;
+  asm volatile("mapa.u64 %0, %1, %2;" : "=l"(peer) : "l"(ours), "r"(rank));
+  return peer;
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   return cooperative_groups::this_cluster().map_shared_rank(ours, static_cast<unsigned>(rank));
 #else
   return ours;
@@ -173,6 +197,8 @@ __device__ T gold_path_score(const ChainParams<T>& p, int64_t b, int64_t L, cons
   return total;
 }
 
+#endif  // SEMIRING_OPS_DEVICE_PASS
+
 // Shared memory, in this order: 32 bytes for the mbarriers of the step vectors (clusters); the step vectors,
 // a ring of kRing(kCluster) (C each: 2, or 3 with clusters, so that a block that runs a step ahead writes
 // into a buffer its peers no longer read); the block's S output rows of the step matrix (pitch P,
@@ -190,6 +216,7 @@ template <class T> struct ChainSmem {
   }
 };
 
+#if SEMIRING_OPS_DEVICE_PASS
 template <class S, class T, bool kArg, bool kMatShared, bool kGrad, bool kXi, bool kCluster>
 __global__ void __launch_bounds__(kMaxWarps * 32) chain_kernel(ChainParams<T> p) {
   using Acc = typename S::template Accumulator<T, kArg>;
@@ -468,10 +495,15 @@ __global__ void __launch_bounds__(kMaxWarps * 32) chain_kernel(ChainParams<T> p)
   }
 }
 
+#endif  // SEMIRING_OPS_DEVICE_PASS
+
+// ---------------------------------------------------------------- the host's plan and launch
+#if !defined(__CUDACC_RTC__)
+
 // G, lanes per output for an on-chip matrix of `rows` outputs of C terms: doubled while a lane keeps more
 // than 8 terms and the block stays within 512 threads (rows = C = 8: 1, 32: 4, 64: 8, 128: 4, 256: 2;
 // 32 rows of C = 512: 16).
-int lanes_per_output(int rows, int C) {
+inline int lanes_per_output(int rows, int C) {
   int g = 1;
   while (g < 32 && g * 8 < C && rows * g * 2 <= 512) g *= 2;
   return g;
@@ -479,7 +511,7 @@ int lanes_per_output(int rows, int C) {
 
 // The smallest row pitch >= C that is G modulo 32: output row o starts at bank (o * G) mod 32, so the
 // groups of a warp (consecutive o, lanes reading k = lane mod G + ...) hit distinct banks.
-int matrix_pitch(int C, int G) { return C + (((G - C) % 32) + 32) % 32; }
+inline int matrix_pitch(int C, int G) { return C + (((G - C) % 32) + 32) % 32; }
 
 
 template <class T> ChainPlan plan_for(int K, int C, int Tn, bool arg, bool grad, int optin) {
@@ -556,32 +588,37 @@ struct ClusterLaunch {
 };
 
 // How many K-block clusters of `kernel` the GPU runs at once (0: it cannot launch them), cached per device.
-template <class Kernel> int max_active_clusters(Kernel kernel, int K, int threads, size_t smem, int device) {
+inline int max_active_clusters(const void* kernel, int K, int threads, size_t smem, int device) {
   const ClusterLaunch launch(K, dim3(K), dim3(threads), smem, nullptr);
-  return cuda::max_active_clusters(reinterpret_cast<const void*>(kernel), launch.cfg, K, device);
+  return cuda::max_active_clusters(kernel, launch.cfg, K, device);
 }
 
-template <class S, class T, bool kArg, bool kGrad> using ChainKernel = void (*)(ChainParams<T>);
-
-// The kernel for a plan.
-template <class S, class T, bool kArg, bool kGrad> ChainKernel<S, T, kArg, kGrad> kernel_for(const ChainPlan& q) {
-  if (!q.mat_shared) return chain_kernel<S, T, kArg, false, kGrad, false, false>;
-  if (q.K > 1)
-    return q.xi ? chain_kernel<S, T, kArg, true, kGrad, kGrad, true> : chain_kernel<S, T, kArg, true, kGrad, false, true>;
-  return q.xi ? chain_kernel<S, T, kArg, true, kGrad, kGrad, false> : chain_kernel<S, T, kArg, true, kGrad, false, false>;
+// The kernel for a plan (kernel_ref.h: its address, or its NVRTC handle).
+#define SEMIRING_OPS_CHAIN_KERNEL(MAT, XI, CLUSTER)                                                         \
+  SEMIRING_OPS_KERNEL_OF("cuda/chain_kernels.cuh", chain::chain_kernel, S, T, SEMIRING_OPS_VALUE(kArg),     \
+                         SEMIRING_OPS_VALUE(MAT), SEMIRING_OPS_VALUE(kGrad), SEMIRING_OPS_VALUE(XI),        \
+                         SEMIRING_OPS_VALUE(CLUSTER))
+template <class S, class T, bool kArg, bool kGrad> const void* kernel_for(const ChainPlan& q) {
+  if (!q.mat_shared) return SEMIRING_OPS_CHAIN_KERNEL(false, false, false);
+  if (q.K > 1) return q.xi ? SEMIRING_OPS_CHAIN_KERNEL(true, kGrad, true) : SEMIRING_OPS_CHAIN_KERNEL(true, false, true);
+  return q.xi ? SEMIRING_OPS_CHAIN_KERNEL(true, kGrad, false) : SEMIRING_OPS_CHAIN_KERNEL(true, false, false);
 }
+#undef SEMIRING_OPS_CHAIN_KERNEL
 
 // The kernel's dynamic shared memory (set once per kernel and device), and the non-portable cluster size it may need.
-template <class Kernel> cudaError_t prepare(Kernel k, const ChainPlan& q) {
-  cudaError_t e = allow_dynamic_smem(reinterpret_cast<const void*>(k), int(q.smem));
+inline cudaError_t prepare(const void* k, const ChainPlan& q) {
+  cudaError_t e = allow_dynamic_smem(k, int(q.smem));
   if (e == cudaSuccess && q.K > kPortableCluster) e = cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
   return e;
 }
 
-}  // namespace
+#endif  // !__CUDACC_RTC__
+}  // namespace chain
 
+#if !defined(__CUDACC_RTC__)
 template <class S, class T, bool kArg, bool kGrad>
 LaunchStatus chain_plan(ChainPlan& plan, int64_t B, int Tn, int C, int device, int forced_cluster) {
+  using namespace chain;
   int optin = 0, major = 0, sms = 0;
   SEMIRING_OPS_CUDA_TRY(device_attribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   SEMIRING_OPS_CUDA_TRY(device_attribute(&major, cudaDevAttrComputeCapabilityMajor, device));
@@ -604,16 +641,18 @@ LaunchStatus chain_plan(ChainPlan& plan, int64_t B, int Tn, int C, int device, i
 
 template <class S, class T, bool kArg, bool kGrad>
 LaunchStatus chain_launch(const ChainPlan& plan, const ChainParams<T>& p, int64_t B, cudaStream_t stream) {
-  const auto kernel = kernel_for<S, T, kArg, kGrad>(plan);
+  const void* kernel = chain::kernel_for<S, T, kArg, kGrad>(plan);
   const dim3 grid(static_cast<unsigned>(B * plan.K)), block(plan.warps * 32);
+  void* args[] = {const_cast<ChainParams<T>*>(&p)};
   if (plan.K > 1) {
-    const ClusterLaunch launch(plan.K, grid, block, plan.smem, stream);
-    SEMIRING_OPS_CUDA_TRY(cudaLaunchKernelEx(&launch.cfg, kernel, p));
+    const chain::ClusterLaunch launch(plan.K, grid, block, plan.smem, stream);
+    SEMIRING_OPS_CUDA_TRY(cudaLaunchKernelExC(&launch.cfg, kernel, args));
     return {};
   }
-  kernel<<<grid, block, plan.smem, stream>>>(p);
+  SEMIRING_OPS_CUDA_TRY(cudaLaunchKernel(kernel, grid, block, args, plan.smem, stream));
   return last_launch();
 }
+#endif  // !__CUDACC_RTC__
 
 }  // namespace cuda
 }  // namespace semiring_ops

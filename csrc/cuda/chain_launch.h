@@ -2,12 +2,11 @@
 // chain_cuda.cpp: the kernel's arguments, how a batch runs (ChainPlan) and the launch. ATen-free.
 #pragma once
 
-#include <cuda_runtime_api.h>
-
 #include <cstddef>
 #include <cstdint>
-
+#if !defined(__CUDACC_RTC__)
 #include "cuda/launch_status.h"
+#endif
 
 namespace semiring_ops {
 namespace cuda {
@@ -57,6 +56,7 @@ struct ChainPlan {
   size_t smem = 0;
 };
 
+#if !defined(__CUDACC_RTC__)
 // The plan for a batch of B chains of Tn steps and C tags on `device` (blocks per chain, what lives in shared
 // memory, the block size; the kernel's shared memory attributes set), for the semiring S, element type T,
 // back-pointers (kArg, Viterbi) and the log-partition's gradient (kGrad). forced_cluster: 0 to choose, else the
@@ -67,6 +67,7 @@ LaunchStatus chain_plan(ChainPlan& plan, int64_t B, int Tn, int C, int device, i
 // Runs the plan's kernel over the batch (the parameters filled for that plan).
 template <class S, class T, bool kArg, bool kGrad>
 LaunchStatus chain_launch(const ChainPlan& plan, const ChainParams<T>& p, int64_t B, cudaStream_t stream);
+#endif
 
 }  // namespace cuda
 }  // namespace semiring_ops

@@ -7,19 +7,34 @@
 // A step's inputs from global memory (its frames' emissions and, in pass 2, the stored rows) are copied into
 // shared memory by cp.async kCtcStages - 1 steps before (ctc_dp.h), and L2 is asked for those 8 frames ahead
 // (prefetch.global.L2): the steps' chain of dependent work never waits on global memory.
-#include <cuda_pipeline.h>
-
-#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 
 #include "cuda/ctc_launch.h"
-#include "cuda/device_attributes.h"
+#include "cuda/kernel_ref.h"
 #include "cuda/rnnt_launch.h"
+#if SEMIRING_OPS_DEVICE_PASS
+#include <cuda_pipeline.h>
+#endif
+#if !defined(__CUDACC_RTC__)
+#include <algorithm>
+
+#include "cuda/device_attributes.h"
+#endif
 
 namespace semiring_ops {
 namespace cuda {
-namespace {
+namespace ctc {  // named (not anonymous), so that NVRTC can name the kernels
 
+template <class T> size_t scratch_bytes(int64_t K, bool programs) { return size_t(ctc_scratch_bytes<T>(K, programs)); }
+
+// Frames a block of the collection takes (its labels and chains set up once for them).
+constexpr int64_t kCollectFrames = 64;
+
+// Threads a block: a state each up to 1,024 (float32) or 512 (float64: its registers, 64 a thread at 1,024).
+template <class T> constexpr int max_threads() { return sizeof(T) == 4 ? 1024 : 512; }
+
+#if SEMIRING_OPS_DEVICE_PASS
 // The block as ctc_dp.h's team: lead_sum / lead_max reduce on the first warp (their result valid on thread 0).
 struct BlockTeam {
   __device__ int rank() const { return int(threadIdx.x); }
@@ -71,14 +86,6 @@ template <class T> __device__ CtcScratch<T> carve(int64_t K) {
   return ctc_carve<T>(reinterpret_cast<int32_t*>(smem), reinterpret_cast<T*>(smem + ctc_values_offset(K)), K);
 }
 
-template <class T> size_t scratch_bytes(int64_t K, bool programs) { return size_t(ctc_scratch_bytes<T>(K, programs)); }
-
-// Frames a block of the collection takes (its labels and chains set up once for them).
-constexpr int64_t kCollectFrames = 64;
-
-// Threads a block: a state each up to 1,024 (float32) or 512 (float64: its registers, 64 a thread at 1,024).
-template <class T> constexpr int max_threads() { return sizeof(T) == 4 ? 1024 : 512; }
-
 // kMinBlocks: the blocks of max_threads<T>() a multiprocessor must hold at once, which caps the registers (ptxas,
 // given the thread bound alone, aims at 2: 32 registers a float32 thread, 64 a float64 one, which spills 8-32 bytes in
 // the log-sum-exps). ctc_log_launch takes 1 when every item has a multiprocessor of its own (float64 116 registers,
@@ -98,6 +105,17 @@ template <class T> __global__ void __launch_bounds__(max_threads<T>()) ctc_viter
   ctc_viterbi_item<T>(BlockTeam{}, a, carve<T>(a.K), blockIdx.x);
 }
 
+template <class T, bool kMax> __global__ void rnnt_lattice_kernel(RnntArgs<T> a) {
+  rnnt_item<kMax>(BlockTeam{}, a, int64_t(blockIdx.x));
+}
+
+#endif  // SEMIRING_OPS_DEVICE_PASS
+
+}  // namespace ctc
+
+#if !defined(__CUDACC_RTC__)
+namespace ctc {
+
 template <class T> int threads_for(int64_t K) {
   // as few threads as take the states in the fewest rounds (K = 1,601: 832 threads of 2 states, not 1,024 of
   // which some have one: the barrier waits for the two-state threads either way)
@@ -105,11 +123,11 @@ template <class T> int threads_for(int64_t K) {
   return int(std::max<int64_t>(32, ((K + rounds - 1) / rounds + 31) / 32 * 32));
 }
 
-template <class T, class Kernel>
-LaunchStatus launch(Kernel kernel, const CtcArgs<T>& a, dim3 grid, bool programs, cudaStream_t stream) {
+template <class T>
+LaunchStatus launch(const void* kernel, const CtcArgs<T>& a, dim3 grid, bool programs, cudaStream_t stream) {
   const size_t smem = scratch_bytes<T>(a.K, programs);
-  if (smem > 48 * 1024) SEMIRING_OPS_CUDA_TRY(allow_dynamic_smem(reinterpret_cast<const void*>(kernel), int(smem)));
-  kernel<<<grid, threads_for<T>(a.K), smem, stream>>>(a);
+  if (smem > 48 * 1024) SEMIRING_OPS_CUDA_TRY(allow_dynamic_smem(kernel, int(smem)));
+  SEMIRING_OPS_CUDA_TRY(launch_kernel(kernel, grid, dim3(threads_for<T>(a.K)), smem, stream, a));
   return last_launch();
 }
 
@@ -119,33 +137,32 @@ template <class T> LaunchStatus check_states(int64_t K) {
                                  : LaunchStatus{};
 }
 
-template <class T, bool kMax> __global__ void rnnt_lattice_kernel(RnntArgs<T> a) {
-  rnnt_item<kMax>(BlockTeam{}, a, int64_t(blockIdx.x));
-}
+}  // namespace ctc
 
-}  // namespace
+#define SEMIRING_OPS_CTC_KERNEL(kernel, ...) SEMIRING_OPS_KERNEL_OF("cuda/ctc_kernels.cu", ctc::kernel, __VA_ARGS__)
 
 template <class T> LaunchStatus ctc_log_launch(const CtcArgs<T>& a, cudaStream_t stream) {
-  const LaunchStatus states = check_states<T>(a.K);
+  const LaunchStatus states = ctc::check_states<T>(a.K);
   if (states.refusal != nullptr || a.N == 0) return states;
   int multiprocessors = 0;
   SEMIRING_OPS_CUDA_TRY(current_device_attribute(&multiprocessors, cudaDevAttrMultiProcessorCount));
   const dim3 items(unsigned(a.N));
-  return a.N <= multiprocessors ? launch(ctc_log_kernel<T, 1>, a, items, true, stream)
-                                : launch(ctc_log_kernel<T, 2>, a, items, true, stream);
+  const void* kernel = a.N <= multiprocessors ? SEMIRING_OPS_CTC_KERNEL(ctc_log_kernel, T, SEMIRING_OPS_VALUE(1))
+                                              : SEMIRING_OPS_CTC_KERNEL(ctc_log_kernel, T, SEMIRING_OPS_VALUE(2));
+  return ctc::launch(kernel, a, items, true, stream);
 }
 
 template <class T> LaunchStatus ctc_collect_launch(const CtcArgs<T>& a, cudaStream_t stream) {
-  const LaunchStatus states = check_states<T>(a.K);
+  const LaunchStatus states = ctc::check_states<T>(a.K);
   if (states.refusal != nullptr || a.N == 0 || a.T_ == 0) return states;
-  const dim3 grid(unsigned(a.N), unsigned((a.T_ + kCollectFrames - 1) / kCollectFrames));
-  return launch(ctc_collect_kernel<T>, a, grid, false, stream);
+  const dim3 grid(unsigned(a.N), unsigned((a.T_ + ctc::kCollectFrames - 1) / ctc::kCollectFrames));
+  return ctc::launch(SEMIRING_OPS_CTC_KERNEL(ctc_collect_kernel, T), a, grid, false, stream);
 }
 
 template <class T> LaunchStatus ctc_viterbi_launch(const CtcArgs<T>& a, cudaStream_t stream) {
-  const LaunchStatus states = check_states<T>(a.K);
+  const LaunchStatus states = ctc::check_states<T>(a.K);
   if (states.refusal != nullptr || a.N == 0) return states;
-  return launch(ctc_viterbi_kernel<T>, a, dim3(unsigned(a.N)), true, stream);
+  return ctc::launch(SEMIRING_OPS_CTC_KERNEL(ctc_viterbi_kernel, T), a, dim3(unsigned(a.N)), true, stream);
 }
 
 template LaunchStatus ctc_log_launch<float>(const CtcArgs<float>&, cudaStream_t);
@@ -160,15 +177,17 @@ template <class T> LaunchStatus rnnt_lattice_launch(const RnntArgs<T>& a, bool m
   if (a.B > 0x7fffffff) return refused("at most 2^31 - 1 items");
   // threads: the widest diagonal's cells (U + 1), in whole warps, at most 512
   const int threads = int(std::min<int64_t>(512, (std::max<int64_t>(a.U1, 1) + 31) / 32 * 32));
-  if (max)
-    rnnt_lattice_kernel<T, true><<<unsigned(a.B), threads, 0, stream>>>(a);
-  else
-    rnnt_lattice_kernel<T, false><<<unsigned(a.B), threads, 0, stream>>>(a);
+  const void* kernel = max ? SEMIRING_OPS_CTC_KERNEL(rnnt_lattice_kernel, T, SEMIRING_OPS_VALUE(true))
+                           : SEMIRING_OPS_CTC_KERNEL(rnnt_lattice_kernel, T, SEMIRING_OPS_VALUE(false));
+  SEMIRING_OPS_CUDA_TRY(launch_kernel(kernel, dim3(unsigned(a.B)), dim3(threads), 0, stream, a));
   return last_launch();
 }
 
 template LaunchStatus rnnt_lattice_launch<float>(const RnntArgs<float>&, bool, cudaStream_t);
 template LaunchStatus rnnt_lattice_launch<double>(const RnntArgs<double>&, bool, cudaStream_t);
+
+#undef SEMIRING_OPS_CTC_KERNEL
+#endif  // !__CUDACC_RTC__
 
 }  // namespace cuda
 }  // namespace semiring_ops

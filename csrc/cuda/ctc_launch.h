@@ -1,12 +1,12 @@
 // CTC's launchers (ctc_kernels.cu), called by ctc_cuda.cpp. ATen-free: CtcArgs (ctc_dp.h) is plain data.
 #pragma once
 
-#include <cuda_runtime_api.h>
-
 #include <cstdint>
 
 #include "ctc_dp.h"
+#if !defined(__CUDACC_RTC__)
 #include "cuda/launch_status.h"
+#endif
 
 namespace semiring_ops {
 namespace cuda {
@@ -18,6 +18,7 @@ namespace cuda {
 // shared memory and sends longer targets to the structure's PyTorch program; ctc_dp.h, ctc_scratch_bytes.)
 template <class T> constexpr int64_t ctc_max_states() { return sizeof(T) == 4 ? 2047 : 1023; }
 
+#if !defined(__CUDACC_RTC__)
 // The log program (ctc_dp.h) over a.N items, one block each (with a.rows: its state occupancies); T in {float,
 // double}; the host has filled and checked the arguments.
 template <class T> LaunchStatus ctc_log_launch(const CtcArgs<T>& a, cudaStream_t stream);
@@ -28,6 +29,7 @@ template <class T> LaunchStatus ctc_collect_launch(const CtcArgs<T>& a, cudaStre
 
 // The max program (best paths), one block an item.
 template <class T> LaunchStatus ctc_viterbi_launch(const CtcArgs<T>& a, cudaStream_t stream);
+#endif
 
 }  // namespace cuda
 }  // namespace semiring_ops

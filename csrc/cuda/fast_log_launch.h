@@ -2,11 +2,10 @@
 // (which the host's padding and tile maxima follow) and its arguments. ATen-free.
 #pragma once
 
-#include <cuda_runtime_api.h>
-
 #include <cstdint>
-
+#if !defined(__CUDACC_RTC__)
 #include "cuda/launch_status.h"
+#endif
 
 namespace semiring_ops {
 namespace cuda {
@@ -34,10 +33,12 @@ struct Args {
   int32_t n, k, m, n_pad, m_pad, tiles_m, tiles_n, num_kt;
 };
 
+#if !defined(__CUDACC_RTC__)
 // Launches the kernel for scalar_t in {c10::Half, c10::BFloat16, float} with kPasses 1 or 3 (log_bmm_fast_kernels.cu);
 // the host has filled every argument. Needs a GPU of compute capability 8.0+.
 template <class scalar_t, int kPasses>
 LaunchStatus launch_fast_log(const Args<scalar_t>& args, cudaStream_t stream);
+#endif
 
 }  // namespace fast_log
 }  // namespace cuda

@@ -15,16 +15,18 @@
 #include <c10/util/Half.h>
 
 #include <algorithm>
+#include <cmath>  // INFINITY
 #include <cstdint>
 
 #include "cuda/fast_log_launch.h"
 #include "cuda/fast_log_scaled_launch.h"
+#include "cuda/kernel_ref.h"
 #include "semiring.h"
 
 namespace semiring_ops {
 namespace cuda {
 namespace fast_log_scaled {
-namespace {
+namespace kernels {  // named (not anonymous), so that NVRTC can name them
 
 constexpr float kLog2eF = static_cast<float>(kLog2e);
 constexpr float kLn2F = static_cast<float>(kLn2);
@@ -32,6 +34,7 @@ constexpr float kLnTrust = static_cast<float>(-64.0 * kLn2);  // ln 2^-64: sums 
 constexpr float kHuge = static_cast<float>(fast_log::kBadMagnitude);
 constexpr int kThreads = 256;
 
+#if SEMIRING_OPS_DEVICE_PASS
 __device__ __forceinline__ float nan_max(float m, float x) { return (x > m || x != x) ? x : m; }
 
 // The maximum over the block (NaN if any thread holds NaN), in every thread. blockDim.x: a multiple of 32, at most
@@ -184,16 +187,26 @@ __global__ void __launch_bounds__(kThreads) epilogue(const EpilogueArgs args) {
   if ((threadIdx.x & 31) == 0 && flagged) atomicAdd(args.count, flagged);
 }
 
-unsigned grid_of(int64_t blocks) { return static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>(blocks, 1), 1 << 30)); }
+#endif  // SEMIRING_OPS_DEVICE_PASS
+}  // namespace kernels
 
-}  // namespace
+#if !defined(__CUDACC_RTC__)
+using kernels::kThreads;
+
+inline unsigned grid_of(int64_t blocks) {
+  return static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>(blocks, 1), 1 << 30));
+}
+
+#define SEMIRING_OPS_SCALED_KERNEL(kernel, ...) \
+  SEMIRING_OPS_KERNEL_OF("cuda/fast_log_scaled_kernels.cu", fast_log_scaled::kernels::kernel, __VA_ARGS__)
 
 template <class T>
 LaunchStatus launch_row_factors(const RowArgs<T>& args, cudaStream_t stream) {
   if (args.rows == 0 || args.k == 0) return {};
   // a block of at most kThreads, no wider than the row (rounded up to a warp)
   const int threads = static_cast<int>(std::min<int64_t>(kThreads, (args.k + 31) / 32 * 32));
-  row_factors<T><<<grid_of(args.rows), threads, 0, stream>>>(args);
+  SEMIRING_OPS_CUDA_TRY(
+      launch_kernel(SEMIRING_OPS_SCALED_KERNEL(row_factors, T), dim3(grid_of(args.rows)), dim3(threads), 0, stream, args));
   return last_launch();
 }
 
@@ -204,9 +217,8 @@ LaunchStatus launch_column_factors(const ColumnArgs<T>& args, cudaStream_t strea
   const dim3 grid(grid_of((args.m + kColumns - 1) / kColumns), static_cast<unsigned>(args.split),
                   static_cast<unsigned>(std::min<int64_t>(args.batch, 65535)));
   const dim3 block(kColumns, kColumnRows);
-  column_maxima<T><<<grid, block, 0, stream>>>(args);
-  SEMIRING_OPS_CUDA_TRY(cudaGetLastError());
-  column_factors<T><<<grid, block, 0, stream>>>(args);
+  SEMIRING_OPS_CUDA_TRY(launch_kernel(SEMIRING_OPS_SCALED_KERNEL(column_maxima, T), grid, block, 0, stream, args));
+  SEMIRING_OPS_CUDA_TRY(launch_kernel(SEMIRING_OPS_SCALED_KERNEL(column_factors, T), grid, block, 0, stream, args));
   return last_launch();
 }
 
@@ -215,10 +227,9 @@ LaunchStatus launch_epilogue(const EpilogueArgs& args, cudaStream_t stream) {
   const bool vector = args.m % 4 == 0;
   const int64_t per_row = vector ? args.m / 4 : args.m;
   const int threads = static_cast<int>(std::min<int64_t>(kThreads, (per_row + 31) / 32 * 32));
-  if (vector)
-    epilogue<true><<<grid_of(args.rows), threads, 0, stream>>>(args);
-  else
-    epilogue<false><<<grid_of(args.rows), threads, 0, stream>>>(args);
+  const void* kernel = vector ? SEMIRING_OPS_SCALED_KERNEL(epilogue, SEMIRING_OPS_VALUE(true))
+                              : SEMIRING_OPS_SCALED_KERNEL(epilogue, SEMIRING_OPS_VALUE(false));
+  SEMIRING_OPS_CUDA_TRY(launch_kernel(kernel, dim3(grid_of(args.rows)), dim3(threads), 0, stream, args));
   return last_launch();
 }
 
@@ -228,6 +239,8 @@ LaunchStatus launch_epilogue(const EpilogueArgs& args, cudaStream_t stream) {
 SEMIRING_OPS_FAST_LOG_SCALED(float)
 SEMIRING_OPS_FAST_LOG_SCALED(c10::Half)
 SEMIRING_OPS_FAST_LOG_SCALED(c10::BFloat16)
+#undef SEMIRING_OPS_SCALED_KERNEL
+#endif  // !__CUDACC_RTC__
 
 }  // namespace fast_log_scaled
 }  // namespace cuda

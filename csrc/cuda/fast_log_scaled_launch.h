@@ -4,11 +4,10 @@
 // itself is cuBLAS's (semiring_ops/ops/fast_log_scaled.py). ATen-free.
 #pragma once
 
-#include <cuda_runtime_api.h>
-
 #include <cstdint>
-
+#if !defined(__CUDACC_RTC__)
 #include "cuda/launch_status.h"
+#endif
 
 namespace semiring_ops {
 namespace cuda {
@@ -58,6 +57,7 @@ struct EpilogueArgs {
   int64_t n, m;
 };
 
+#if !defined(__CUDACC_RTC__)
 template <class scalar_t>
 LaunchStatus launch_row_factors(const RowArgs<scalar_t>& args, cudaStream_t stream);
 
@@ -66,6 +66,7 @@ template <class scalar_t>
 LaunchStatus launch_column_factors(const ColumnArgs<scalar_t>& args, cudaStream_t stream);
 
 LaunchStatus launch_epilogue(const EpilogueArgs& args, cudaStream_t stream);
+#endif
 
 }  // namespace fast_log_scaled
 }  // namespace cuda

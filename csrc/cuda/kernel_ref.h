@@ -22,6 +22,22 @@
 
 #if !defined(__CUDACC_RTC__)
 
+#include <cuda_runtime_api.h>
+
+namespace semiring_ops {
+namespace cuda {
+
+// Launches `kernel` (an address or a handle, as SEMIRING_OPS_KERNEL gives it) with `args`, which must have the types of
+// its parameters (each is passed by address, as cudaLaunchKernel takes them).
+template <class... Args>
+cudaError_t launch_kernel(const void* kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&... args) {
+  void* params[] = {const_cast<void*>(static_cast<const void*>(&args))...};
+  return cudaLaunchKernel(kernel, grid, block, params, smem, stream);
+}
+
+}  // namespace cuda
+}  // namespace semiring_ops
+
 #if defined(__CUDACC__)
 
 #define SEMIRING_OPS_VALUE(v) v

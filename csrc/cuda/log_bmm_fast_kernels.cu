@@ -53,6 +53,7 @@
 #include <type_traits>
 
 #include "cuda/fast_log_launch.h"
+#include "cuda/kernel_ref.h"
 #include "semiring.h"
 
 namespace semiring_ops {
@@ -86,7 +87,6 @@ static_assert(kThreads % kQuadsB == 0 && kKT % kRowStepB == 0, "B staging must t
 // Below this, acc is not trusted (module comment).
 constexpr float kTrust = 5.42101086242752217e-20f;  // 2^-64
 constexpr float kMaxFinite = 3.402823466e+38f;
-constexpr float kNegInf = -__builtin_huge_valf();
 constexpr float kLog2eF = static_cast<float>(kLog2e);
 constexpr float kLn2F = static_cast<float>(kLn2);
 
@@ -117,6 +117,7 @@ struct Smem {
   static_assert(kHatB % 16 == 0 && kHatAlpha % 16 == 0 && kHatBeta % 16 == 0 && kHatBytes % 16 == 0, "alignment");
 };
 
+#if SEMIRING_OPS_DEVICE_PASS
 // ---------------------------------------------------------------- device helpers
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -315,7 +316,7 @@ struct Kernel {
         bool ok = use;
         if constexpr (!kInterior) ok = ok & (kq + e < args.k);
         // select the exponent, not the result: no branch, and 2^-inf = 0 for the invalid elements
-        const float v = fast_exp2(ok ? __fsub_rn(__fmul_rn(x[e], kLog2eF), alpha) : kNegInf);
+        const float v = fast_exp2(ok ? __fsub_rn(__fmul_rn(x[e], kLog2eF), alpha) : -pos_inf<float>());
         hi[e] = round_tf32(v);
         lo[e] = round_tf32(v - hi[e]);
       }
@@ -344,7 +345,7 @@ struct Kernel {
       for (int e = 0; e < 4; ++e) {
         bool ok = use_col[e];
         if constexpr (!kInterior) ok = ok & (k0 + krow_local < args.k);
-        const float v = fast_exp2(ok ? __fsub_rn(__fmul_rn(x[e], kLog2eF), beta[e]) : kNegInf);
+        const float v = fast_exp2(ok ? __fsub_rn(__fmul_rn(x[e], kLog2eF), beta[e]) : -pos_inf<float>());
         hi[e] = round_tf32(v);
         lo[e] = round_tf32(v - hi[e]);
       }
@@ -467,7 +468,7 @@ struct Kernel {
             if (a >= kTrust) {
               value = (mm + log2f(a)) * kLn2F;
             } else if (a == 0.f && mm == -kMaxFinite) {  // no tile had a finite s: every term is -inf
-              value = kNegInf;
+              value = -pos_inf<float>();
             } else {
               value = __uint_as_float(0x7fffffffu);  // NaN until the host recomputes it
               flag = 1;
@@ -553,16 +554,20 @@ __global__ void __launch_bounds__(kThreads, kPasses == 1 ? 3 : 2)
 #endif
 }
 
+#endif  // SEMIRING_OPS_DEVICE_PASS
+
+#if !defined(__CUDACC_RTC__)
 template <class scalar_t, int kPasses>
 LaunchStatus launch_fast_log(const Args<scalar_t>& args, cudaStream_t stream) {
   using Layout = Smem<scalar_t, kPasses>;
-  auto kernel = log_bmm_fast_kernel<scalar_t, kPasses>;
+  const void* kernel = SEMIRING_OPS_KERNEL_OF("cuda/log_bmm_fast_kernels.cu", fast_log::log_bmm_fast_kernel, scalar_t,
+                                              SEMIRING_OPS_VALUE(kPasses));
   SEMIRING_OPS_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout::kBytes));
   SEMIRING_OPS_CUDA_TRY(
       cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
   const dim3 grid(static_cast<unsigned>(args.tiles_m) * static_cast<unsigned>(args.tiles_n),
                   static_cast<unsigned>(std::min<int64_t>(args.batch, 65535)));
-  kernel<<<grid, kThreads, Layout::kBytes, stream>>>(args);
+  SEMIRING_OPS_CUDA_TRY(launch_kernel(kernel, grid, dim3(kThreads), Layout::kBytes, stream, args));
   return last_launch();
 }
 
@@ -574,6 +579,7 @@ SEMIRING_OPS_FAST_LOG(c10::Half, 1)
 SEMIRING_OPS_FAST_LOG(c10::Half, 3)
 SEMIRING_OPS_FAST_LOG(c10::BFloat16, 1)
 SEMIRING_OPS_FAST_LOG(c10::BFloat16, 3)
+#endif  // !__CUDACC_RTC__
 
 }  // namespace fast_log
 }  // namespace cuda

@@ -31,23 +31,28 @@
 // (docs/perf_notes.md): 16 for 16-bit (8: 8% slower), 8 for float32 (16: 1% slower).
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <limits>
 
+#include "cuda/kernel_ref.h"
 #include "cuda/packed_select_launch.h"
 #include "semiring.h"
+#if SEMIRING_OPS_DEVICE_PASS
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#endif
 
 namespace semiring_ops {
 namespace cuda {
-namespace {
+namespace packed {  // named (not anonymous), so that NVRTC can name the kernel
 
 constexpr int kBM = kPackedTileRows, kBN = kPackedTileCols, kTM = 8, kTN = 8;
 constexpr int kThreadsN = kBN / kTN, kThreads = (kBM / kTM) * kThreadsN;  // 16 x 16 = 256
 static_assert(kThreads == kPackedThreads && kBM == kBN, "the shape header's thread count and square tiles");
+
+#if SEMIRING_OPS_DEVICE_PASS
 
 // Per element type (its bits, raw): the run of elements a thread stages per operand and k-tile (16 bytes: 8
 // 16-bit or 4 float32 elements) and so the k-tile's depth (16 or 8).
@@ -324,12 +329,16 @@ __global__ void __launch_bounds__(kThreads, 2) select_kernel(const __grid_consta
   __trap();  // the host launches it only on sm_80+
 #endif
 }
+#endif  // SEMIRING_OPS_DEVICE_PASS
 
-}  // namespace
+}  // namespace packed
+
+#if !defined(__CUDACC_RTC__)
 
 template <class T, bool kIsMax>
 LaunchStatus launch_packed_select(PackedArgs<T>& args, int64_t batch, int64_t rows, int64_t cols, int64_t depth,
                                   cudaStream_t stream) {
+  using packed::kBM, packed::kBN;
   const int64_t tiles_m = (rows + kBM - 1) / kBM, tiles_n = (cols + kBN - 1) / kBN;
   if (tiles_m * tiles_n > std::numeric_limits<int32_t>::max()) return refused("too many output tiles (over 2^31)");
   args.batch = batch;
@@ -338,7 +347,9 @@ LaunchStatus launch_packed_select(PackedArgs<T>& args, int64_t batch, int64_t ro
   args.depth = static_cast<int32_t>(depth);
   args.tiles_n = static_cast<int32_t>(tiles_n);
   const dim3 grid(static_cast<unsigned>(tiles_m * tiles_n), static_cast<unsigned>(std::min<int64_t>(batch, 65535)));
-  select_kernel<T, kIsMax><<<grid, kThreads, 0, stream>>>(args);
+  const void* kernel =
+      SEMIRING_OPS_KERNEL_OF("cuda/packed_select_kernels.cu", packed::select_kernel, T, SEMIRING_OPS_VALUE(kIsMax));
+  SEMIRING_OPS_CUDA_TRY(launch_kernel(kernel, grid, dim3(packed::kThreads), 0, stream, args));
   return last_launch();
 }
 
@@ -350,6 +361,7 @@ SEMIRING_OPS_PACKED(c10::Half, true)
 SEMIRING_OPS_PACKED(c10::Half, false)
 SEMIRING_OPS_PACKED(c10::BFloat16, true)
 SEMIRING_OPS_PACKED(c10::BFloat16, false)
+#endif  // !__CUDACC_RTC__
 
 }  // namespace cuda
 }  // namespace semiring_ops

@@ -2,13 +2,13 @@
 // 16-bit), called by packed_select_cuda.cpp. ATen-free.
 #pragma once
 
-#include <cuda_runtime_api.h>
-
 #include <cstdint>
 
 #include "cuda/contraction.h"
-#include "cuda/launch_status.h"
 #include "cuda/packed_select_shape.h"
+#if !defined(__CUDACC_RTC__)
+#include "cuda/launch_status.h"
+#endif
 
 namespace semiring_ops {
 namespace cuda {
@@ -36,11 +36,13 @@ bool select_vector_ok(const OperandField<T>& f) {
   return fast == 1 && slow % run == 0 && f.stride_p % run == 0 && address % 16 == 0;
 }
 
+#if !defined(__CUDACC_RTC__)
 // out[p, i, j] = max_k (min_k) a[p, i, k] + b[p, k, j], each the correctly rounded value in T, for T in
 // {float, c10::Half, c10::BFloat16}, on sm_80+. Fills the shape part of args; needs B n m > 0 and k > 0.
 template <class T, bool kIsMax>
 LaunchStatus launch_packed_select(PackedArgs<T>& args, int64_t batch, int64_t rows, int64_t cols, int64_t depth,
                                   cudaStream_t stream);
+#endif
 
 }  // namespace cuda
 }  // namespace semiring_ops

@@ -6,15 +6,17 @@
 // turn into NaN scores (ops.h): no synchronisation at all.
 #include <cstdint>
 
+#include "cuda/kernel_ref.h"
 #include "cuda/sequence_launch.h"
 #include "sequence_problems.h"
 
 namespace semiring_ops {
 namespace cuda {
-namespace {
+namespace sequence {  // named (not anonymous), so that NVRTC can name the kernel
 
 constexpr int kThreads = 256;
 
+#if SEMIRING_OPS_DEVICE_PASS
 __global__ void __launch_bounds__(kThreads) sequence_kernel(SequenceParams p) {
   const int64_t b = blockIdx.x;
   int64_t L = p.has_mask ? 0 : p.lengths[b];  // with a mask, lengths is the output (not yet written)
@@ -50,12 +52,18 @@ __global__ void __launch_bounds__(kThreads) sequence_kernel(SequenceParams p) {
   }
 }
 
-}  // namespace
+#endif  // SEMIRING_OPS_DEVICE_PASS
+}  // namespace sequence
 
+#if !defined(__CUDACC_RTC__)
 LaunchStatus launch_sequence_lengths(const SequenceParams& p, int64_t batch, cudaStream_t stream) {
-  sequence_kernel<<<static_cast<unsigned>(batch), kThreads, 0, stream>>>(p);
+  const void* kernel = SEMIRING_OPS_KERNEL("cuda/sequence_kernels.cu", sequence::sequence_kernel);
+  void* args[] = {const_cast<SequenceParams*>(&p)};
+  SEMIRING_OPS_CUDA_TRY(
+      cudaLaunchKernel(kernel, dim3(static_cast<unsigned>(batch)), dim3(sequence::kThreads), args, 0, stream));
   return last_launch();
 }
+#endif  // !__CUDACC_RTC__
 
 }  // namespace cuda
 }  // namespace semiring_ops

@@ -1,11 +1,10 @@
 // The sequence-length kernel's launcher (sequence_kernels.cu), called by sequence_cuda.cpp. ATen-free.
 #pragma once
 
-#include <cuda_runtime_api.h>
-
 #include <cstdint>
-
+#if !defined(__CUDACC_RTC__)
 #include "cuda/launch_status.h"
+#endif
 
 namespace semiring_ops {
 namespace cuda {
@@ -21,8 +20,10 @@ struct SequenceParams {
   int64_t steps, num_tags;
 };
 
+#if !defined(__CUDACC_RTC__)
 // One block per sequence (batch < 2^31, checked by the host).
 LaunchStatus launch_sequence_lengths(const SequenceParams& p, int64_t batch, cudaStream_t stream);
+#endif
 
 }  // namespace cuda
 }  // namespace semiring_ops

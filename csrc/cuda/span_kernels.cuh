@@ -10,23 +10,29 @@
 // alignment (alignment_dp.h): one block per item, a thread per cell of an anti-diagonal.
 #pragma once
 
-#include <cuda_pipeline.h>
-
-#include <algorithm>
 #include <cstdint>
+
+#include "cuda/kernel_ref.h"
+#include "cuda/span_launch.h"
+#include "span_dp.h"
+#if SEMIRING_OPS_DEVICE_PASS
+#include <cuda_pipeline.h>
 
 #include "alignment_dp.h"
 #include "chain_dp.h"
-#include "cuda/device_attributes.h"
-#include "cuda/span_launch.h"
-#include "span_dp.h"
 #include "warp_merge.cuh"
+#endif
+#if !defined(__CUDACC_RTC__)
+#include <algorithm>
+
+#include "cuda/device_attributes.h"
+#endif
 
 namespace semiring_ops {
 namespace cuda {
-namespace {
+namespace span {  // named (not anonymous), so that NVRTC can name the kernels
 
-
+#if SEMIRING_OPS_DEVICE_PASS
 template <int kThreads> struct WarpTeam {
   int lane, warp;
   __device__ int rank() const { return lane; }
@@ -67,17 +73,6 @@ template <class S, class T> __global__ void __launch_bounds__(1024) alignment_in
 
 template <class S, class T> __global__ void __launch_bounds__(1024) alignment_adjoint_kernel(SpanArgs<T> a) {
   alignment_adjoint_item<S, T>(ThreadTeam{}, a, blockIdx.x);
-}
-
-// One block per item, a thread per cell of the longest anti-diagonal (at most min(N, M) cells).
-template <class S, class T> LaunchStatus launch_alignment(bool adjoint, const SpanArgs<T>& a, int64_t B, cudaStream_t stream) {
-  const int64_t cells = std::min(a.N, a.C);
-  const int threads = int(std::min<int64_t>(1024, std::max<int64_t>(32, (cells + 31) / 32 * 32)));
-  if (adjoint)
-    alignment_adjoint_kernel<S, T><<<unsigned(B), threads, 0, stream>>>(a);
-  else
-    alignment_inside_kernel<S, T><<<unsigned(B), threads, 0, stream>>>(a);
-  return last_launch();
 }
 
 // ---------------------------------------------------------------- the linear chain
@@ -168,13 +163,30 @@ template <class S, class T> __global__ void __launch_bounds__(256) chain_adjoint
   chain_adjoint_item<S, T>(GridTeam{int(threadIdx.x % 32), int(threadIdx.x / 32)}, a, blockIdx.x);
 }
 
+#endif  // SEMIRING_OPS_DEVICE_PASS
+
+}  // namespace span
+
+#if !defined(__CUDACC_RTC__)
+#define SEMIRING_OPS_SPAN_KERNEL(kernel, ...) SEMIRING_OPS_KERNEL_OF("cuda/span_kernels.cuh", span::kernel, __VA_ARGS__)
+
+// One block per item, a thread per cell of the longest anti-diagonal (at most min(N, M) cells).
+template <class S, class T> LaunchStatus launch_alignment(bool adjoint, const SpanArgs<T>& a, int64_t B, cudaStream_t stream) {
+  const int64_t cells = std::min(a.N, a.C);
+  const int threads = int(std::min<int64_t>(1024, std::max<int64_t>(32, (cells + 31) / 32 * 32)));
+  const void* kernel = adjoint ? SEMIRING_OPS_SPAN_KERNEL(alignment_adjoint_kernel, S, T)
+                               : SEMIRING_OPS_SPAN_KERNEL(alignment_inside_kernel, S, T);
+  SEMIRING_OPS_CUDA_TRY(launch_kernel(kernel, dim3(unsigned(B)), dim3(threads), 0, stream, a));
+  return last_launch();
+}
+
 // The kernel with the 2 C rows and `scratch` values of dynamic shared memory.
-template <class Kernel, class T>
-LaunchStatus launch_with_smem(Kernel kernel, dim3 grid, int threads, int64_t scratch, int stages, cudaStream_t stream,
+template <class T>
+LaunchStatus launch_with_smem(const void* kernel, dim3 grid, int threads, int64_t scratch, int stages, cudaStream_t stream,
                               const SpanArgs<T>& a) {
   const size_t smem = (2 * a.C + scratch) * sizeof(T);
-  if (smem > 48 * 1024) SEMIRING_OPS_CUDA_TRY(allow_dynamic_smem(reinterpret_cast<const void*>(kernel), int(smem)));
-  kernel<<<grid, threads, smem, stream>>>(a, scratch, stages);
+  if (smem > 48 * 1024) SEMIRING_OPS_CUDA_TRY(allow_dynamic_smem(kernel, int(smem)));
+  SEMIRING_OPS_CUDA_TRY(launch_kernel(kernel, grid, dim3(threads), smem, stream, a, scratch, stages));
   return last_launch();
 }
 
@@ -184,7 +196,8 @@ template <class S, class T> LaunchStatus launch_chain(bool adjoint, const SpanAr
   const int64_t C = a.C;
   if (adjoint) {  // log: a warp a step, an item's steps over up to 64 blocks of 8; max / min: one block an item
     const unsigned y = S::kSelects ? 1u : unsigned(std::min<int64_t>(64, std::max<int64_t>(1, (a.N - 1 + 7) / 8)));
-    chain_adjoint_kernel<S, T><<<dim3(unsigned(B), y), 256, 0, stream>>>(a);
+    SEMIRING_OPS_CUDA_TRY(
+        launch_kernel(SEMIRING_OPS_SPAN_KERNEL(chain_adjoint_kernel, S, T), dim3(unsigned(B), y), dim3(256), 0, stream, a));
     return last_launch();
   }
   const dim3 grid(unsigned(B), S::kSelects ? 1u : 2u);
@@ -195,35 +208,37 @@ template <class S, class T> LaunchStatus launch_chain(bool adjoint, const SpanAr
   const int stages = int(std::min<int64_t>(4, int64_t(budget / sizeof(T) - 2 * C) / tile));
   if (stages >= 2 && C <= 64) {  // 8 lanes a label: C x 8 threads
     const int threads = int((C * 8 + 31) / 32 * 32);
-    return launch_with_smem(chain_inside_kernel<S, T, 8, true>, grid, threads, stages * tile, stages, stream, a);
+    const void* kernel = SEMIRING_OPS_SPAN_KERNEL(chain_inside_kernel, S, T, SEMIRING_OPS_VALUE(8), SEMIRING_OPS_VALUE(true));
+    return launch_with_smem(kernel, grid, threads, stages * tile, stages, stream, a);
   }
-  if (stages >= 2) return launch_with_smem(chain_inside_kernel<S, T, 32, true>, grid, 1024, stages * tile, stages, stream, a);
+  if (stages >= 2) {
+    const void* kernel = SEMIRING_OPS_SPAN_KERNEL(chain_inside_kernel, S, T, SEMIRING_OPS_VALUE(32), SEMIRING_OPS_VALUE(true));
+    return launch_with_smem(kernel, grid, 1024, stages * tile, stages, stream, a);
+  }
   // tiles read in place; chain_follow gets 16 KiB of rows (at least one)
   const int64_t follow = std::max<int64_t>(C, 16 * 1024 / sizeof(T) / C * C);
   if ((2 * C + follow) * sizeof(T) > 48 * 1024)
     return refused(sizeof(T) == 4 ? "a linear chain of at most 4096 labels in float32" : "a linear chain of at most 2048 labels in float64");
-  return launch_with_smem(chain_inside_kernel<S, T, 32, false>, grid, 1024, follow, 0, stream, a);
+  const void* kernel = SEMIRING_OPS_SPAN_KERNEL(chain_inside_kernel, S, T, SEMIRING_OPS_VALUE(32), SEMIRING_OPS_VALUE(false));
+  return launch_with_smem(kernel, grid, 1024, follow, 0, stream, a);
 }
-
-}  // namespace
 
 // One block per item, with the thread count of the module comment.
 template <class S, class T> LaunchStatus span_launch(bool adjoint, const SpanArgs<T>& a, int64_t B, cudaStream_t stream) {
   if (a.structure == kSpanLinearChain) return launch_chain<S, T>(adjoint, a, B, stream);
   if (a.structure == kSpanAlignment) return launch_alignment<S, T>(adjoint, a, B, stream);
-  if (a.structure == kSpanSemiMarkov && a.C > 8) {
-    if (adjoint)
-      span_adjoint_kernel<S, T, 1024><<<unsigned(B), 1024, 0, stream>>>(a);
-    else
-      span_inside_kernel<S, T, 1024><<<unsigned(B), 1024, 0, stream>>>(a);
-  } else {
-    if (adjoint)
-      span_adjoint_kernel<S, T, 256><<<unsigned(B), 256, 0, stream>>>(a);
-    else
-      span_inside_kernel<S, T, 256><<<unsigned(B), 256, 0, stream>>>(a);
-  }
+  const bool wide = a.structure == kSpanSemiMarkov && a.C > 8;  // a warp per label: 1024 threads
+  const void* kernel =
+      wide ? (adjoint ? SEMIRING_OPS_SPAN_KERNEL(span_adjoint_kernel, S, T, SEMIRING_OPS_VALUE(1024))
+                      : SEMIRING_OPS_SPAN_KERNEL(span_inside_kernel, S, T, SEMIRING_OPS_VALUE(1024)))
+           : (adjoint ? SEMIRING_OPS_SPAN_KERNEL(span_adjoint_kernel, S, T, SEMIRING_OPS_VALUE(256))
+                      : SEMIRING_OPS_SPAN_KERNEL(span_inside_kernel, S, T, SEMIRING_OPS_VALUE(256)));
+  SEMIRING_OPS_CUDA_TRY(launch_kernel(kernel, dim3(unsigned(B)), dim3(wide ? 1024 : 256), 0, stream, a));
   return last_launch();
 }
+
+#undef SEMIRING_OPS_SPAN_KERNEL
+#endif  // !__CUDACC_RTC__
 
 }  // namespace cuda
 }  // namespace semiring_ops

@@ -2,20 +2,22 @@
 // span_cuda.cpp. ATen-free: SpanArgs (span_dp.h) is plain data.
 #pragma once
 
-#include <cuda_runtime_api.h>
-
 #include <cstdint>
 
-#include "cuda/launch_status.h"
 #include "span_dp.h"
+#if !defined(__CUDACC_RTC__)
+#include "cuda/launch_status.h"
+#endif
 
 namespace semiring_ops {
 namespace cuda {
 
+#if !defined(__CUDACC_RTC__)
 // The inside pass (adjoint = false) or the adjoint of the structure a.structure over B items, one block per item,
 // for S in {log, max, min} and T in {float, double}; the host has filled and checked the arguments.
 template <class S, class T>
 LaunchStatus span_launch(bool adjoint, const SpanArgs<T>& a, int64_t B, cudaStream_t stream);
+#endif
 
 }  // namespace cuda
 }  // namespace semiring_ops

@@ -175,6 +175,7 @@ FAMILIES: tuple[Family, ...] = (
         "chain_kernels_grad.cu",
         "sequence_cuda.cpp",
         "sequence_kernels.cu",
+        nvrtc=True,
     ),
     _cuda(
         "span",
@@ -183,8 +184,11 @@ FAMILIES: tuple[Family, ...] = (
         "span_kernels_log.cu",
         "span_kernels_max.cu",
         "span_kernels_min.cu",
+        nvrtc=True,
     ),
-    _cuda("ctc", "CTC: ctc_loss, forced_align, ctc_posteriors; RNN-T: rnnt_loss", "ctc_cuda.cpp", "ctc_kernels.cu"),
+    _cuda(
+        "ctc", "CTC: ctc_loss, forced_align, ctc_posteriors; RNN-T: rnnt_loss", "ctc_cuda.cpp", "ctc_kernels.cu", nvrtc=True
+    ),
     _cuda(
         "fast_log",
         "log matmul, precision='fast' (tensor cores)",
@@ -192,12 +196,14 @@ FAMILIES: tuple[Family, ...] = (
         "log_bmm_fast_kernels.cu",
         "fast_log_scaled_cuda.cpp",
         "fast_log_scaled_kernels.cu",
+        nvrtc=True,
     ),
     _cuda(
         "packed",
         "max / min matmul without an index (float32, packed 16-bit)",
         "packed_select_cuda.cpp",
         "packed_select_kernels.cu",
+        nvrtc=True,
     ),
 )
 

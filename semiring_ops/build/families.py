@@ -187,7 +187,11 @@ FAMILIES: tuple[Family, ...] = (
         nvrtc=True,
     ),
     _cuda(
-        "ctc", "CTC: ctc_loss, forced_align, ctc_posteriors; RNN-T: rnnt_loss", "ctc_cuda.cpp", "ctc_kernels.cu", nvrtc=True
+        "ctc",
+        "CTC: ctc_loss, forced_align, ctc_posteriors; RNN-T: rnnt_loss",
+        "ctc_cuda.cpp",
+        "ctc_kernels.cu",
+        nvrtc=True,
     ),
     _cuda(
         "fast_log",

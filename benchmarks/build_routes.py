@@ -54,17 +54,17 @@ print(median_ms(lambda: so.logbmm(a.detach(), b.detach())),
 
 
 def nvrtc_seconds() -> list[tuple[str, float]]:
-    from semiring_ops.build import nvrtc_kernels
-    from semiring_ops.lazy import nvrtc
+    from semiring_ops.build import nvrtc, nvrtc_kernels
 
     paths = nvrtc_kernels.cuda_runtime_paths()
     if paths is None:
         sys.exit("the CUDA runtime's headers are needed (a CUDA build of torch)")
     options = nvrtc_kernels.nvrtc_options(ARCH, paths[0])
+    FAILED = nvrtc_kernels.cache_dir() / "failed"
     rows = []
     for program, expression in FIRST_LOGBMM:
         t0 = time.perf_counter()
-        nvrtc.nvrtc_compile_named(f'#include "{program}"\n', options, True, "build_routes", (f"&{expression}",))
+        nvrtc.nvrtc_compile_named(f'#include "{program}"\n', options, True, "build_routes", (f"&{expression}",), FAILED)
         rows.append((expression.removeprefix(f"{_ENGINE}<").split("::")[-1][:60], time.perf_counter() - t0))
     return rows
 
@@ -106,7 +106,7 @@ def main() -> None:
     parser.add_argument("--kernels", action="store_true", help="time both routes' kernels (a GPU)")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    from semiring_ops.lazy import nvrtc
+    from semiring_ops.build import nvrtc
 
     print(f"{os.cpu_count()} CPU cores; NVRTC {'.'.join(map(str, nvrtc.nvrtc_version()))}; target {ARCH}")
     print("NVRTC, one instantiation at a time (the route's first launches):")

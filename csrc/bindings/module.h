@@ -17,25 +17,26 @@
 #include <stdexcept>
 #include <string>
 
+#include "cuda/kernel_ref.h"  // nvrtc_kernel's declaration (hidden: each family's module calls its own)
+
 namespace semiring_ops {
 namespace cuda {
 
+namespace {
 // The Python function that compiles and loads a kernel (semiring_ops/build/nvrtc_kernels.py kernel_handle), set by
-// the loader once the module is imported; never destroyed (the interpreter may be gone at exit).
-inline pybind11::object& kernel_source() {
-  static auto* source = new pybind11::object();
-  return *source;
-}
+// the loader once the module is imported; never destroyed (the interpreter may be gone at exit). This module's own:
+// internal linkage, not a function's static, which GCC would share between the families' modules (STB_GNU_UNIQUE).
+pybind11::object* kernel_source = nullptr;
+}  // namespace
 
 const void* nvrtc_kernel(const char* program, const std::string& expression) {
   pybind11::gil_scoped_acquire gil;
-  const pybind11::object& source = kernel_source();
-  if (!source) {
+  if (kernel_source == nullptr || !*kernel_source) {
     throw std::runtime_error("semiring_ops: this module's kernels compile through NVRTC, and no compiler was "
                              "registered (set_kernel_source): load it through semiring_ops");
   }
   try {
-    return reinterpret_cast<const void*>(source(program, expression).cast<uintptr_t>());
+    return reinterpret_cast<const void*>((*kernel_source)(program, expression).cast<uintptr_t>());
   } catch (pybind11::error_already_set& e) {  // as a C++ error: the launcher may run on an autograd thread
     throw std::runtime_error(e.what());
   }
@@ -66,7 +67,11 @@ inline void bind_common(pybind11::module_& m, const char* doc) {
       "The kernel id of every semiring compiled into this module, by struct name.");
 #if defined(SEMIRING_OPS_NVRTC_HOST)
   m.def(
-      "set_kernel_source", [](py::object source) { cuda::kernel_source() = std::move(source); },
+      "set_kernel_source",
+      [](py::object source) {
+        if (cuda::kernel_source == nullptr) cuda::kernel_source = new py::object();
+        *cuda::kernel_source = std::move(source);
+      },
       "Registers source(program, expression) -> cudaKernel_t handle (int), which compiles a kernel on its first "
       "launch (the NVRTC route).",
       py::arg("source"));

@@ -58,8 +58,8 @@ struct KernelValue {};
 
 // The handle of `expression` (e.g. "semiring_ops::cuda::k<float, true>"), compiled from `program` on first use;
 // throws std::runtime_error with the compiler's message when it cannot be had. Defined by the family's bindings
-// (bindings/module.h), which hold the compiler Python registers.
-const void* nvrtc_kernel(const char* program, const std::string& expression);
+// (bindings/module.h), which hold the compiler Python registers; hidden, so that each family's module calls its own.
+__attribute__((visibility("hidden"))) const void* nvrtc_kernel(const char* program, const std::string& expression);
 
 namespace detail {
 

@@ -13,7 +13,7 @@ from it come from csrc/nvrtc.
 
 The cache (``<cache root>/nvrtc``): one file per instantiation, named by a hash of its kernel file and every
 project header that file includes, the stand-in headers, the expression, the options, the target and NVRTC's
-version; built under a lock and renamed into place (lazy/kernel_cache.py), so concurrent processes compile it once
+version; built under a lock and renamed into place (build/artifacts.py), so concurrent processes compile it once
 and never read half of one.
 """
 
@@ -30,6 +30,8 @@ from pathlib import Path
 
 import torch
 
+from . import nvrtc
+from .artifacts import cached_artifact, source_key
 from .jit import cache_root, project_files, source_root
 
 __all__ = [
@@ -88,8 +90,6 @@ def route_choice() -> str:
 
 def route_problem() -> str | None:
     """Why the NVRTC route cannot serve here (None: it can): no GPU, driver, libnvrtc or CUDA runtime headers."""
-    from ..lazy import nvrtc
-
     ok, why = nvrtc.nvrtc_available()
     if not ok:
         return why
@@ -128,8 +128,6 @@ def nvrtc_options(target: str, include: Path) -> tuple[str, ...]:
 def _target() -> tuple[str, bool]:
     """(--gpu-architecture, whether a cubin) for this process's GPUs: the current device's cubin, or when the GPUs
     differ in architecture, PTX of the oldest, which the driver finishes for each (one handle serves every device)."""
-    from ..lazy import nvrtc
-
     caps = {torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())}
     if len(caps) > 1:
         major, minor = min(caps)
@@ -150,8 +148,6 @@ def kernel_handle(program: str, expression: str) -> int:
 
     Raises RuntimeError naming what is missing (NVRTC, the CUDA headers), LazyCompileError with NVRTC's log.
     """
-    from ..lazy import kernel_cache, nvrtc
-
     paths = cuda_runtime_paths()
     if paths is None:
         raise RuntimeError(
@@ -161,9 +157,7 @@ def kernel_handle(program: str, expression: str) -> int:
     target, cubin = _target()
     options = nvrtc_options(target, paths[0])
     nv = nvrtc._nvrtc()
-    key = kernel_cache.source_key(
-        program, expression, "\0".join(options), f"nvrtc {nv.version}", _project_digest(program)
-    )
+    key = source_key(program, expression, "\0".join(options), f"nvrtc {nv.version}", _project_digest(program))
     handle = _handles.get(key)
     if handle is not None:
         return handle
@@ -197,8 +191,6 @@ def _unpack(data: bytes) -> tuple[bytes, bytes] | None:
 
 
 def _load(program: str, expression: str, options: tuple[str, ...], cubin: bool, key: str) -> int:
-    from ..lazy import kernel_cache, nvrtc
-
     def build(tmp: Path) -> None:
         print(
             f"semiring_ops: compiling {expression} with NVRTC ({options[0].split('=')[1]}) into {cache_dir()}",
@@ -206,17 +198,17 @@ def _load(program: str, expression: str, options: tuple[str, ...], cubin: bool, 
             flush=True,
         )
         image, (lowered,) = nvrtc.nvrtc_compile_named(
-            f'#include "{program}"\n', options, cubin, key, (f"&{expression}",)
+            f'#include "{program}"\n', options, cubin, key, (f"&{expression}",), cache_dir() / "failed"
         )
         tmp.write_bytes(_pack(lowered, image))
 
     suffix = ".cubin" if cubin else ".ptx"
-    path, built = kernel_cache.cached_artifact(key, suffix, build, cache_dir())
+    path, built = cached_artifact(key, suffix, build, cache_dir())
     unpacked = _unpack(path.read_bytes())
     if unpacked is None and not built:  # damaged (truncated, overwritten): compiled again, once
         print(f"semiring_ops: the cached kernel {path} is damaged; compiling it again", file=sys.stderr, flush=True)
         path.unlink(missing_ok=True)
-        path, _ = kernel_cache.cached_artifact(key, suffix, build, cache_dir())
+        path, _ = cached_artifact(key, suffix, build, cache_dir())
         unpacked = _unpack(path.read_bytes())
     if unpacked is None:
         raise RuntimeError(f"semiring_ops: the kernel {path} NVRTC wrote does not read back whole")

@@ -17,11 +17,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from ..build.jit import _exclusive, cache_root, source_root
+from ..build.artifacts import CompileError, source_key
+from ..build.artifacts import cached_artifact as _cached_artifact
+from ..build.jit import cache_root, source_root
 
 __all__ = [
     "LazyCompileError",
@@ -32,8 +33,6 @@ __all__ = [
     "source_key",
 ]
 
-_LOG_LINES = 40  # lines of the compiler's log quoted in a LazyCompileError's message
-
 
 def lazy_cache_dir() -> Path:
     """$SEMIRING_OPS_LAZY_CACHE if set, else ``cache_root() / "lazy"`` (which honours SEMIRING_OPS_CACHE)."""
@@ -41,16 +40,6 @@ def lazy_cache_dir() -> Path:
     if env:
         return Path(env).expanduser()
     return cache_root() / "lazy"
-
-
-def source_key(*parts: str | bytes) -> str:
-    """The first 24 hex digits of the sha256 of the parts (each length-prefixed, so boundaries count)."""
-    h = hashlib.sha256()
-    for part in parts:
-        data = part.encode() if isinstance(part, str) else part
-        h.update(len(data).to_bytes(8, "little"))
-        h.update(data)
-    return h.hexdigest()[:24]
 
 
 @functools.lru_cache(maxsize=1)
@@ -76,59 +65,17 @@ def artifact_path(key: str, suffix: str, folder: Path | None = None) -> Path:
 def cached_artifact(
     key: str, suffix: str, build: Callable[[Path], None], folder: Path | None = None
 ) -> tuple[Path, bool]:
-    """``(<dir>/<key><suffix>, built_now)``: the cached file, or one ``build(tmp)`` writes now.
-
-    ``build`` writes the artefact to the path it is given (a temporary file in the same folder, unique to
-    this process and thread) and raises on failure; the file is then renamed into place. Concurrent callers
-    for one key, in any process, build once: the others wait on the lock and find the file.
-    """
-    folder = lazy_cache_dir() if folder is None else folder
-    final = artifact_path(key, suffix, folder)
-    if final.is_file():
-        return final, False
-    folder.mkdir(parents=True, exist_ok=True)
-    with _exclusive(folder / f"{key}.lock"):
-        if final.is_file():  # another process (or thread) built it while we waited
-            return final, False
-        tmp = folder / f"{key}{suffix}.tmp{os.getpid()}.{threading.get_ident()}"
-        try:
-            build(tmp)
-            if not tmp.is_file():
-                raise RuntimeError(f"semiring_ops.lazy: the build of {final.name} wrote no file")
-            os.replace(tmp, final)
-        finally:
-            tmp.unlink(missing_ok=True)
-    return final, True
+    """build/artifacts.py's cached_artifact, in lazy_cache_dir() unless `folder` is given."""
+    return _cached_artifact(key, suffix, build, lazy_cache_dir() if folder is None else folder)
 
 
-class LazyCompileError(RuntimeError):
-    """A generated kernel failed to compile: ``.log`` is the compiler's output, ``.source_path`` the saved
-    source (its full log lies beside it, ``.log_path``)."""
+class LazyCompileError(CompileError):
+    """A generated kernel failed to compile (build/artifacts.py CompileError, saved under the lazy cache's failed/)."""
 
-    def __init__(self, message: str, log: str, source_path: Path | None, log_path: Path | None = None) -> None:
-        super().__init__(message)
-        self.log = log
-        self.source_path = source_path
-        self.log_path = log_path
+    who = "semiring_ops.lazy"
 
     @classmethod
-    def save(cls, what: str, key: str, source: str, log: str) -> LazyCompileError:
-        """The error for a failed compile of ``source`` (``what``: e.g. "g++" or "NVRTC for sm_90"), after
-        saving the source and the full log as ``<dir>/failed/<key>.src`` and ``.log``."""
-        folder = lazy_cache_dir() / "failed"
-        source_path: Path | None = folder / f"{key}.src"
-        log_path: Path | None = folder / f"{key}.log"
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            source_path.write_text(source)
-            log_path.write_text(log)
-            where = f"source saved to {source_path}, full log to {log_path}"
-        except OSError as exc:  # an unwritable cache must not hide the compiler's message
-            source_path = log_path = None
-            where = f"the source and log could not be saved ({exc})"
-        lines = log.strip().splitlines()
-        quoted = "\n".join(lines[:_LOG_LINES])
-        if len(lines) > _LOG_LINES:
-            quoted += f"\n... ({len(lines) - _LOG_LINES} more lines)"
-        message = f"semiring_ops.lazy: {what} failed to compile a generated kernel; {where}\n{quoted}"
-        return cls(message, log, source_path, log_path)
+    def save(cls, what: str, key: str, source: str, log: str, folder: Path | None = None) -> LazyCompileError:
+        error = super().save(what, key, source, log, lazy_cache_dir() / "failed" if folder is None else folder)
+        assert isinstance(error, LazyCompileError)
+        return error

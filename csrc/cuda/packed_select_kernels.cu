@@ -38,6 +38,7 @@
 
 #include "cuda/kernel_ref.h"
 #include "cuda/packed_select_launch.h"
+#include "cuda/tile_launch.h"
 #include "semiring.h"
 #if SEMIRING_OPS_DEVICE_PASS
 #include <cuda_bf16.h>
@@ -51,6 +52,11 @@ namespace packed {  // named (not anonymous), so that NVRTC can name the kernel
 constexpr int kBM = kPackedTileRows, kBN = kPackedTileCols, kTM = 8, kTN = 8;
 constexpr int kThreadsN = kBN / kTN, kThreads = (kBM / kTM) * kThreadsN;  // 16 x 16 = 256
 static_assert(kThreads == kPackedThreads && kBM == kBN, "the shape header's thread count and square tiles");
+
+// The grid and block, as the tile engine's (tile_launch.h launch_contraction): a block per output tile and batch entry.
+struct Shape {
+  static constexpr int BM = kBM, BN = kBN, kThreads = packed::kThreads;
+};
 
 #if SEMIRING_OPS_DEVICE_PASS
 
@@ -338,19 +344,9 @@ __global__ void __launch_bounds__(kThreads, 2) select_kernel(const __grid_consta
 template <class T, bool kIsMax>
 LaunchStatus launch_packed_select(PackedArgs<T>& args, int64_t batch, int64_t rows, int64_t cols, int64_t depth,
                                   cudaStream_t stream) {
-  using packed::kBM, packed::kBN;
-  const int64_t tiles_m = (rows + kBM - 1) / kBM, tiles_n = (cols + kBN - 1) / kBN;
-  if (tiles_m * tiles_n > std::numeric_limits<int32_t>::max()) return refused("too many output tiles (over 2^31)");
-  args.batch = batch;
-  args.rows = static_cast<int32_t>(rows);
-  args.cols = static_cast<int32_t>(cols);
-  args.depth = static_cast<int32_t>(depth);
-  args.tiles_n = static_cast<int32_t>(tiles_n);
-  const dim3 grid(static_cast<unsigned>(tiles_m * tiles_n), static_cast<unsigned>(std::min<int64_t>(batch, 65535)));
   const void* kernel =
       SEMIRING_OPS_KERNEL_OF("cuda/packed_select_kernels.cu", packed::select_kernel, T, SEMIRING_OPS_VALUE(kIsMax));
-  SEMIRING_OPS_CUDA_TRY(launch_kernel(kernel, grid, dim3(packed::kThreads), 0, stream, args));
-  return last_launch();
+  return launch_contraction<packed::Shape>(kernel, args, batch, rows, cols, depth, stream);
 }
 
 #define SEMIRING_OPS_PACKED(T, MAX) \

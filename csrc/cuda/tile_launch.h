@@ -30,9 +30,10 @@ struct TileShape {
 
 #if !defined(__CUDACC_RTC__)
 
-// Fills the shape part of args (the kernel's ArgsOf<Policy>, Policy::Shape being Shape) and launches `kernel`
-// (contraction_kernel<Policy>, as kernel_ref.h names it) on `stream`; the host has filled the fields and params and
-// checked the extents (contraction_host.h). Needs batch * rows * cols > 0.
+// Fills the shape part of args (the kernel's ArgsOf<Policy>, Policy::Shape being Shape; or any arguments with the same
+// shape fields, as the packed select's) and launches `kernel` (contraction_kernel<Policy>, as kernel_ref.h names it)
+// on `stream`, a block of Shape::kThreads per BM x BN output tile and batch entry; the host has filled the fields and
+// params and checked the extents (contraction_host.h). Needs batch * rows * cols > 0.
 template <class Shape, class Args>
 LaunchStatus launch_contraction(const void* kernel, Args& args, int64_t batch, int64_t rows, int64_t cols,
                                 int64_t depth, cudaStream_t stream) {

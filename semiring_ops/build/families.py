@@ -89,8 +89,9 @@ class Family:
 
     def spec(self, nvrtc: bool = False) -> ExtensionSpec:
         """The module's build, the same for first use and for a wheel (setup.py), for the CPU target cpu_arch();
-        with `nvrtc` (a family that can), its host code alone, for the NVRTC route."""
-        if nvrtc and self.nvrtc:
+        with `nvrtc` (a CUDA family), its host code alone, for the NVRTC route (which families take it by default:
+        the `nvrtc` field; backends.jit_build)."""
+        if nvrtc and self.device_type == "cuda":
             return ExtensionSpec(
                 name=f"semiring_ops_{self.key}",
                 sources=self.sources,

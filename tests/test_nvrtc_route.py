@@ -317,3 +317,20 @@ def test_an_nvrtc_kernel_first_launched_inside_a_cuda_graph_capture(tmp_path):
     proc = _run(env, code=_GRAPH)
     rc, (out, err) = proc.wait(timeout=600), proc.communicate()
     assert rc == 0 and out.startswith("ok"), err[-3000:]
+
+
+def test_a_missing_nvrtc_is_named_and_the_nvcc_spec_is_kept(monkeypatch):
+    from semiring_ops.build import nvrtc
+
+    monkeypatch.setattr(nvrtc, "nvrtc_available", lambda: (False, "libnvrtc not found (pip install nvidia-cuda-nvrtc)"))
+    assert nvrtc_kernels.route_problem() == "libnvrtc not found (pip install nvidia-cuda-nvrtc)"
+    monkeypatch.setenv(nvrtc_kernels.ROUTE_ENV, "nvrtc")
+    spec, _ = backends.jit_build(families.family("cuda", "bmm"))
+    assert not spec.nvrtc  # the next route: nvcc's build, whose own absence the loader reports
+
+
+def test_gpus_of_different_architectures_share_ptx_of_the_oldest(monkeypatch):
+    caps = [(9, 0), (8, 0), (9, 0)]
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: len(caps))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i: caps[i])
+    assert nvrtc_kernels._target() == ("compute_80", False)

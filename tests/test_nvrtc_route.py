@@ -334,3 +334,61 @@ def test_gpus_of_different_architectures_share_ptx_of_the_oldest(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: len(caps))
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i: caps[i])
     assert nvrtc_kernels._target() == ("compute_80", False)
+
+
+def test_cuda12_pip_layout_is_found(tmp_path, monkeypatch):
+    """A torch CUDA 12 build's packages: nvidia/cuda_runtime/{include,lib} (no cu12 folder), no toolkit."""
+    site = tmp_path / "site"
+    include, lib = site / "nvidia" / "cuda_runtime" / "include", site / "nvidia" / "cuda_runtime" / "lib"
+    include.mkdir(parents=True)
+    lib.mkdir(parents=True)
+    for name in ("cuda_runtime_api.h", "cuda_fp16.h"):
+        (include / name).write_text("")
+    (lib / "libcudart.so.12").write_text("")
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(sys, "path", [str(site)])
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        monkeypatch.delenv(var, raising=False)
+    nvrtc_kernels.cuda_runtime_paths.cache_clear()
+    try:
+        # the pip packages come before /usr/local/cuda, whatever that holds
+        assert nvrtc_kernels.cuda_runtime_paths() == (include.resolve(), (lib / "libcudart.so.12").resolve())
+        monkeypatch.setattr(torch.version, "cuda", "11.8")  # a runtime of torch's major or nothing
+        nvrtc_kernels.cuda_runtime_paths.cache_clear()
+        found = nvrtc_kernels.cuda_runtime_paths()
+        assert found is None or found[1].name.startswith("libcudart.so.11")
+    finally:
+        nvrtc_kernels.cuda_runtime_paths.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("device", "supported", "target"),
+    [
+        (90, (75, 80, 86, 89, 90, 100), ("sm_90", True)),  # NVRTC knows the GPU: a cubin
+        (120, (75, 80, 86, 89, 90, 100), ("compute_100", False)),  # a newer GPU than NVRTC: PTX, the driver finishes it
+        (90, None, ("sm_90", True)),  # an NVRTC that cannot list its targets (before 11.2): try the cubin
+    ],
+)
+def test_the_target_follows_the_gpu_and_what_nvrtc_can_build(monkeypatch, device, supported, target):
+    from semiring_ops.build import nvrtc
+
+    class FakeNvrtc:
+        supported_archs = supported
+        version = (12, 8)
+
+    monkeypatch.setattr(nvrtc, "_capability", lambda index: device)
+    monkeypatch.setattr(nvrtc, "_nvrtc", lambda: FakeNvrtc())
+    assert nvrtc._target(0) == target
+
+
+def test_an_nvrtc_older_than_the_gpu_family_is_refused_by_name(monkeypatch):
+    from semiring_ops.build import nvrtc
+
+    class FakeNvrtc:
+        supported_archs = (90, 100)
+        version = (12, 8)
+
+    monkeypatch.setattr(nvrtc, "_capability", lambda index: 80)
+    monkeypatch.setattr(nvrtc, "_nvrtc", lambda: FakeNvrtc())
+    with pytest.raises(RuntimeError, match=r"NVRTC 12\.8 targets none of sm_80 or older"):
+        nvrtc._target(0)

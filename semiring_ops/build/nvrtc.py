@@ -315,7 +315,8 @@ def _target(index: int) -> tuple[str, bool]:
         return f"sm_{arch}", True
     older = [a for a in supported if a <= arch]
     if not older:
-        raise RuntimeError(f"semiring_ops: NVRTC {nvrtc_version()} targets none of sm_{arch} or older ({supported})")
+        major, minor = _nvrtc().version
+        raise RuntimeError(f"semiring_ops: NVRTC {major}.{minor} targets none of sm_{arch} or older ({supported})")
     return f"compute_{max(older)}", False  # PTX: the driver compiles it for the device
 
 

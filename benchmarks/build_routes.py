@@ -23,6 +23,7 @@ from pathlib import Path
 
 ARCH = "sm_90"
 _ENGINE = "semiring_ops::cuda::contraction_kernel"
+_REPO = Path(__file__).resolve().parent.parent  # the child's "benchmarks" folder (timing.py) is found from here
 FIRST_LOGBMM = (  # (kernel file, expression): what a first logbmm forward + backward launches, and the contractions
     (
         "cuda/bmm_kernels.cu",
@@ -34,22 +35,15 @@ FIRST_LOGBMM = (  # (kernel file, expression): what a first logbmm forward + bac
 )
 
 _TIMING = """
-import os, torch, semiring_ops as so
+import sys, torch, semiring_ops as so
+sys.path.insert(0, "benchmarks")
+from timing import time_ms
 torch.manual_seed(0)
 a = torch.randn(8, 1024, 1024, device="cuda", requires_grad=True)
 b = torch.randn(8, 1024, 1024, device="cuda", requires_grad=True)
-def median_ms(fn, n=40):
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    ev = [torch.cuda.Event(enable_timing=True) for _ in range(2 * n)]
-    for i in range(n):
-        ev[2 * i].record(); fn(); ev[2 * i + 1].record()
-    torch.cuda.synchronize()
-    return sorted(ev[2 * i].elapsed_time(ev[2 * i + 1]) for i in range(n))[n // 2]
-print(median_ms(lambda: so.logbmm(a.detach(), b.detach())),
-      median_ms(lambda: so.logbmm(a, b).sum().backward()),
-      median_ms(lambda: so.maxbmm(a.detach(), b.detach())))
+print(time_ms(lambda: so.logbmm(a.detach(), b.detach()), "cuda", 40),
+      time_ms(lambda: so.logbmm(a, b).sum().backward(), "cuda", 40),
+      time_ms(lambda: so.maxbmm(a.detach(), b.detach()), "cuda", 40))
 """
 
 
@@ -96,7 +90,9 @@ def kernel_times(rounds: int) -> None:
     for _ in range(rounds):
         for route in ("nvcc", "nvrtc"):
             env = {**os.environ, "SEMIRING_OPS_CUDA_KERNELS": route}
-            out = subprocess.run([sys.executable, "-c", _TIMING], env=env, capture_output=True, text=True, check=True)
+            out = subprocess.run(
+                [sys.executable, "-c", _TIMING], env=env, capture_output=True, text=True, check=True, cwd=_REPO
+            )
             fwd, both, mx = (float(x) for x in out.stdout.split())
             print(f"    {route:6s} {fwd:8.3f} {both:8.3f} {mx:8.3f}", flush=True)
 

@@ -14,7 +14,7 @@ import glob
 import os
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ __all__ = [
     "nvrtc_available",
     "nvrtc_compile_named",
     "nvrtc_version",
+    "relaxed_capture",
 ]
 
 # CUfunction_attribute values (cuda.h)
@@ -305,6 +306,19 @@ class _InContext:
         if self.pushed:
             _driver().cuCtxPopCurrent(ctypes.byref(ctypes.c_void_p()))
             self.pushed = False
+
+
+@contextlib.contextmanager
+def relaxed_capture() -> Iterator[None]:
+    """The calling thread out of CUDA graph captures' checks for the block, then back in its mode. Loading a module
+    or library is a call that a capture in global mode (torch.cuda.graph's) forbids, and it would invalidate that
+    capture; a load touches no stream, so it may run beside one."""
+    drv, mode = _driver(), ctypes.c_int(CU_STREAM_CAPTURE_MODE_RELAXED)
+    drv.check(drv.cuThreadExchangeStreamCaptureMode(ctypes.byref(mode)), "cuThreadExchangeStreamCaptureMode")
+    try:
+        yield
+    finally:
+        drv.cuThreadExchangeStreamCaptureMode(ctypes.byref(mode))
 
 
 def _target(index: int) -> tuple[str, bool]:

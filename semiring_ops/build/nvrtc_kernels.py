@@ -219,21 +219,12 @@ def _load(program: str, expression: str, options: tuple[str, ...], cubin: bool, 
     index = torch.cuda.current_device()
     ctx = nvrtc._primary_context(index)
     library, kernel, function = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
-    # loading is a call that a CUDA graph capture in global mode (torch.cuda.graph's) forbids: this thread opts out
-    # of the capture checks (the load touches no stream), then restores its mode
-    mode = ctypes.c_int(nvrtc.CU_STREAM_CAPTURE_MODE_RELAXED)
-    drv.check(drv.cuThreadExchangeStreamCaptureMode(ctypes.byref(mode)), "cuThreadExchangeStreamCaptureMode")
-    try:
-        with torch.cuda.device(index), nvrtc._InContext(ctx):
-            drv.check(drv.cuLibraryLoadData(ctypes.byref(library), image, None, None, 0, None, None, 0),
-                      f"cuLibraryLoadData({path.name})")  # fmt: skip
-            with _lock:
-                _libraries.append(library.value or 0)
-            drv.check(
-                drv.cuLibraryGetKernel(ctypes.byref(kernel), library, lowered), f"cuLibraryGetKernel({expression})"
-            )
-            # loaded into the current device's context now, not at a first launch that a graph capture may make
-            drv.check(drv.cuKernelGetFunction(ctypes.byref(function), kernel), "cuKernelGetFunction")
-    finally:
-        drv.cuThreadExchangeStreamCaptureMode(ctypes.byref(mode))
+    # the library loaded, and into the current device's context, now: not at a first launch a graph capture may make
+    with nvrtc.relaxed_capture(), torch.cuda.device(index), nvrtc._InContext(ctx):
+        drv.check(drv.cuLibraryLoadData(ctypes.byref(library), image, None, None, 0, None, None, 0),
+                  f"cuLibraryLoadData({path.name})")  # fmt: skip
+        with _lock:
+            _libraries.append(library.value or 0)
+        drv.check(drv.cuLibraryGetKernel(ctypes.byref(kernel), library, lowered), f"cuLibraryGetKernel({expression})")
+        drv.check(drv.cuKernelGetFunction(ctypes.byref(function), kernel), "cuKernelGetFunction")
     return kernel.value or 0

@@ -44,7 +44,6 @@ from ..build.nvrtc import (  # the shared plumbing, re-exported under the names 
     CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
     CU_FUNC_ATTRIBUTE_NUM_REGS,
     CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
-    CU_STREAM_CAPTURE_MODE_RELAXED,
     _capability,  # noqa: F401 (the tests' view of the device)
     _device_index,
     _driver,
@@ -56,6 +55,7 @@ from ..build.nvrtc import (  # the shared plumbing, re-exported under the names 
     nvrtc_available,
     nvrtc_compile_named,
     nvrtc_version,
+    relaxed_capture,
 )
 from .kernel_cache import (
     LazyCompileError,
@@ -370,15 +370,12 @@ def compile_cuda_module(
 def _optimize(quick: CudaModule, key: str, suffix: str, build: Any, index: int, folder: Path) -> None:
     """The background tier: the full compile into the cache ``folder``, loaded, adopted by the quick module."""
     try:
-        # loading a module is a call that another thread's CUDA graph capture (torch.cuda.graph's global mode)
-        # forbids, and it would invalidate that capture: this thread opts out of the capture checks; the load
-        # touches no stream, and graphs captured earlier keep the quick kernels they hold (never unloaded)
-        mode = ctypes.c_int(CU_STREAM_CAPTURE_MODE_RELAXED)
-        _driver().check(
-            _driver().cuThreadExchangeStreamCaptureMode(ctypes.byref(mode)), "cuThreadExchangeStreamCaptureMode"
-        )
-        path, _ = cached_artifact(key, suffix, build, folder)
-        if not quick.adopt(_load_module(path, index)):
+        # out of another thread's graph capture's checks (relaxed_capture); graphs captured earlier keep the quick
+        # kernels they hold (never unloaded)
+        with relaxed_capture():
+            path, _ = cached_artifact(key, suffix, build, folder)
+            adopted = quick.adopt(_load_module(path, index))
+        if not adopted:
             print(
                 f"semiring_ops.lazy: the optimised kernels of {path.name} need more threads' resources than the quick "
                 "ones this process launches: it keeps the quick ones (later processes load the optimised)",

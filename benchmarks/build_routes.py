@@ -4,9 +4,10 @@ compile   the kernels a first logbmm forward + backward runs (the log forward, b
           the fused gradient; float32), compiled by NVRTC one instantiation at a time as the NVRTC route does
           (nvrtc_kernels.nvrtc_options, csrc/nvrtc's stand-in headers), and the bmm family's kernel files by nvcc
           (device code only, -cubin) as the nvcc route does. No GPU needed (both for sm_90).
-kernels   (--kernels, on a GPU) logbmm forward, forward + backward and maxbmm forward, B = 8, n = 1024, float32, under
-          each route's build of the bmm family ($SEMIRING_OPS_CUDA_KERNELS), in fresh processes alternated
-          --rounds times, median of 40 CUDA-event timings each.
+kernels   (--kernels, on a GPU) a call of each CUDA family (logbmm forward and forward + backward, maxbmm forward:
+          the packed select, logbmm precision="fast", a CRF training step and decode, a dependency tree's log Z
+          forward + backward, CTC forward + backward; float32) under each route ($SEMIRING_OPS_CUDA_KERNELS), in
+          fresh processes alternated --rounds times, median of 40 CUDA-event timings each, the best process shown.
 
   python benchmarks/build_routes.py              # compile times
   python benchmarks/build_routes.py --kernels    # and the kernels' times (a GPU, a toolkit for the nvcc route)
@@ -15,6 +16,7 @@ kernels   (--kernels, on a GPU) logbmm forward, forward + backward and maxbmm fo
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -35,15 +37,38 @@ FIRST_LOGBMM = (  # (kernel file, expression): what a first logbmm forward + bac
 )
 
 _TIMING = """
-import sys, torch, semiring_ops as so
+import json, sys, torch, semiring_ops as so
+from semiring_ops.structures import DependencyTree, LinearChainCRF
 sys.path.insert(0, "benchmarks")
 from timing import time_ms
 torch.manual_seed(0)
-a = torch.randn(8, 1024, 1024, device="cuda", requires_grad=True)
-b = torch.randn(8, 1024, 1024, device="cuda", requires_grad=True)
-print(time_ms(lambda: so.logbmm(a.detach(), b.detach()), "cuda", 40),
-      time_ms(lambda: so.logbmm(a, b).sum().backward(), "cuda", 40),
-      time_ms(lambda: so.maxbmm(a.detach(), b.detach()), "cuda", 40))
+dev = "cuda"
+a = torch.randn(8, 1024, 1024, device=dev, requires_grad=True)
+b = torch.randn(8, 1024, 1024, device=dev, requires_grad=True)
+crf = LinearChainCRF(32, batch_first=True).to(dev)
+em = torch.randn(32, 128, 32, device=dev)
+tags = torch.randint(0, 32, (32, 128), device=dev)
+dep = torch.randn(32, 40, 40, device=dev)
+T, N, C, S = 1000, 32, 1000, 200
+lp = torch.randn(T, N, C, device=dev).log_softmax(-1).requires_grad_()
+tg = torch.randint(1, C, (N, S), device=dev)
+il, tl = torch.full((N,), T, device=dev), torch.full((N,), S, device=dev)
+
+def dep_step():
+    p = dep.detach().requires_grad_()
+    DependencyTree().partition(p).sum().backward()
+
+cases = {  # name: (family, call)
+    "logbmm fwd": lambda: so.logbmm(a.detach(), b.detach()),
+    "logbmm fwd+bwd": lambda: so.logbmm(a, b).sum().backward(),
+    "maxbmm fwd (packed)": lambda: so.maxbmm(a.detach(), b.detach()),
+    "logbmm fast fwd": lambda: so.logbmm(a.detach(), b.detach(), precision="fast"),
+    "CRF train step": lambda: (-crf(em, tags)).backward(),
+    "CRF decode": lambda: crf.decode(em),
+    "dependency log Z fwd+bwd": dep_step,
+    "CTC fwd+bwd": lambda: so.ctc_loss(lp, tg, il, tl).backward(),
+}
+print(json.dumps({name: time_ms(fn, dev, 40) for name, fn in cases.items()}))
 """
 
 
@@ -86,15 +111,21 @@ def nvcc_seconds() -> list[tuple[str, float]] | None:
 
 
 def kernel_times(rounds: int) -> None:
-    print("kernels (ms, median of 40; B = 8, n = 1024, float32): route, logbmm fwd, logbmm fwd+bwd, maxbmm fwd")
+    """Each family's kernels under both routes, a fresh process per (round, route), the routes alternating."""
+    times: dict[str, dict[str, list[float]]] = {}
     for _ in range(rounds):
         for route in ("nvcc", "nvrtc"):
             env = {**os.environ, "SEMIRING_OPS_CUDA_KERNELS": route}
             out = subprocess.run(
                 [sys.executable, "-c", _TIMING], env=env, capture_output=True, text=True, check=True, cwd=_REPO
             )
-            fwd, both, mx = (float(x) for x in out.stdout.split())
-            print(f"    {route:6s} {fwd:8.3f} {both:8.3f} {mx:8.3f}", flush=True)
+            for name, ms in json.loads(out.stdout.splitlines()[-1]).items():
+                times.setdefault(name, {}).setdefault(route, []).append(ms)
+    print(f"kernels (ms, the best of {rounds} processes' medians of 40; float32):")
+    print(f"    {'call':28s} {'nvcc':>9s} {'nvrtc':>9s} {'nvrtc/nvcc':>11s}")
+    for name, by_route in times.items():
+        nvcc, nvrtc = min(by_route["nvcc"]), min(by_route["nvrtc"])
+        print(f"    {name:28s} {nvcc:9.3f} {nvrtc:9.3f} {nvrtc / nvcc:11.3f}")
 
 
 def main() -> None:

@@ -76,7 +76,7 @@ class Family:
     autograd_of: str = ""  # an autograd module: the family whose kernels its nodes call
     # a CUDA family whose kernels take the NVRTC route (csrc/cuda/kernel_ref.h). Every CUDA family's launchers and
     # kernels are written for it (tests/test_nvrtc_route.py compiles them all with NVRTC); a family is marked once
-    # its CUDA tests have passed under the route on a GPU: so far bmm (docs/build.md, "Two routes").
+    # its CUDA tests have passed under the route on a GPU: all six (docs/build.md, "Two routes").
     nvrtc: bool = False
 
     @property
@@ -179,6 +179,7 @@ FAMILIES: tuple[Family, ...] = (
         "chain_kernels_grad.cu",
         "sequence_cuda.cpp",
         "sequence_kernels.cu",
+        nvrtc=True,
     ),
     _cuda(
         "span",
@@ -187,12 +188,14 @@ FAMILIES: tuple[Family, ...] = (
         "span_kernels_log.cu",
         "span_kernels_max.cu",
         "span_kernels_min.cu",
+        nvrtc=True,
     ),
     _cuda(
         "ctc",
         "CTC: ctc_loss, forced_align, ctc_posteriors; RNN-T: rnnt_loss",
         "ctc_cuda.cpp",
         "ctc_kernels.cu",
+        nvrtc=True,
     ),
     _cuda(
         "fast_log",
@@ -201,12 +204,14 @@ FAMILIES: tuple[Family, ...] = (
         "log_bmm_fast_kernels.cu",
         "fast_log_scaled_cuda.cpp",
         "fast_log_scaled_kernels.cu",
+        nvrtc=True,
     ),
     _cuda(
         "packed",
         "max / min matmul without an index (float32, packed 16-bit)",
         "packed_select_cuda.cpp",
         "packed_select_kernels.cu",
+        nvrtc=True,
     ),
 )
 

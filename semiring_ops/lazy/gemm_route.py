@@ -32,6 +32,7 @@ import os
 import torch
 
 from ..ops.fast_log_scaled import tf32_matmul
+from .cancel_fixup import resum_cancelled
 from .codegen import GRAM_CANCEL
 from .inner_products import GramSpec, gram_plan
 from .plan import CallArgs, Plan, new_outputs
@@ -145,26 +146,22 @@ class GramInner:
     shift: torch.Tensor | None  # (D,): the inner terms' mean (squared distances; None for a dot product)
     operand: torch.Tensor  # (n_inner, D): y itself (dot), y - shift (TF32 split), [-2 w ys, 1, |ys|^2] (the CPU's)
     norms: torch.Tensor  # (n_inner,) |y - shift|^2, weighted (empty for a dot product)
-    bound_norm: torch.Tensor | None  # the largest finite norm (the CPU's candidate bound)
 
 
 def gram_inner(spec: GramSpec, call: CallArgs) -> GramInner:
     """block_gram's inner side of the call (module docstring's shift, norms and GEMM operand)."""
     y = call.tensors[spec.inner_slot].reshape(call.n_inner, spec.dim)
     if spec.kind == "dot":
-        return GramInner(y, 1.0, None, y, y.new_empty(0), None)
+        return GramInner(y, 1.0, None, y, y.new_empty(0))
     w = _weights(spec, call)
     ones = w if w is not None else 1.0
     shift = y.mean(0)
     ys = y - shift
-    ny = (ys * ys * ones).sum(1)
+    ny = _squared_norms(ys, w)
     if _tf32_split(y.device.type, y.dtype):
-        return GramInner(y, ones, shift, ys * ones, ny, None)
+        return GramInner(y, ones, shift, ys * ones, ny)
     operand = torch.cat([ys * (-2 * ones), ny.new_ones(len(ny), 1), ny[:, None]], 1)
-    # (max over the finite |y|^2: an infinite y would make every row's bound infinite and every row a candidate;
-    # its cells are inf, or NaN, which fails the comparisons and is summed again)
-    bound_norm = torch.where(torch.isfinite(ny), ny, 0).max() if len(ny) else None
-    return GramInner(y, ones, shift, operand, ny, bound_norm)
+    return GramInner(y, ones, shift, operand, ny)
 
 
 def block_gram(spec: GramSpec, inner: GramInner, call: CallArgs, lo: int, n: int, fast: bool = False) -> torch.Tensor:
@@ -177,32 +174,33 @@ def block_gram(spec: GramSpec, inner: GramInner, call: CallArgs, lo: int, n: int
     if spec.kind == "dot":
         return precise_mm(x, y.t(), fast)
     xs = x - inner.shift
-    nx = (xs * xs * ones).sum(1, keepdim=True)
+    nx = _squared_norms(xs, ones if isinstance(ones, torch.Tensor) else None)[:, None]
     if _tf32_split(x.device.type, x.dtype):
         total = nx + ny
         values = total - 2 * precise_mm(xs, inner.operand.t(), fast)
-        rows, cols = (~(values >= total / GRAM_CANCEL)).nonzero(as_tuple=True)
-    else:
-        # one GEMM gives the whole distance, [xs, nx, 1] . [-2 w ys, 1, ny]: no pass over the block for the norms;
-        # then each row's minimum against a bound of its cut-off, (|x|^2 + max |y|^2) / GRAM_CANCEL: one read of
-        # the block. In the rows under it, the cells under the bound are the candidates (one compare with a number
-        # a row), and the exact test runs on them alone (NaN fails the comparisons, so it is summed again too, as
-        # on CUDA). At D = 3 every row has cells under its bound (~0.25% of random cells cancel) and the exact test
-        # over whole rows (their copy, |x|^2 + |y|^2, its division) was 60% of a 4,000 x 2,000 K @ b
-        values = torch.mm(torch.cat([xs, nx, torch.ones_like(nx)], 1), inner.operand.t())
-        if not len(ny):
-            return values
-        bound = (nx[:, 0] + inner.bound_norm) / GRAM_CANCEL
-        low = (~(values.amin(1) >= bound)).nonzero()[:, 0]
-        if not len(low):
-            return values
-        some = 2 * len(low) <= len(values)  # else the compare runs over the whole block, not a copy of its rows
-        block = values[low] if some else values
-        rows, cols = (~(block >= (bound[low] if some else bound)[:, None])).nonzero(as_tuple=True)
-        if some:
-            rows = low[rows]
-        cancels = ~(values[rows, cols] >= (nx[rows, 0] + ny[cols]) / GRAM_CANCEL)
-        rows, cols = rows[cancels], cols[cancels]
+        return _resum_with_torch(values, x, y, total, ones)
+    # one GEMM gives the whole distance, [xs, nx, 1] . [-2 w ys, 1, ny]: no pass over the block for the norms; then
+    # the cells that cancel summed again, on the CPU in one pass of C++ (cancel_fixup.py)
+    values = torch.mm(torch.cat([xs, nx, torch.ones_like(nx)], 1), inner.operand.t())
+    if not len(ny):
+        return values
+    if x.device.type != "cpu":  # (CUDA float64)
+        return _resum_with_torch(values, x, y, nx + ny, ones)
+    resum_cancelled(values, x, y, nx, ny, ones if isinstance(ones, torch.Tensor) else None)
+    return values
+
+
+def _squared_norms(v: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
+    """(rows,) sum_d w_d v_d^2 of v (rows, D): one pass (a weightless ``(v * v * 1.0).sum(1)`` made three)."""
+    return torch.linalg.vecdot(v, v if weights is None else v * weights)
+
+
+def _resum_with_torch(
+    values: torch.Tensor, x: torch.Tensor, y: torch.Tensor, total: torch.Tensor, ones: torch.Tensor | float
+) -> torch.Tensor:
+    """values with its cells below 1 / GRAM_CANCEL of ``total`` (|x|^2 + |y|^2, shifted) summed again from x and
+    y (NaN fails the comparison, so it is summed again too)."""
+    rows, cols = (~(values >= total / GRAM_CANCEL)).nonzero(as_tuple=True)
     if rows.numel():
         values[rows, cols] = ((x[rows] - y[cols]) ** 2 * ones).sum(1)
     return values

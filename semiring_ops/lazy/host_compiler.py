@@ -274,11 +274,9 @@ def compile_command(cmd: tuple[str, ...], src: Path, out: Path, uses_prelude: bo
     return [*cmd, *HOST_FLAGS, *includes, str(src), "-o", str(out)]
 
 
-def _build(cmd: tuple[str, ...], key: str, source: str) -> Callable[[Path], None]:
+def _build(cmd: tuple[str, ...], key: str, source: str, what: str) -> Callable[[Path], None]:
     def build(tmp: Path) -> None:
-        print(
-            f"semiring_ops.lazy: compiling a new formula for cpu into {lazy_cache_dir()}", file=sys.stderr, flush=True
-        )
+        print(f"semiring_ops.lazy: compiling {what} for cpu into {lazy_cache_dir()}", file=sys.stderr, flush=True)
         src = tmp.parent / f"{key}.cpp"  # kept beside the library, for reading the generated code
         src.write_text(source)
         args = compile_command(cmd, src, tmp, uses_prelude=f'#include "{PRELUDE_HEADER}"' in source)
@@ -295,12 +293,12 @@ def _build(cmd: tuple[str, ...], key: str, source: str) -> Callable[[Path], None
     return build
 
 
-def compile_host_library(source: str, functions: Sequence[str]) -> HostLibrary:
+def compile_host_library(source: str, functions: Sequence[str], what: str = "a new formula") -> HostLibrary:
     """The shared library of ``source`` (C++17, may include semiring.h, exports ``functions`` extern "C"),
     compiled now (one line on stderr) or taken from the disk cache, loaded once per process.
 
     Raises LazyCompileError (with the compiler's log) when the source does not compile, AttributeError when
-    one of ``functions`` is not exported.
+    one of ``functions`` is not exported. ``what``: the source, for the line on stderr.
     """
     cmd = _compiler()
     memo = (cmd, source)
@@ -315,7 +313,7 @@ def compile_host_library(source: str, functions: Sequence[str]) -> HostLibrary:
             _cpu_identity(),
             headers_fingerprint(),
         )
-        path, _ = cached_artifact(key, ".so", _build(cmd, key, source))
+        path, _ = cached_artifact(key, ".so", _build(cmd, key, source, what))
         lib = _load(path)
         lib._check(functions)
         with _lock:

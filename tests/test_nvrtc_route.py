@@ -392,3 +392,37 @@ def test_an_nvrtc_older_than_the_gpu_family_is_refused_by_name(monkeypatch):
     monkeypatch.setattr(nvrtc, "_nvrtc", lambda: FakeNvrtc())
     with pytest.raises(RuntimeError, match=r"NVRTC 12\.8 targets none of sm_80 or older"):
         nvrtc._target(0)
+
+
+# a folder holding another CUDA's NVRTC and runtime headers as NVIDIA's pip wheels lay them out, unpacked (e.g.
+# nvidia-cuda-nvrtc-cu12 and nvidia-cuda-runtime-cu12: nvidia/cuda_nvrtc/lib, nvidia/cuda_runtime/include)
+_OTHER_NVRTC = os.environ.get("SEMIRING_OPS_TEST_NVRTC_ROOT", "")
+
+
+@pytest.mark.skipif(not _OTHER_NVRTC, reason="$SEMIRING_OPS_TEST_NVRTC_ROOT names no other CUDA's NVRTC")
+def test_every_kernel_compiles_with_another_cudas_nvrtc_and_headers(monkeypatch):
+    """What a user of torch's CUDA 12 builds gets (docs/build.md, "CUDA 12"): that NVRTC's version and targets
+    read, the target it gives each GPU generation, and every kernel of the tests above compiled by it against its
+    own runtime headers (the stand-ins of csrc/nvrtc in front)."""
+    from semiring_ops.build import nvrtc
+
+    root = Path(_OTHER_NVRTC)
+    libs = [
+        p for p in sorted(root.glob("nvidia/*/lib/libnvrtc.so.*")) if "builtins" not in p.name and ".alt." not in p.name
+    ]
+    assert libs, f"no libnvrtc.so.* under {root}/nvidia/*/lib"
+    nv = nvrtc._Nvrtc(nvrtc._open_nvrtc(str(libs[0])), str(libs[0]))
+    assert nv.version[0] >= 12 and nv.supported_archs, (nv.version, nv.supported_archs)
+    monkeypatch.setattr(nvrtc, "_nvrtc", lambda: nv)
+    for capability in (80, 90, 120):
+        monkeypatch.setattr(nvrtc, "_capability", lambda index, capability=capability: capability)
+        expected = (f"sm_{capability}", True) if capability in nv.supported_archs else None
+        assert expected is None or nvrtc._target(0) == expected
+    include = next(root.glob("nvidia/*/include/cuda_runtime_api.h")).parent
+    options = nvrtc_kernels.nvrtc_options("sm_90", include)
+    failed = nvrtc_kernels.cache_dir() / "failed"
+    for program, expression in _bmm_family_kernels() + _other_family_kernels():
+        image, (lowered,) = nvrtc.nvrtc_compile_named(
+            f'#include "{program}"\n', options, True, "other_nvrtc", (f"&{expression}",), failed
+        )
+        assert image[:4] == b"\x7fELF" and lowered.startswith("_ZN12semiring_ops4cuda"), expression

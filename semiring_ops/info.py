@@ -71,7 +71,7 @@ def backend_info(load: bool = False) -> dict[str, Any]:
         "cpu_arch": cpu_arch(),  # the CPU families' target when compiled here
         "cuda_toolkit": cuda_toolkit,
         "nvrtc_route": nvrtc_route,
-        "prebuilt": {k: wheel[k] for k in ("torch", "torch_cuda", "cpu_arch", "cuda_archs") if k in wheel}
+        "prebuilt": {k: wheel[k] for k in ("torch", "torch_cuda", "cpu_arch", "cuda_archs", "cuda_route") if k in wheel}
         if wheel
         else None,
         "families": families,
@@ -108,6 +108,8 @@ def format_info(info: dict[str, Any]) -> str:
     wheel = info["prebuilt"]
     if wheel:
         archs = ", ".join(wheel.get("cuda_archs", [])) or "none"
+        if wheel.get("cuda_route") == "nvrtc":
+            archs = "any (CUDA host code prebuilt, kernels compiled by NVRTC on their first launch)"
         lines.append(f"prebuilt kernels: for torch {wheel.get('torch')}, CPU {wheel.get('cpu_arch')}, sm {archs}")
     else:
         lines.append("prebuilt kernels: none (kernels compile on first use)")

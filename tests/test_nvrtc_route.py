@@ -225,6 +225,60 @@ def test_the_route_is_chosen_as_documented(monkeypatch, choice, toolkit_found, n
     assert not cpu.nvrtc and cpu_tk is None
 
 
+def test_a_build_for_later_takes_the_route_wherever_the_host_code_builds(monkeypatch):
+    """`python -m semiring_ops build` and a wheel's build (parallel.py) need the CUDA runtime's headers for the
+    NVRTC route's host code, not the GPU and NVRTC its kernels need when they run."""
+    monkeypatch.setenv(nvrtc_kernels.ROUTE_ENV, "auto")
+    monkeypatch.setattr(backends.toolkit, "find_cuda_toolkit", lambda cache: None)
+    monkeypatch.setattr(nvrtc_kernels, "route_problem", lambda: "PyTorch sees no CUDA device")
+    monkeypatch.setattr(nvrtc_kernels, "cuda_runtime_paths", lambda: (Path("/include"), Path("/libcudart.so.13")))
+    bmm = families.family("cuda", "bmm")
+    assert backends.jit_build(bmm, building=True)[0].nvrtc and not backends.jit_build(bmm)[0].nvrtc
+    monkeypatch.setattr(nvrtc_kernels, "cuda_runtime_paths", lambda: None)
+    assert not backends.jit_build(bmm, building=True)[0].nvrtc
+
+
+@pytest.mark.parametrize(
+    ("choice", "toolkit_found", "problem", "route"),
+    [
+        ("auto", True, None, "nvcc"),  # a toolkit: kernels ahead of time, as before
+        ("auto", False, None, "nvrtc"),  # none: the host code, kernels on the user's GPU
+        ("auto", False, "no headers", None),  # neither: CPU kernels only
+        ("nvrtc", True, None, "nvrtc"),
+        ("nvrtc", True, "no headers", None),
+        ("nvcc", False, None, None),
+    ],
+)
+def test_a_wheels_cuda_route(choice, toolkit_found, problem, route):
+    from semiring_ops.build import prebuilt
+
+    assert prebuilt.wheel_cuda_route(choice, toolkit_found, problem) == route
+
+
+def test_a_wheels_nvrtc_modules_load_on_any_gpu_where_nvrtc_serves(monkeypatch):
+    """An NVRTC wheel's manifest lists no architectures: its CUDA modules are refused only where the route cannot
+    serve (by name), or where $SEMIRING_OPS_CUDA_KERNELS=nvcc asks for the other route; an nvcc wheel's still by
+    architecture."""
+    from semiring_ops.build import prebuilt
+
+    info = prebuilt.build_manifest(["cuda_bmm", "cpu_bmm"], [], "x86-64-v3", "nvrtc")
+    assert info["cuda_route"] == "nvrtc" and prebuilt.cuda_route(info) == "nvrtc"
+    assert prebuilt.cuda_route({"torch": "x"}) == "nvcc"  # a manifest from before the field
+    bmm = families.family("cuda", "bmm")
+    monkeypatch.setattr(prebuilt.torch.cuda, "get_device_capability", lambda index: (12, 1))
+    monkeypatch.setenv(nvrtc_kernels.ROUTE_ENV, "auto")
+    monkeypatch.setattr(nvrtc_kernels, "route_problem", lambda: None)
+    assert prebuilt.mismatch(bmm, info, device_index=0) is None
+    monkeypatch.setattr(nvrtc_kernels, "route_problem", lambda: "libnvrtc not found")
+    assert "NVRTC on their first launch, which cannot serve here: libnvrtc not found" in prebuilt.mismatch(
+        bmm, info, device_index=0
+    )
+    monkeypatch.setenv(nvrtc_kernels.ROUTE_ENV, "nvcc")
+    assert "SEMIRING_OPS_CUDA_KERNELS=nvcc" in prebuilt.mismatch(bmm, info, device_index=0)
+    nvcc_wheel = prebuilt.build_manifest(["cuda_bmm"], ["9.0"], "x86-64-v3")
+    assert "does not run on this GPU (sm 12.1)" in prebuilt.mismatch(bmm, nvcc_wheel, device_index=0)
+
+
 def test_a_bad_route_names_the_variable(monkeypatch):
     monkeypatch.setenv(nvrtc_kernels.ROUTE_ENV, "clang")
     with pytest.raises(ValueError, match="SEMIRING_OPS_CUDA_KERNELS must be one of auto, nvrtc, nvcc"):

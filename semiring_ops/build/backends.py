@@ -243,24 +243,32 @@ def _toolchain_problem(device_type: str, nvrtc: bool = False) -> tuple[str, str]
     return None
 
 
-def jit_build(fam: Family) -> tuple[ExtensionSpec, CudaToolkit | None]:
+def jit_build(fam: Family, building: bool = False) -> tuple[ExtensionSpec, CudaToolkit | None]:
     """The JIT build of `fam` and the toolkit it needs: the family's nvcc build with the CUDA toolkit found, or for a
     CUDA family that has one, the NVRTC route's host code where no toolkit is found and NVRTC serves
-    ($SEMIRING_OPS_CUDA_KERNELS: nvrtc prefers it, nvcc never takes it; nvrtc_kernels.route_choice)."""
+    ($SEMIRING_OPS_CUDA_KERNELS: nvrtc prefers it, nvcc never takes it; nvrtc_kernels.route_choice). `building`
+    (a build for later, parallel.py: `python -m semiring_ops build`, a wheel's): the host code needs only the CUDA
+    runtime's headers, not the GPU and NVRTC that its kernels need when they run."""
     if fam.device_type != "cuda":
         return fam.spec(), None
     tk = toolkit.find_cuda_toolkit(jit.cache_root())
     choice = nvrtc_kernels.route_choice()
     wanted = choice == "nvrtc" or (choice == "auto" and tk is None)
-    if fam.nvrtc and wanted and nvrtc_kernels.route_problem() is None:
+    serves = nvrtc_kernels.cuda_runtime_paths() is not None if building else nvrtc_kernels.route_problem() is None
+    if fam.nvrtc and wanted and serves:
         return fam.spec(nvrtc=True), None
     return fam.spec(), tk
 
 
 def _jit_load(spec: ExtensionSpec, tk: CudaToolkit | None) -> Any:
     module = jit.load(spec, tk)
-    if spec.nvrtc:  # its kernels compile on their first launch: through this process's NVRTC route
-        module.set_kernel_source(nvrtc_kernels.kernel_handle)
+    return _with_kernel_source(module) if spec.nvrtc else module
+
+
+def _with_kernel_source(module: Any) -> Any:
+    """An NVRTC-route module (JIT-built or a wheel's): its kernels compile on their first launch, through this
+    process's NVRTC route."""
+    module.set_kernel_source(nvrtc_kernels.kernel_handle)
     return module
 
 
@@ -276,6 +284,8 @@ def _load_family(backend: Backend, fam: Family) -> FamilyState:
         return FamilyState("none", None, backend.forced)
     module = prebuilt.load_prebuilt(fam, _device_index(fam.device_type))
     if module is not None:
+        if fam.device_type == "cuda" and prebuilt.cuda_route() == "nvrtc":
+            module = _with_kernel_source(module)
         return FamilyState("prebuilt", module, getattr(module, "__file__", "") or "")
     spec, tk = jit_build(fam)
     if not jit.is_cached(spec, tk):
@@ -440,7 +450,8 @@ def family_status(device_type: str, name: str) -> tuple[str, str]:
         return "reference", forced
     status, detail = prebuilt.prebuilt_status(fam, _device_index(device_type))
     if status == "prebuilt":
-        return "prebuilt", detail
+        nvrtc = device_type == "cuda" and prebuilt.cuda_route() == "nvrtc"
+        return "prebuilt", detail + (" (NVRTC route: kernels compile on their first launch)" if nvrtc else "")
     spec, tk = jit_build(fam)
     route = " (NVRTC route: kernels compile on their first launch)" if spec.nvrtc else ""
     if jit.is_cached(spec, tk):

@@ -51,7 +51,7 @@ def build_families(
         if use_prebuilt and prebuilt.prebuilt_status(fam, device_index)[0] == "prebuilt":
             results.append(FamilyBuild(fam, "prebuilt"))
             continue
-        spec, tk = backends.jit_build(fam)
+        spec, tk = backends.jit_build(fam, building=True)
         if jit.is_cached(spec, tk):
             results.append(FamilyBuild(fam, "cached"))
             continue
@@ -129,7 +129,7 @@ def _build_one(device_type: str, name: str, nice: int = 0) -> None:
 
     if nice:
         os.nice(nice)
-    jit.load(*backends.jit_build(family(device_type, name)))
+    jit.load(*backends.jit_build(family(device_type, name), building=True))
 
 
 if __name__ == "__main__":

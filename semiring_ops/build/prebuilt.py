@@ -2,11 +2,16 @@
 family's library as the JIT builds it, semiring_ops_<device>_<family>.so) and its manifest (semiring_ops/_prebuilt.json,
 written by setup.py), which says what they were built for.
 
+A wheel's CUDA modules are of one route (the manifest's ``cuda_route``, docs/build.md "Two routes"): ``nvcc``, the
+kernels compiled ahead of time for the manifest's architectures; or ``nvrtc``, the host code alone (built by the C++
+compiler, no CUDA toolkit needed), whose kernels NVRTC compiles for the GPU in use on their first launch, so that
+they run on any GPU NVRTC targets (wheel_cuda_route says which a build makes).
+
 A prebuilt library is imported only when the manifest matches what is running: the same torch (version, CUDA
 version, C++ ABI: a library built against another torch can crash the process when it is loaded, before any Python
-error), the CPU's instruction set for the CPU kernels, and a compiled architecture that runs on the GPU for the CUDA
-kernels. Otherwise the package says so in one line and compiles that family on first use (jit.py), as without a
-wheel.
+error), the CPU's instruction set for the CPU kernels, and for the CUDA kernels a compiled architecture that runs on
+the GPU (nvcc) or a usable NVRTC route (nvrtc). Otherwise the package says so in one line and compiles that family
+on first use (jit.py), as without a wheel.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Any
 
 import torch
 
+from . import nvrtc_kernels
 from .families import AOT_CPU_FLAGS, Family
 from .jit import import_library
 
@@ -29,11 +35,13 @@ __all__ = [
     "LIBRARY_FOLDER",
     "MANIFEST_NAME",
     "build_manifest",
+    "cuda_route",
     "library_file",
     "load_prebuilt",
     "manifest",
     "mismatch",
     "prebuilt_status",
+    "wheel_cuda_route",
 ]
 
 MANIFEST_NAME = "_prebuilt.json"
@@ -46,8 +54,22 @@ def library_file(fam: Family) -> str:
     return f"{fam.spec().name}.so"
 
 
-def build_manifest(modules: list[str], cuda_archs: list[str], cpu_arch: str) -> dict[str, Any]:
-    """What setup.py writes beside the modules it builds: the torch they are for and their targets."""
+def wheel_cuda_route(choice: str, toolkit_found: bool, nvrtc_problem: str | None) -> str | None:
+    """The route of a wheel's CUDA modules (module docstring): with $SEMIRING_OPS_CUDA_KERNELS ``choice`` (auto,
+    nvrtc, nvcc), whether a CUDA toolkit was found and why the NVRTC route cannot serve (None: it can). auto: nvcc
+    where a toolkit is, else NVRTC; None: no CUDA modules."""
+    if choice != "nvrtc" and toolkit_found:
+        return "nvcc"
+    if choice != "nvcc" and nvrtc_problem is None:
+        return "nvrtc"
+    return None
+
+
+def build_manifest(
+    modules: list[str], cuda_archs: list[str], cpu_arch: str, cuda_route: str = "nvcc"
+) -> dict[str, Any]:
+    """What setup.py writes beside the modules it builds: the torch they are for, their targets and the CUDA
+    modules' route (nvcc: kernels for ``cuda_archs``; nvrtc: host code, kernels compiled on first launch)."""
     return {
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
@@ -55,9 +77,17 @@ def build_manifest(modules: list[str], cuda_archs: list[str], cpu_arch: str) -> 
         "python": f"{sys.version_info.major}.{sys.version_info.minor}",
         "machine": platform.machine(),
         "cpu_arch": cpu_arch,
-        "cuda_archs": cuda_archs,  # e.g. ["8.0", "8.6", "9.0", "12.0+PTX"]
+        "cuda_archs": cuda_archs,  # e.g. ["8.0", "8.6", "9.0", "12.0+PTX"]; none for the NVRTC route
+        "cuda_route": cuda_route,
         "modules": sorted(modules),  # family keys, e.g. ["cpu_bmm", "cuda_chain"]
     }
+
+
+def cuda_route(info: dict[str, Any] | None = None) -> str:
+    """The route of the wheel's CUDA modules (``info``: a manifest, by default the installed one's): nvcc or
+    nvrtc (a manifest from before the field: nvcc)."""
+    info = manifest() if info is None else info
+    return str((info or {}).get("cuda_route", "nvcc"))
 
 
 @functools.cache
@@ -121,6 +151,13 @@ def mismatch(fam: Family, info: dict[str, Any], device_index: int | None = None)
         missing = sorted(set(AOT_CPU_FLAGS) - _cpu_flags())
         if missing:
             return f"they need an x86-64-v3 CPU; this one lacks {', '.join(missing)}"
+    if fam.device_type == "cuda" and cuda_route(info) == "nvrtc":
+        if nvrtc_kernels.route_choice() == "nvcc":
+            return f"its CUDA modules take the NVRTC route and ${nvrtc_kernels.ROUTE_ENV}=nvcc"
+        problem = nvrtc_kernels.route_problem() if device_index is not None else None
+        if problem is not None:
+            return f"its CUDA kernels compile through NVRTC on their first launch, which cannot serve here: {problem}"
+        return None
     if fam.device_type == "cuda" and device_index is not None:
         capability = torch.cuda.get_device_capability(device_index)
         try:

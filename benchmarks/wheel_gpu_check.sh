@@ -4,6 +4,8 @@
 # PATH holds no compiler, then `info`, a timed smoke set and the CUDA tests of the matmul, CRF and structures run
 # against it, with nothing compiled.
 # Usage (repo root, on the lent GPU): bash benchmarks/wheel_gpu_check.sh   (logs and the wheel's listing in $OUT)
+#   WHEEL_ROUTE=nvrtc: a wheel of the NVRTC route (the CUDA host code alone; kernels compiled by NVRTC on their
+#   first launch, into the fresh venv's empty cache: the first calls' times include those compiles)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 MAX_JOBS=${MAX_JOBS:-16}
 [ -x /usr/bin/g++ ] && export CC=/usr/bin/gcc CXX=/usr/bin/g++
@@ -14,7 +16,7 @@ repo=$PWD
 t0=$(date +%s)
 # WHEEL_ARCHS: the CUDA targets (default: setup.py's, whatever TORCH_CUDA_ARCH_LIST the machine sets)
 arch_env=(-u TORCH_CUDA_ARCH_LIST) && [ -n "${WHEEL_ARCHS:-}" ] && arch_env=("TORCH_CUDA_ARCH_LIST=$WHEEL_ARCHS")
-env "${arch_env[@]}" SEMIRING_OPS_BUILD_EXT=1 SEMIRING_OPS_CACHE=$W/build-cache python3 -m build --wheel --no-isolation --outdir "$W/dist" . \
+env "${arch_env[@]}" SEMIRING_OPS_CUDA_KERNELS=${WHEEL_ROUTE:-auto} SEMIRING_OPS_BUILD_EXT=1 SEMIRING_OPS_CACHE=$W/build-cache python3 -m build --wheel --no-isolation --outdir "$W/dist" . \
   > "$OUT/wheel_build.log" 2>&1 || { tail -40 "$OUT/wheel_build.log"; exit 1; }
 wheel=$(ls "$W"/dist/*.whl)
 echo "wheel built in $(( $(date +%s) - t0 )) s: $(basename "$wheel") $(du -h "$wheel" | cut -f1)" | tee "$OUT/wheel_size.txt"
@@ -42,7 +44,7 @@ t0 = time.perf_counter()
 a = torch.randn(8, 1024, 1024, device="cuda", requires_grad=True)
 b = torch.randn(8, 1024, 1024, device="cuda", requires_grad=True)
 so.logbmm(a, b).sum().backward(); torch.cuda.synchronize()
-print(f"first logbmm fwd+bwd, import excluded: {time.perf_counter() - t0:.2f} s (nothing to compile)")
+print(f"first logbmm fwd+bwd, import excluded: {time.perf_counter() - t0:.2f} s (no module to compile)")
 timed("logbmm fwd+bwd B=8 n=1024", lambda: so.logbmm(a, b).sum().backward())
 timed("maxbmm fwd", lambda: so.maxbmm(a, b))
 crf = so.LinearChainCRF(32, batch_first=True).cuda()

@@ -4,9 +4,10 @@ caller's tensors, not a slot read twice, not under autograd."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from semiring_ops.lazy.formula import Const, Div, Exp, Extract, Mul, Neg, Sub, Var, VecSum, evaluate
+from semiring_ops.lazy.formula import Add, Const, Div, Exp, Extract, Mul, Neg, Sub, Var, VecSum, evaluate
 
 OWNED = -3
 
@@ -65,3 +66,28 @@ def test_under_autograd_nothing_is_written_in_place():
     got = evaluate(cell, _reader({OWNED: owned, 1: w}), block, owned_slots=frozenset({OWNED}))
     (gw,) = torch.autograd.grad(got.sum(), w)
     torch.testing.assert_close(gw, block.exp().sum(0, keepdim=True))
+
+
+def test_a_negation_times_a_number_is_folded_into_the_number(monkeypatch):
+    """-D / d and -D * w (a number): the reader takes the number's negative, the negation is never made (one pass
+    over the block fewer), the values bit for bit the out-of-place ones; a negation read twice is still made."""
+    from semiring_ops.lazy.formula import Num
+
+    g = torch.rand(5, 4, 1) * 10
+    numbers = torch.tensor([0.5, 3.0])
+    block = Var("i", 1, slot=OWNED)
+    cells = [Exp(Div(Neg(block), Const(4.0))), Mul(Neg(block), Num(1)), Div(Neg(block), Num(0))]
+    wants = [evaluate(cell, _reader({OWNED: g.clone()}), g, numbers) for cell in cells]
+
+    def boom(x, out=None):
+        raise AssertionError("the negation was made")
+
+    monkeypatch.setattr(Neg, "tfun", staticmethod(boom))
+    for cell, want in zip(cells, wants, strict=True):
+        owned = g.clone()
+        got = evaluate(cell, _reader({OWNED: owned}), g, numbers, owned_slots=frozenset({OWNED}))
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        assert got.data_ptr() == owned.data_ptr()
+    neg = Neg(block)
+    with pytest.raises(AssertionError, match="the negation was made"):
+        evaluate(Add(Div(neg, Const(2.0)), neg), _reader({OWNED: g.clone()}), g, owned_slots=frozenset({OWNED}))

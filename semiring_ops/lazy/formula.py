@@ -1420,9 +1420,18 @@ def evaluate(
             for c in node.children:
                 key = ("slot", c.slot) if isinstance(c, Var) else id(c)
                 uses[key] = uses.get(key, 0) + 1
+    # a negation whose one reader multiplies or divides it by a number is not made: the reader takes the number's
+    # negative instead (exact in floating point), one pass over a block fewer (-D / d: neg, div -> div)
+    folded = {id(n.children[0]) for n in order if reuse and _folds_negation(n, uses)}
     values: dict[int, torch.Tensor] = {}
     spare: set[int] = set()  # ids of the nodes whose value is a temporary that only its one reader sees
     for node in order:
+        if id(node) in folded:  # its value stands un-negated; its reader negates the number
+            inner = node.children[0]
+            values[id(node)] = values[id(inner)]
+            if id(inner) in spare:
+                spare.add(id(node))
+            continue
         if isinstance(node, Var):
             values[id(node)] = read(node)
             if reuse and node.slot in owned_slots and uses.get(("slot", node.slot), 0) == 1:
@@ -1435,6 +1444,8 @@ def evaluate(
             values[id(node)] = numbers[node.index : node.index + 1]
         else:
             args = [values[id(c)] for c in node.children]
+            if node.children and id(node.children[0]) in folded:
+                args[1] = -args[1]
             first = node.children[0] if node.children else None
             out = _in_place(node, args) if first is not None and id(first) in spare else None
             value = values[id(node)] = out if out is not None else node.evaluate_node(args)
@@ -1444,6 +1455,14 @@ def evaluate(
             if reuse and uses.get(id(node), 0) == 1 and (fresh or handed):
                 spare.add(id(node))
     return values[id(root)]
+
+
+def _folds_negation(node: Formula, uses: dict) -> bool:
+    """Whether ``node`` is a product or quotient of a negation, read by it alone, and a number (evaluate)."""
+    if node.op not in ("Mul", "Div") or len(node.children) != 2:
+        return False
+    neg, number = node.children
+    return isinstance(neg, Neg) and isinstance(number, (Const, Num)) and uses.get(id(neg), 0) == 1
 
 
 _IN_PLACE_UNARY = frozenset(

@@ -401,7 +401,7 @@ def test_cpu_distance_blocks_sum_again_only_the_cells_that_cancel_and_keep_nan_a
     route, monkeypatch, dtype, far_rows, specials
 ):
     """The CPU's distance blocks (one GEMM with the norms folded in, then the exact test and the re-summation in
-    one pass of C++, cancel_fixup.py): rows of near-duplicates beside rows of far points (every ``far_rows``-th
+    one pass of C++, distance_blocks.py): rows of near-duplicates beside rows of far points (every ``far_rows``-th
     row, or none); with ``specials`` a NaN and an infinite coordinate (the inner terms' mean, then every
     shifted y, is infinite: every cell is summed again). Each block the linear route reads against float64 of the
     dense matrix (inf and NaN where the dense form has them)."""

@@ -32,7 +32,7 @@ import os
 import torch
 
 from ..ops.fast_log_scaled import tf32_matmul
-from .cancel_fixup import resum_cancelled
+from . import distance_blocks
 from .codegen import GRAM_CANCEL
 from .inner_products import GramSpec, gram_plan
 from .plan import CallArgs, Plan, new_outputs
@@ -173,6 +173,8 @@ def block_gram(spec: GramSpec, inner: GramInner, call: CallArgs, lo: int, n: int
     y, ny, ones = inner.y, inner.norms, inner.weights
     if spec.kind == "dot":
         return precise_mm(x, y.t(), fast)
+    if x.device.type == "cpu" and spec.dim <= distance_blocks.DIRECT_MAX_DIM:  # summed directly, exact
+        return distance_blocks.squared_distances(x, y, ones if isinstance(ones, torch.Tensor) else None)
     xs = x - inner.shift
     nx = _squared_norms(xs, ones if isinstance(ones, torch.Tensor) else None)[:, None]
     if _tf32_split(x.device.type, x.dtype):
@@ -180,13 +182,13 @@ def block_gram(spec: GramSpec, inner: GramInner, call: CallArgs, lo: int, n: int
         values = total - 2 * precise_mm(xs, inner.operand.t(), fast)
         return _resum_with_torch(values, x, y, total, ones)
     # one GEMM gives the whole distance, [xs, nx, 1] . [-2 w ys, 1, ny]: no pass over the block for the norms; then
-    # the cells that cancel summed again, on the CPU in one pass of C++ (cancel_fixup.py)
+    # the cells that cancel summed again, on the CPU in one pass of C++ (distance_blocks.py)
     values = torch.mm(torch.cat([xs, nx, torch.ones_like(nx)], 1), inner.operand.t())
     if not len(ny):
         return values
     if x.device.type != "cpu":  # (CUDA float64)
         return _resum_with_torch(values, x, y, nx + ny, ones)
-    resum_cancelled(values, x, y, nx, ny, ones if isinstance(ones, torch.Tensor) else None)
+    distance_blocks.resum_cancelled(values, x, y, nx, ny, ones if isinstance(ones, torch.Tensor) else None)
     return values
 
 

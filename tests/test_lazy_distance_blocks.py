@@ -1,7 +1,8 @@
-"""The CPU GEMM route's re-summation of cancelled squared distances in C++ (semiring_ops/lazy/cancel_fixup.py),
-against the rule written in torch: the cells below 1 / GRAM_CANCEL of |x|^2 + |y|^2 (NaN included) summed again
-from the variables in float64 to within rounding, every other cell left bit for bit, on fresh random shapes whose
-column counts straddle the kernel's groups of 16 lanes, with and without weights, with non-contiguous inputs."""
+"""The CPU's distance blocks in C++ (semiring_ops/lazy/distance_blocks.py): squared distances summed directly,
+against float64; the GEMM route's re-summation of cancelled squared distances, against the rule written in torch:
+the cells below 1 / GRAM_CANCEL of |x|^2 + |y|^2 (NaN included) summed again from the variables in float64 to
+within rounding, every other cell left bit for bit. Fresh random shapes whose column counts straddle the kernels'
+groups of lanes, with and without weights, with non-contiguous inputs."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from semiring_ops.lazy.cancel_fixup import resum_cancelled
 from semiring_ops.lazy.codegen import GRAM_CANCEL
+from semiring_ops.lazy.distance_blocks import resum_cancelled, squared_distances
 
 pytestmark = pytest.mark.usefixtures("compiled")
 
@@ -67,3 +68,29 @@ def test_bad_values_are_refused_by_name():
         resum_cancelled(
             torch.zeros(2, 2, dtype=torch.int32), *(torch.zeros(2, 1),) * 2, torch.zeros(2), torch.zeros(2), None
         )
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    rows=st.integers(0, 40),
+    cols=st.sampled_from([0, 1, 7, 8, 9, 33, 100]),
+    dim=st.integers(1, 9),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    weighted=st.booleans(),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_squared_distances_summed_directly_match_float64(rows, cols, dim, dtype, weighted, seed):
+    """Near-duplicates and far points alike, non-contiguous x, weights: each cell is the formula as written, so its
+    error is relative to the distance itself (no cancellation against the norms)."""
+    _, x, y, _, _, w = _block(rows, cols, dim, dtype, seed, weighted)
+    x_wide = torch.cat([x, x], 1)
+    got = squared_distances(x_wide[:, :dim], y, w)
+    exact = ((x.double()[:, None, :] - y.double()[None, :, :]) ** 2 * (w.double() if w is not None else 1.0)).sum(-1)
+    assert got.shape == (rows, cols) and got.dtype == dtype
+    tol = 1e-5 if dtype == torch.float32 else 1e-12
+    torch.testing.assert_close(got.double(), exact, rtol=tol, atol=0)
+
+
+def test_squared_distances_refuse_mixed_or_integer_dtypes():
+    with pytest.raises(ValueError, match="float32 / float64 alike"):
+        squared_distances(torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.float64), None)

@@ -1,0 +1,196 @@
+"""The CPU's blocks of squared distances in C++, for the GEMM route (gemm_route.block_gram): a block (rows, n_inner)
+of sum_d w_d (x_id - y_jd)^2.
+
+- Few components (D <= DIRECT_MAX_DIM): the distances summed directly, in increasing d, each row's cells in one
+  vectorised pass per component over a row that stays in L1 (y transposed, so its lanes read consecutive j).
+  Exact as the formula is written; no GEMM and nothing to cancel. At D = 3 on 2 cores this is faster than the
+  GEMM of depth D + 2 with the pass below (measurements in DIRECT_MAX_DIM's comment).
+- Otherwise gemm_route reads the block from one GEMM as |x|^2 + |y|^2 - 2 x.y (the points shifted by the inner
+  terms' mean). Where that is below 1 / GRAM_CANCEL of |x|^2 + |y|^2 it has lost its digits, and the cell is summed
+  again from the unshifted variables, as the plain kernel sums it (the rule the generated kernels apply inline,
+  codegen._gram_cells): resum_cancelled, each row one vectorised compare pass that ORs the flags of a group of
+  lanes, then the rare cells summed again in place. Done with torch, finding those cells took a compare, a nonzero
+  and a gather over the whole block: half of a 4,000 x 2,000 Gaussian K @ b at D = 3 (nonzero alone 6.4 of 22 ms).
+
+Rows are spread over OpenMP threads. The library is compiled once per machine by the lazy kernels' host compiler
+(host_compiler.py, ~0.65 s) and cached with them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import torch
+
+from .codegen import GRAM_CANCEL
+from .cpu_kernels import cpu_threads
+from .host_compiler import HostFunction, compile_host_library
+
+__all__ = ["DIRECT_MAX_DIM", "resum_cancelled", "squared_distances"]
+
+_SOURCE = r"""
+#include <cstdint>
+
+namespace {
+
+constexpr int kLanes = 16;
+
+// values (rows, cols) row-major; x (rows, dim) and y (cols, dim) the unshifted variables, row-major; nx (rows),
+// ny (cols) the shifted squared norms; w (dim) the weights or null. A cell v is summed again where
+// !(v >= ratio * (nx + ny)) (NaN included).
+template <typename T>
+void resum(T* values, const T* x, const T* y, const T* nx, const T* ny, const T* w, int64_t rows, int64_t cols,
+           int64_t dim, double ratio_in, int threads) {
+  const T ratio = T(ratio_in);
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t i = 0; i < rows; ++i) {
+    T* row = values + i * cols;
+    const T nxi = nx[i];
+    const T* xi = x + i * dim;
+    for (int64_t j0 = 0; j0 < cols; j0 += kLanes) {
+      const int64_t lanes = cols - j0 < kLanes ? cols - j0 : kLanes;
+      int bad = 0;  // (one loop for every group: a fixed count of 16 is unrolled whole and not vectorised)
+      for (int64_t l = 0; l < lanes; ++l) bad |= !(row[j0 + l] >= ratio * (nxi + ny[j0 + l]));
+      if (!bad) continue;
+      for (int l = 0; l < lanes; ++l) {
+        const int64_t j = j0 + l;
+        if (row[j] >= ratio * (nxi + ny[j])) continue;
+        const T* yj = y + j * dim;
+        T s = T(0);
+        for (int64_t d = 0; d < dim; ++d) {
+          const T diff = xi[d] - yj[d];
+          s += w ? w[d] * (diff * diff) : diff * diff;
+        }
+        row[j] = s;
+      }
+    }
+  }
+}
+
+// out (rows, cols) = sum_d w_d (x_id - y_jd)^2, x (rows, dim) and yt (dim, cols) row-major, w (dim) or null
+template <typename T>
+void sqdist(T* out, const T* x, const T* yt, const T* w, int64_t rows, int64_t cols, int64_t dim, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t i = 0; i < rows; ++i) {
+    T* row = out + i * cols;
+    const T* xi = x + i * dim;
+    for (int64_t j = 0; j < cols; ++j) row[j] = T(0);
+    for (int64_t d = 0; d < dim; ++d) {
+      const T xv = xi[d];
+      const T wv = w ? w[d] : T(1);
+      const T* yd = yt + d * cols;
+      for (int64_t j = 0; j < cols; ++j) {
+        const T diff = xv - yd[j];
+        row[j] += wv * (diff * diff);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" void sqdist_float(float* out, const float* x, const float* yt, const float* w, int64_t rows, int64_t cols,
+                             int64_t dim, int threads) {
+  sqdist<float>(out, x, yt, w, rows, cols, dim, threads);
+}
+
+extern "C" void sqdist_double(double* out, const double* x, const double* yt, const double* w, int64_t rows,
+                              int64_t cols, int64_t dim, int threads) {
+  sqdist<double>(out, x, yt, w, rows, cols, dim, threads);
+}
+
+extern "C" void resum_float(float* v, const float* x, const float* y, const float* nx, const float* ny,
+                            const float* w, int64_t rows, int64_t cols, int64_t dim, double ratio, int threads) {
+  resum<float>(v, x, y, nx, ny, w, rows, cols, dim, ratio, threads);
+}
+
+extern "C" void resum_double(double* v, const double* x, const double* y, const double* nx, const double* ny,
+                             const double* w, int64_t rows, int64_t cols, int64_t dim, double ratio, int threads) {
+  resum<double>(v, x, y, nx, ny, w, rows, cols, dim, ratio, threads);
+}
+"""
+
+# squared distances of at most this many components are summed directly (squared_distances), not read from a GEMM:
+# 4,000 x 2,000 Gaussian K @ b of 16 columns on the 2-core machine (2026-11-30, timed alternately), directly / by
+# the GEMM / the torch form: D = 3 10.6 / 11.3 / 11.3 ms, D = 4 9.9 / 10.9 / 11.3, D = 8 10.4 / 11.0 / 11.0,
+# D = 12 11.5 / 11.6 / 11.7, D = 16 12.3 / 11.8 / 11.2
+DIRECT_MAX_DIM = 8
+_EXPORTS = ["resum_float", "resum_double", "sqdist_float", "sqdist_double"]
+_RESUM_ARGS = [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 3 + [ctypes.c_double, ctypes.c_int]
+_SQDIST_ARGS = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 3 + [ctypes.c_int]
+_functions: dict[tuple[str, torch.dtype], HostFunction] = {}
+_lock = threading.Lock()
+
+
+def _function(name: str, dtype: torch.dtype) -> HostFunction:
+    """The library's ``name``_float or ``name``_double."""
+    key = (name, dtype)
+    fn = _functions.get(key)
+    if fn is None:
+        with _lock:
+            fn = _functions.get(key)
+            if fn is None:
+                lib = compile_host_library(_SOURCE, _EXPORTS, "the CPU's distance blocks")
+                suffix = "float" if dtype == torch.float32 else "double"
+                fn = lib.function(f"{name}_{suffix}", _RESUM_ARGS if name == "resum" else _SQDIST_ARGS)
+                _functions[key] = fn
+    return fn
+
+
+def squared_distances(x: torch.Tensor, y: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
+    """(rows, cols) sum_d w_d (x_id - y_jd)^2 of x (rows, D) and y (cols, D), summed directly in increasing d (module
+    docstring). CPU, float32 or float64."""
+    if x.dtype not in (torch.float32, torch.float64) or y.dtype != x.dtype:
+        raise ValueError(f"squared_distances: x and y must be float32 / float64 alike, got {x.dtype}, {y.dtype}")
+    rows, cols = x.shape[0], y.shape[0]
+    out = torch.empty(rows, cols, dtype=x.dtype)
+    if rows == 0 or cols == 0:
+        return out
+    x, yt = x.contiguous(), y.t().contiguous()
+    w = weights.to(x.dtype).contiguous() if weights is not None else None
+    _function("sqdist", x.dtype).call(
+        out.data_ptr(),
+        x.data_ptr(),
+        yt.data_ptr(),
+        w.data_ptr() if w is not None else None,
+        rows,
+        cols,
+        x.shape[1],
+        cpu_threads(rows, cols),
+    )
+    return out
+
+
+def resum_cancelled(
+    values: torch.Tensor,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    nx: torch.Tensor,
+    ny: torch.Tensor,
+    weights: torch.Tensor | None,
+) -> None:
+    """In place: the cells of ``values`` (rows, cols), squared distances read from the shifted GEMM, that cancel
+    (module docstring) summed again from ``x`` (rows, D) and ``y`` (cols, D). ``nx`` (rows,) and ``ny`` (cols,) are
+    the shifted squared norms, ``weights`` (D,) a weighted distance's or None. CPU, float32 or float64, values
+    contiguous; the others are made contiguous here."""
+    if values.dtype not in (torch.float32, torch.float64) or not values.is_contiguous():
+        raise ValueError(f"resum_cancelled: values must be contiguous float32 / float64, got {values.dtype}")
+    rows, cols = values.shape
+    if rows == 0 or cols == 0:
+        return
+    x, y, nx, ny = (t.to(values.dtype).contiguous() for t in (x, y, nx.reshape(-1), ny.reshape(-1)))
+    w = weights.to(values.dtype).contiguous() if weights is not None else None
+    _function("resum", values.dtype).call(
+        values.data_ptr(),
+        x.data_ptr(),
+        y.data_ptr(),
+        nx.data_ptr(),
+        ny.data_ptr(),
+        w.data_ptr() if w is not None else None,
+        rows,
+        cols,
+        x.shape[1],
+        1.0 / GRAM_CANCEL,
+        cpu_threads(rows, cols),
+    )

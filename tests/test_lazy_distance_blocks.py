@@ -17,6 +17,22 @@ from semiring_ops.lazy.distance_blocks import resum_cancelled, squared_distances
 pytestmark = pytest.mark.usefixtures("compiled")
 
 
+# a block's shape, dtype, weights and seed; column counts straddle the kernels' groups of 8 and 16 lanes
+BLOCKS = {
+    "rows": st.integers(0, 40),
+    "cols": st.sampled_from([0, 1, 7, 8, 9, 15, 16, 17, 33, 100]),
+    "dim": st.integers(1, 9),
+    "dtype": st.sampled_from([torch.float32, torch.float64]),
+    "weighted": st.booleans(),
+    "seed": st.integers(0, 2**31 - 1),
+}
+
+
+def _exact(x: torch.Tensor, y: torch.Tensor, w: torch.Tensor | None) -> torch.Tensor:
+    """The squared distances in float64, by broadcasting."""
+    return ((x.double()[:, None, :] - y.double()[None, :, :]) ** 2 * (w.double() if w is not None else 1.0)).sum(-1)
+
+
 def _block(rows: int, cols: int, dim: int, dtype: torch.dtype, seed: int, weighted: bool):
     """A block as gemm_route.block_gram makes it: near-duplicate rows (so that some cells cancel) beside far ones."""
     g = torch.Generator().manual_seed(seed)
@@ -35,14 +51,7 @@ def _block(rows: int, cols: int, dim: int, dtype: torch.dtype, seed: int, weight
 
 
 @settings(max_examples=25, deadline=None)
-@given(
-    rows=st.integers(0, 40),
-    cols=st.sampled_from([0, 1, 15, 16, 17, 33, 100]),
-    dim=st.integers(1, 9),
-    dtype=st.sampled_from([torch.float32, torch.float64]),
-    weighted=st.booleans(),
-    seed=st.integers(0, 2**31 - 1),
-)
+@given(**BLOCKS)
 def test_cancelled_cells_are_summed_again_and_the_others_kept(rows, cols, dim, dtype, weighted, seed):
     values, x, y, nx, ny, w = _block(rows, cols, dim, dtype, seed, weighted)
     if rows and cols:
@@ -52,7 +61,7 @@ def test_cancelled_cells_are_summed_again_and_the_others_kept(rows, cols, dim, d
     # x non-contiguous (a column slice of a wider tensor), as a block of rows of a strided variable is
     x_wide = torch.cat([x, x], 1)
     resum_cancelled(values, x_wide[:, :dim], y, nx, ny, w)
-    exact = ((x.double()[:, None, :] - y.double()[None, :, :]) ** 2 * (w.double() if w is not None else 1.0)).sum(-1)
+    exact = _exact(x, y, w)
     assert torch.equal(values[~cancels], before[~cancels])
     tol = 1e-5 if dtype == torch.float32 else 1e-12
     torch.testing.assert_close(values[cancels].double(), exact[cancels], rtol=tol, atol=tol * 1e-3)
@@ -71,21 +80,14 @@ def test_bad_values_are_refused_by_name():
 
 
 @settings(max_examples=25, deadline=None)
-@given(
-    rows=st.integers(0, 40),
-    cols=st.sampled_from([0, 1, 7, 8, 9, 33, 100]),
-    dim=st.integers(1, 9),
-    dtype=st.sampled_from([torch.float32, torch.float64]),
-    weighted=st.booleans(),
-    seed=st.integers(0, 2**31 - 1),
-)
+@given(**BLOCKS)
 def test_squared_distances_summed_directly_match_float64(rows, cols, dim, dtype, weighted, seed):
     """Near-duplicates and far points alike, non-contiguous x, weights: each cell is the formula as written, so its
     error is relative to the distance itself (no cancellation against the norms)."""
     _, x, y, _, _, w = _block(rows, cols, dim, dtype, seed, weighted)
     x_wide = torch.cat([x, x], 1)
     got = squared_distances(x_wide[:, :dim], y, w)
-    exact = ((x.double()[:, None, :] - y.double()[None, :, :]) ** 2 * (w.double() if w is not None else 1.0)).sum(-1)
+    exact = _exact(x, y, w)
     assert got.shape == (rows, cols) and got.dtype == dtype
     tol = 1e-5 if dtype == torch.float32 else 1e-12
     torch.testing.assert_close(got.double(), exact, rtol=tol, atol=0)

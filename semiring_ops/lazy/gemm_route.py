@@ -167,8 +167,9 @@ def gram_inner(spec: GramSpec, call: CallArgs) -> GramInner:
 def block_gram(spec: GramSpec, inner: GramInner, call: CallArgs, lo: int, n: int, fast: bool = False) -> torch.Tensor:
     """The values (n, n_inner) of an inner product for output rows [lo, lo + n), as torch tensors: x.y, or the
     squared distance from the shifted GEMM with the cells below 1 / GRAM_CANCEL of the norms' sum summed again
-    from the variables (the kernels' rule, codegen._gram_cells). ``inner``: gram_inner(spec, call), made once for
-    all the blocks of a call."""
+    from the variables (the kernels' rule, codegen._gram_cells; on the CPU in C++, and up to
+    distance_blocks.DIRECT_MAX_DIM components summed directly there, with no GEMM). ``inner``: gram_inner(spec,
+    call), made once for all the blocks of a call."""
     x = call.tensors[spec.outer_slot].reshape(call.n_outer, spec.dim)[lo : lo + n]
     y, ny, ones = inner.y, inner.norms, inner.weights
     if spec.kind == "dot":

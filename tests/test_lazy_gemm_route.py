@@ -415,8 +415,8 @@ def test_cpu_distance_blocks_sum_again_only_the_cells_that_cancel_and_keep_nan_a
     blocks = []
     real = linear_route.block_gram
 
-    def kept(spec, inner, call, lo, n, fast=False):
-        block = real(spec, inner, call, lo, n, fast)
+    def kept(spec, inner, call, lo, n, *args):
+        block = real(spec, inner, call, lo, n, *args)
         blocks.append((lo, n, block.clone()))  # (the route then evaluates the cell in place over the block)
         return block
 

@@ -138,13 +138,18 @@ def _function(name: str, dtype: torch.dtype) -> HostFunction:
     return fn
 
 
-def squared_distances(x: torch.Tensor, y: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
+def squared_distances(
+    x: torch.Tensor, y: torch.Tensor, weights: torch.Tensor | None, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """(rows, cols) sum_d w_d (x_id - y_jd)^2 of x (rows, D) and y (cols, D), summed directly in increasing d (module
-    docstring). CPU, float32 or float64."""
+    docstring), into ``out`` (contiguous, (rows, cols)) when given. CPU, float32 or float64."""
     if x.dtype not in (torch.float32, torch.float64) or y.dtype != x.dtype:
         raise ValueError(f"squared_distances: x and y must be float32 / float64 alike, got {x.dtype}, {y.dtype}")
     rows, cols = x.shape[0], y.shape[0]
-    out = torch.empty(rows, cols, dtype=x.dtype)
+    if out is None:
+        out = torch.empty(rows, cols, dtype=x.dtype)
+    elif out.shape != (rows, cols) or out.dtype != x.dtype or not out.is_contiguous():
+        raise ValueError(f"squared_distances: out must be contiguous {x.dtype} of shape {(rows, cols)}")
     if rows == 0 or cols == 0:
         return out
     x, yt = x.contiguous(), y.t().contiguous()

@@ -164,18 +164,31 @@ def gram_inner(spec: GramSpec, call: CallArgs) -> GramInner:
     return GramInner(y, ones, shift, operand, ny)
 
 
-def block_gram(spec: GramSpec, inner: GramInner, call: CallArgs, lo: int, n: int, fast: bool = False) -> torch.Tensor:
+def block_gram(
+    spec: GramSpec,
+    inner: GramInner,
+    call: CallArgs,
+    lo: int,
+    n: int,
+    fast: bool = False,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
     """The values (n, n_inner) of an inner product for output rows [lo, lo + n), as torch tensors: x.y, or the
     squared distance from the shifted GEMM with the cells below 1 / GRAM_CANCEL of the norms' sum summed again
     from the variables (the kernels' rule, codegen._gram_cells; on the CPU in C++, and up to
     distance_blocks.DIRECT_MAX_DIM components summed directly there, with no GEMM). ``inner``: gram_inner(spec,
-    call), made once for all the blocks of a call."""
+    call), made once for all the blocks of a call. ``out``: on the CPU, a contiguous (>= n, n_inner) buffer the
+    squared distances are written into (its first n rows, returned), reused from block to block."""
     x = call.tensors[spec.outer_slot].reshape(call.n_outer, spec.dim)[lo : lo + n]
     y, ny, ones = inner.y, inner.norms, inner.weights
     if spec.kind == "dot":
         return precise_mm(x, y.t(), fast)
-    if x.device.type == "cpu" and spec.dim <= distance_blocks.DIRECT_MAX_DIM:  # summed directly, exact
-        return distance_blocks.squared_distances(x, y, ones if isinstance(ones, torch.Tensor) else None)
+    # the C++ blocks and the buffer on the CPU, unless autograd records this (the route runs inside the reductions'
+    # autograd.Function, grad mode off; a direct call under grad mode with an input that requires grad stays in torch)
+    cpu = x.device.type == "cpu" and not (torch.is_grad_enabled() and (x.requires_grad or y.requires_grad))
+    out = out[:n] if cpu and out is not None else None
+    if cpu and spec.dim <= distance_blocks.DIRECT_MAX_DIM:  # summed directly, exact
+        return distance_blocks.squared_distances(x, y, ones if isinstance(ones, torch.Tensor) else None, out)
     xs = x - inner.shift
     nx = _squared_norms(xs, ones if isinstance(ones, torch.Tensor) else None)[:, None]
     if _tf32_split(x.device.type, x.dtype):
@@ -184,10 +197,10 @@ def block_gram(spec: GramSpec, inner: GramInner, call: CallArgs, lo: int, n: int
         return _resum_with_torch(values, x, y, total, ones)
     # one GEMM gives the whole distance, [xs, nx, 1] . [-2 w ys, 1, ny]: no pass over the block for the norms; then
     # the cells that cancel summed again, on the CPU in one pass of C++ (distance_blocks.py)
-    values = torch.mm(torch.cat([xs, nx, torch.ones_like(nx)], 1), inner.operand.t())
+    values = torch.mm(torch.cat([xs, nx, torch.ones_like(nx)], 1), inner.operand.t(), **({"out": out} if cpu else {}))
     if not len(ny):
         return values
-    if x.device.type != "cpu":  # (CUDA float64)
+    if not cpu:  # (CUDA float64; autograd)
         return _resum_with_torch(values, x, y, nx + ny, ones)
     distance_blocks.resum_cancelled(values, x, y, nx, ny, ones if isinstance(ones, torch.Tensor) else None)
     return values

@@ -209,11 +209,15 @@ def _run_term(term: LinearTerm, plan: Plan, call: CallArgs, rows: int, vals: tor
     owned = frozenset(v.slot for v in pairs.values())  # the blocks' matrices, made for the cell alone
     cell = replace_nodes(term.cell, pairs)
     inners = [gram_inner(spec, call) for _, spec in term.grams]  # the inner sides, once for every block
+    # on the CPU each inner product's block matrix is one buffer for every block (the cell is evaluated in place on
+    # it, then read by the product with y before the next block writes it)
+    cpu = vals.device.type == "cpu"
+    buffers = [vals.new_empty(min(rows, call.n_outer), call.n_inner) if cpu else None for _ in term.grams]
     for lo in range(0, call.n_outer, rows):
         n = min(rows, call.n_outer - lo)
         values = {
-            _PAIR_SLOT - k: block_gram(spec, inner, call, lo, n, plan.fast)
-            for k, ((_, spec), inner) in enumerate(zip(term.grams, inners, strict=True))
+            _PAIR_SLOT - k: block_gram(spec, inner, call, lo, n, plan.fast, buffer)
+            for k, ((_, spec), inner, buffer) in enumerate(zip(term.grams, inners, buffers, strict=True))
         }
 
         def read(var: Var, lo: int = lo, n: int = n, values: dict = values) -> torch.Tensor:

@@ -43,7 +43,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing import time_ms
+from timing import paired_ms, time_ms
 
 DIMS = (3, 16, 64, 128, 256, 784, 2048)
 K = 10
@@ -163,6 +163,9 @@ def main() -> None:
     parser.add_argument("--first-call", action="store_true", help="also a new formula's first call per D")
     parser.add_argument("--metric", choices=["sqdist", "l1"], default="sqdist")
     parser.add_argument("--torch-max-d", type=int, default=1 << 30, help="the torch code up to this D only")
+    parser.add_argument(
+        "--paired", action="store_true", help="time ours and the torch form alternately (timing.paired_ms), for ratios"
+    )
     parser.add_argument("--out", help="write the rows as JSON here")
     args = parser.parse_args()
     from semiring_ops.lazy import LazyTensor
@@ -208,13 +211,14 @@ def main() -> None:
                     del os.environ["SEMIRING_OPS_LAZY_GEMM"]
             t_torch = None
             if kind != "grad" and d <= args.torch_max_d:
-                t_torch = time_ms(
-                    lambda x=x, y=y, b=b, kind=kind: torch_form(
-                        x, y, None if kind == "knn" else b, args.torch_chunk, args.metric
-                    ),
-                    dev,
-                    args.reps,
-                )
+
+                def theirs(x=x, y=y, b=b, kind=kind):
+                    return torch_form(x, y, None if kind == "knn" else b, args.torch_chunk, args.metric)
+
+                if args.paired:  # ours and the torch form alternated, one call of each per round
+                    t_ours, t_torch = paired_ms([ours, theirs], dev, args.reps)
+                else:
+                    t_torch = time_ms(theirs, dev, args.reps)
             t_keops = keops_ms(dev, m, n, d, kind, args.reps, args.metric) if args.pykeops and kind != "grad" else None
             flops = 2 * m * n * d
             b3 = 100 * 3 * flops / tf32 / (t_ours * 1e-3)

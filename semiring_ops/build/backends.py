@@ -284,7 +284,7 @@ def _load_family(backend: Backend, fam: Family) -> FamilyState:
         return FamilyState("none", None, backend.forced)
     module = prebuilt.load_prebuilt(fam, _device_index(fam.device_type))
     if module is not None:
-        if fam.device_type == "cuda" and prebuilt.cuda_route() == "nvrtc":
+        if prebuilt.takes_nvrtc(fam):
             module = _with_kernel_source(module)
         return FamilyState("prebuilt", module, getattr(module, "__file__", "") or "")
     spec, tk = jit_build(fam)
@@ -437,6 +437,9 @@ def backend_for(device: torch.device) -> Backend:
     return backend
 
 
+_NVRTC_NOTE = " (NVRTC route: kernels compile on their first launch)"  # family_status's detail of such a module
+
+
 def family_status(device_type: str, name: str) -> tuple[str, str]:
     """(kind, detail) of a family without building or loading anything: loaded (its kind), prebuilt, cached,
     not built yet, or the reference with the reason."""
@@ -450,10 +453,9 @@ def family_status(device_type: str, name: str) -> tuple[str, str]:
         return "reference", forced
     status, detail = prebuilt.prebuilt_status(fam, _device_index(device_type))
     if status == "prebuilt":
-        nvrtc = device_type == "cuda" and prebuilt.cuda_route() == "nvrtc"
-        return "prebuilt", detail + (" (NVRTC route: kernels compile on their first launch)" if nvrtc else "")
+        return "prebuilt", detail + (_NVRTC_NOTE if prebuilt.takes_nvrtc(fam) else "")
     spec, tk = jit_build(fam)
-    route = " (NVRTC route: kernels compile on their first launch)" if spec.nvrtc else ""
+    route = _NVRTC_NOTE if spec.nvrtc else ""
     if jit.is_cached(spec, tk):
         return "compiled", f"cached in {jit.build_directory(spec, tk)}{route}"
     problem = _toolchain_problem(device_type, spec.nvrtc)

@@ -41,6 +41,7 @@ __all__ = [
     "manifest",
     "mismatch",
     "prebuilt_status",
+    "takes_nvrtc",
     "wheel_cuda_route",
 ]
 
@@ -88,6 +89,11 @@ def cuda_route(info: dict[str, Any] | None = None) -> str:
     nvrtc (a manifest from before the field: nvcc)."""
     info = manifest() if info is None else info
     return str((info or {}).get("cuda_route", "nvcc"))
+
+
+def takes_nvrtc(fam: Family) -> bool:
+    """Whether the wheel's module of `fam` is the NVRTC route's host code (its kernels compile on first launch)."""
+    return fam.device_type == "cuda" and cuda_route() == "nvrtc"
 
 
 @functools.cache

@@ -181,6 +181,7 @@ def block_gram(
     squared distances are written into (its first n rows, returned), reused from block to block."""
     x = call.tensors[spec.outer_slot].reshape(call.n_outer, spec.dim)[lo : lo + n]
     y, ny, ones = inner.y, inner.norms, inner.weights
+    w = ones if isinstance(ones, torch.Tensor) else None  # a weighted distance's weights
     if spec.kind == "dot":
         return precise_mm(x, y.t(), fast)
     # the C++ blocks and the buffer on the CPU, unless autograd records this (the route runs inside the reductions'
@@ -188,9 +189,9 @@ def block_gram(
     cpu = x.device.type == "cpu" and not (torch.is_grad_enabled() and (x.requires_grad or y.requires_grad))
     out = out[:n] if cpu and out is not None else None
     if cpu and spec.dim <= distance_blocks.DIRECT_MAX_DIM:  # summed directly, exact
-        return distance_blocks.squared_distances(x, y, ones if isinstance(ones, torch.Tensor) else None, out)
+        return distance_blocks.squared_distances(x, y, w, out)
     xs = x - inner.shift
-    nx = _squared_norms(xs, ones if isinstance(ones, torch.Tensor) else None)[:, None]
+    nx = _squared_norms(xs, w)[:, None]
     if _tf32_split(x.device.type, x.dtype):
         total = nx + ny
         values = total - 2 * precise_mm(xs, inner.operand.t(), fast)
@@ -202,7 +203,7 @@ def block_gram(
         return values
     if not cpu:  # (CUDA float64; autograd)
         return _resum_with_torch(values, x, y, nx + ny, ones)
-    distance_blocks.resum_cancelled(values, x, y, nx, ny, ones if isinstance(ones, torch.Tensor) else None)
+    distance_blocks.resum_cancelled(values, x, y, nx, ny, w)
     return values
 
 

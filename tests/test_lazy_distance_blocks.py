@@ -93,6 +93,12 @@ def test_squared_distances_summed_directly_match_float64(rows, cols, dim, dtype,
     torch.testing.assert_close(got.double(), exact, rtol=tol, atol=0)
 
 
-def test_squared_distances_refuse_mixed_or_integer_dtypes():
+def test_squared_distances_refuse_mixed_or_integer_dtypes_and_a_wrong_out():
     with pytest.raises(ValueError, match="float32 / float64 alike"):
         squared_distances(torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.float64), None)
+    x, y = torch.randn(4, 3), torch.randn(5, 3)
+    for out in (torch.empty(4, 6), torch.empty(5, 4).t(), torch.empty(4, 5, dtype=torch.float64)):
+        with pytest.raises(ValueError, match=r"out must be contiguous torch.float32 of shape \(4, 5\)"):
+            squared_distances(x, y, None, out)
+    out = torch.full((4, 5), float("nan"))
+    assert squared_distances(x, y, None, out) is out and torch.isfinite(out).all()  # written whole

@@ -8,9 +8,12 @@ kernels   (--kernels, on a GPU) a call of each CUDA family (logbmm forward and f
           the packed select, logbmm precision="fast", a CRF training step and decode, a dependency tree's log Z
           forward + backward, CTC forward + backward; float32) under each route ($SEMIRING_OPS_CUDA_KERNELS), in
           fresh processes alternated --rounds times, median of 40 CUDA-event timings each, the best process shown.
+sass      (--sass, a toolkit) the SASS of the compile rows' kernels from NVRTC's cubin and from nvcc's, compared
+          instruction by instruction (csrc/cuda/shared_span.cuh says why they can differ).
 
   python benchmarks/build_routes.py              # compile times
   python benchmarks/build_routes.py --kernels    # and the kernels' times (a GPU, a toolkit for the nvcc route)
+  python benchmarks/build_routes.py --sass       # and the two routes' SASS of those kernels, compared (a toolkit)
 """
 
 from __future__ import annotations
@@ -18,9 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 ARCH = "sm_90"
@@ -88,26 +95,86 @@ def nvrtc_seconds() -> list[tuple[str, float]]:
     return rows
 
 
-def nvcc_seconds() -> list[tuple[str, float]] | None:
-    import torch
-
+def _toolkit() -> Path | None:
     from semiring_ops.build import jit, toolkit
 
     tk = toolkit.find_cuda_toolkit(jit.cache_root())
-    if tk is None:
-        return None
+    return None if tk is None else tk.home
+
+
+def _nvcc_cubin(home: Path, program: str, out: str) -> list[str]:
+    """nvcc's command for a kernel file's cubin, with the flags torch's extension builder gives the nvcc route."""
+    import torch
+
+    from semiring_ops.build import jit
+
     torch_include = Path(torch.__file__).parent / "include"
+    return [
+        str(home / "bin" / "nvcc"), "-cubin", f"-arch={ARCH}", "-O3", "-lineinfo", "-std=c++17",
+        "--expt-relaxed-constexpr", "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
+        "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__", f"-I{jit.source_root()}",
+        "-isystem", str(torch_include), str(jit.source_root() / program), "-o", out,
+    ]  # fmt: skip
+
+
+def nvcc_seconds() -> list[tuple[str, float]] | None:
+    home = _toolkit()
+    if home is None:
+        return None
     rows = []
     for name in ("bmm_kernels.cu", "log_contract_kernels.cu", "log_grads_kernels.cu"):
-        cmd = [
-            str(tk.home / "bin" / "nvcc"), "-cubin", f"-arch={ARCH}", "-O3", "-lineinfo", "-std=c++17",
-            "--expt-relaxed-constexpr", f"-I{jit.source_root()}", "-isystem", str(torch_include),
-            str(jit.source_root() / "cuda" / name), "-o", os.devnull,
-        ]  # fmt: skip
         t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, capture_output=True)
+        subprocess.run(_nvcc_cubin(home, f"cuda/{name}", os.devnull), check=True, capture_output=True)
         rows.append((name, time.perf_counter() - t0))
     return rows
+
+
+def _cuobjdump(home: Path) -> str | None:
+    """The toolkit's cuobjdump, or one on PATH, or the one Triton's wheel carries."""
+    for candidate in (home / "bin" / "cuobjdump", shutil.which("cuobjdump")):
+        if candidate and Path(candidate).is_file():
+            return str(candidate)
+    try:
+        import triton
+    except ImportError:
+        return None
+    bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    return str(bundled) if bundled.is_file() else None
+
+
+def sass_comparison() -> None:
+    """The SASS of each kernel a first logbmm runs, from NVRTC's cubin and from nvcc's, instruction by instruction
+    (register numbers included; addresses and encodings left out)."""
+    from semiring_ops.build import nvrtc, nvrtc_kernels
+
+    home = _toolkit()
+    tool = _cuobjdump(home) if home else None
+    if home is None or tool is None:
+        print("SASS: needs nvcc and cuobjdump")
+        return
+    options = nvrtc_kernels.nvrtc_options(ARCH, nvrtc_kernels.cuda_runtime_paths()[0])
+
+    def sass(cubin: Path, name: str) -> list[str]:
+        out = subprocess.run([tool, "-sass", "-fun", name, str(cubin)], capture_output=True, text=True).stdout
+        return [" ".join(m.group(1).split()) for m in re.finditer(r"/\*[0-9a-f]{4,}\*/\s+(.*?);", out)]
+
+    print(f"SASS for {ARCH} (nvcc {home}; cuobjdump {tool}):")
+    print(f"    {'kernel':60s} {'nvcc':>6s} {'NVRTC':>6s}  instructions")
+    with tempfile.TemporaryDirectory() as tmp:
+        for program, expression in FIRST_LOGBMM:
+            image, (lowered,) = nvrtc.nvrtc_compile_named(
+                f'#include "{program}"\n', options, True, "build_routes", (f"&{expression}",), Path(tmp) / "failed"
+            )
+            ours, theirs = Path(tmp) / "nvrtc.cubin", Path(tmp) / f"{Path(program).stem}.cubin"
+            ours.write_bytes(image)
+            if not theirs.exists():
+                subprocess.run(_nvcc_cubin(home, program, str(theirs)), check=True, capture_output=True)
+            a, b = sass(theirs, lowered), sass(ours, lowered)
+            ops_a, ops_b = (Counter(i.split()[0] for i in x) for x in (a, b))
+            moved = sum(((ops_a - ops_b) + (ops_b - ops_a)).values())
+            same = "identical" if a == b else "same opcodes, other order" if not moved else f"{moved} by opcode differ"
+            name = expression.removeprefix(f"{_ENGINE}<").split("::")[-1][:60]
+            print(f"    {name:60s} {len(a):6d} {len(b):6d}  {same}")
 
 
 def kernel_times(rounds: int) -> None:
@@ -132,6 +199,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kernels", action="store_true", help="time both routes' kernels (a GPU)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--sass", action="store_true", help="compare the two routes' SASS (no GPU needed)")
     args = parser.parse_args()
     from semiring_ops.build import nvrtc
 
@@ -149,6 +217,8 @@ def main() -> None:
         print("nvcc, device code only (-cubin), the bmm family's kernel files (every instantiation):")
         for name, s in nvcc:
             print(f"    {name:60s} {s:6.2f} s")
+    if args.sass:
+        sass_comparison()
     if args.kernels:
         kernel_times(args.rounds)
 

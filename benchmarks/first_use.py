@@ -95,6 +95,9 @@ def main() -> None:
     parser.add_argument(
         "--build-into", default=None, help="run 'build all' into this cache (kept) instead of a fresh one"
     )
+    parser.add_argument(
+        "--no-build-all", action="store_true", help="leave out 'build all' (a wheel's user, with no compiler)"
+    )
     args = parser.parse_args()
     import torch
 
@@ -139,6 +142,8 @@ def main() -> None:
         nv = f"{nvrtc_compiles:6d} {kernels_cold:15.1f}" if kernels_cold is not None else f"{'':6s} {'':15s}"
         print(f"{name:16s} {cold:8.1f} {compiled:10.1f} {then:8.1f} {warm:8.1f} {nv}   built: {', '.join(families)}")
     with tempfile.TemporaryDirectory(prefix="so_first_use_") as tmp:
+        if args.no_build_all:
+            return _write(args.json, device, rows)
         target = Path(args.build_into) if args.build_into else Path(tmp)
         if any(target.glob("semiring_ops_*")):
             raise SystemExit(f"--build-into {target} is not empty: 'build all' must start from a cold cache")
@@ -148,8 +153,12 @@ def main() -> None:
         whole, _ = _run(cmd, target)
     rows.append({"call": "build all", "cold_s": whole, "devices": cmd[cmd.index("--device") + 1 :]})
     print(f"{'build all':16s} {whole:8.1f}   ({' + '.join(cmd[cmd.index('--device') + 1 :])} families, in parallel)")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"device": device, "cores": os.cpu_count(), "rows": rows}, indent=1))
+    _write(args.json, device, rows)
+
+
+def _write(path: str | None, device: str, rows: list[dict]) -> None:
+    if path:
+        Path(path).write_text(json.dumps({"device": device, "cores": os.cpu_count(), "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

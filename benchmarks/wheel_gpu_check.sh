@@ -25,7 +25,7 @@ python3 -m zipfile -l "$wheel" | grep -E "_prebuilt" | tee "$OUT/wheel_listing.t
 python3 -m venv "$W/venv"
 site=$("$W/venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 python3 -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > "$site/gpu_torch.pth"  # torch, pytest
-"$W/venv/bin/python" -m pip install -q --no-deps --no-index "$wheel"
+"$W/venv/bin/python" -m pip install -q --no-deps --no-index --ignore-installed "$wheel"  # not the checkout an editable install left in the image's site-packages
 run() {  # in the fresh venv, a PATH with no compiler, an empty cache, outside the checkout
   (cd "$W" && env -i PATH="$W/venv/bin" HOME="$W" LANG=C.UTF-8 SEMIRING_OPS_CACHE="$W/user-cache" \
     NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 "$W/venv/bin/python" "$@")
@@ -55,6 +55,8 @@ timed("CRF decode", lambda: crf.decode(em))
 print("KINDS", kernel_summary())
 EOF
 ls "$W/user-cache" 2>/dev/null | grep semiring_ops_ && echo "COMPILED SOMETHING" || echo "nothing compiled"
+# first use from the wheel: import + the first call in a fresh process, each with an empty cache
+run "$repo/benchmarks/first_use.py" --device cuda --no-build-all 2>&1 | tee "$OUT/wheel_first_use.txt"
 # WHEEL_TESTS: the test files run against the wheel (default: matmul forward and backward, the CRF, the structures)
 for f in ${WHEEL_TESTS:-test_bmm_forward test_bmm_backward test_crf_fused test_structures_fused}; do
   files="${files:-} $repo/tests/$f.py"

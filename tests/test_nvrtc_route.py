@@ -142,6 +142,29 @@ def test_the_other_families_kernels_compile_with_nvrtc():
     _compile_all(_other_family_kernels())
 
 
+@needs_nvrtc
+@pytest.mark.parametrize("dtype", ["float", "double"])
+def test_the_engines_tiles_are_addressed_in_32_bits_under_nvrtc(dtype):
+    """NVRTC keeps pointers into shared memory 64 bits wide, where nvcc narrows them; the engine reads and writes its
+    tiles through 32-bit shared-window addresses instead (csrc/cuda/shared_span.cuh), so that ptxas gets the program
+    nvcc's build gives it (docs/perf_notes.md, "The NVRTC route's kernels"). Every shared access of the log forward's
+    PTX takes a 32-bit register."""
+    from semiring_ops.build import nvrtc
+
+    include, _ = nvrtc_kernels.cuda_runtime_paths()
+    policy = f"semiring_ops::cuda::SemiringBmmPolicy<semiring_ops::LogSemiring, {dtype}, false>"
+    expression = f"semiring_ops::cuda::contraction_kernel<{policy}>"
+    ptx, (lowered,) = nvrtc.nvrtc_compile_named(
+        '#include "cuda/bmm_kernels.cu"\n', nvrtc_kernels.nvrtc_options("compute_90", include), False, "test",
+        (f"&{expression}",), nvrtc_kernels.cache_dir() / "failed",
+    )  # fmt: skip
+    text = ptx.decode()
+    body = text[text.index(f".entry {lowered}") :]
+    addresses = re.findall(r"\b(?:ld|st)\.shared\S*\s[^;]*?\[(%\w+)", body[: body.index("\n}\n")])
+    assert len(addresses) > 16, addresses
+    assert all(re.fullmatch(r"%r\d+", a) for a in addresses), sorted(set(addresses))
+
+
 def _compile_and_run(tmp_path: Path, body: str) -> str:
     source = tmp_path / "spell.cpp"
     source.write_text(

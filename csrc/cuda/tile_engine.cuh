@@ -63,6 +63,7 @@
 #include <type_traits>
 
 #include "cuda/contraction.h"
+#include "cuda/shared_span.cuh"
 #include "cuda/tile_launch.h"  // TileShape; the launcher (host code: NVRTC compiles the kernel alone)
 
 namespace semiring_ops {
@@ -81,40 +82,6 @@ __device__ __forceinline__ constexpr bool in_share_of_16(int idx) {
 }
 
 namespace detail {
-
-// Reads N consecutive elements of shared memory with the widest vector loads N allows.
-// src must be aligned to the vector width (the engine's pitches and offsets guarantee 16 bytes
-// for whole micro-tile rows).
-template <class T, int N>
-__device__ __forceinline__ void load_shared_vec(T (&dst)[N], const T* src) {
-  if constexpr (std::is_same_v<T, float> && N % 4 == 0) {
-#pragma unroll
-    for (int v = 0; v < N / 4; ++v) {
-      const float4 x = reinterpret_cast<const float4*>(src)[v];
-      dst[4 * v + 0] = x.x;
-      dst[4 * v + 1] = x.y;
-      dst[4 * v + 2] = x.z;
-      dst[4 * v + 3] = x.w;
-    }
-  } else if constexpr (std::is_same_v<T, float> && N % 2 == 0) {
-#pragma unroll
-    for (int v = 0; v < N / 2; ++v) {
-      const float2 x = reinterpret_cast<const float2*>(src)[v];
-      dst[2 * v + 0] = x.x;
-      dst[2 * v + 1] = x.y;
-    }
-  } else if constexpr (std::is_same_v<T, double> && N % 2 == 0) {
-#pragma unroll
-    for (int v = 0; v < N / 2; ++v) {
-      const double2 x = reinterpret_cast<const double2*>(src)[v];
-      dst[2 * v + 0] = x.x;
-      dst[2 * v + 1] = x.y;
-    }
-  } else {
-#pragma unroll
-    for (int v = 0; v < N; ++v) dst[v] = src[v];
-  }
-}
 
 // One field's share of a t-tile, held by one thread between the global read and the shared write:
 // kLoads raw elements and a bit per element telling whether it lies inside the field.
@@ -214,7 +181,7 @@ __device__ __forceinline__ void fetch_cursor(Staged<T, kLoads>& st, FieldCursor<
 // transform (out-of-range elements become 0). Conversion and transform happen here, after the
 // current tile's compute, so the global reads stay in flight meanwhile.
 template <int kPitch, class acc_t, int kLoads, class T, class Transform>
-__device__ __forceinline__ void commit_field(acc_t* tile, const Staged<T, kLoads>& st, const StageMap& m,
+__device__ __forceinline__ void commit_field(SharedSpan<acc_t> tile, const Staged<T, kLoads>& st, const StageMap& m,
                                              Transform transform) {
 #pragma unroll
   for (int l = 0; l < kLoads; ++l) {
@@ -273,6 +240,7 @@ struct Engine {
   static constexpr int kPad = 16 / static_cast<int>(sizeof(acc_t));
   static constexpr int kPitchM = BM + kPad, kPitchN = BN + kPad;
   static constexpr int kTileL = BK * kPitchM, kTileR = BK * kPitchN;  // one field's tile, in elements
+  using Span = SharedSpan<acc_t>;  // a place in the shared tiles
   static constexpr int kLoadsL = BM * BK / kThreads, kLoadsR = BN * BK / kThreads;
   static_assert(NL >= 1 && NR >= 1, "the engine needs at least one left and one right field");
   static_assert((kPitchM * sizeof(acc_t)) % 16 == 0 && (kPitchN * sizeof(acc_t)) % 16 == 0,
@@ -331,7 +299,7 @@ struct Engine {
   }
 
   // Staged registers -> shared buffer (tl, tr point at the buffer's first field).
-  static __device__ __forceinline__ void commit(acc_t* tl, acc_t* tr, const StagedL (&sl)[NL], const StagedR (&sr)[NR],
+  static __device__ __forceinline__ void commit(Span tl, Span tr, const StagedL (&sl)[NL], const StagedR (&sr)[NR],
                                                 const StageMap (&ml)[NL], const StageMap (&mr)[NR]) {
 #pragma unroll
     for (int f = 0; f < NL; ++f)
@@ -345,7 +313,7 @@ struct Engine {
   // row's place in a full tile (a constant once unrolled), 0 in the partial tile (see kIndexedCells); kFast: the
   // guarded fast path (cell_fast).
   template <bool kFast = false>
-  static __device__ __forceinline__ void step(State (&st)[TM][TN], const acc_t* tl, const acc_t* tr, int t, int32_t k,
+  static __device__ __forceinline__ void step(State (&st)[TM][TN], Span tl, Span tr, int t, int32_t k,
                                               int ty, int tx, int phase) {
     acc_t lv[NL][TM], rv[NR][TN];
 #pragma unroll
@@ -374,7 +342,7 @@ struct Engine {
   }
 
   // A full t-tile on the exact path: in chunks of Policy::kChunk where the policy has them.
-  static __device__ __forceinline__ void full_tile(State (&st)[TM][TN], const acc_t* tl, const acc_t* tr, int32_t k0,
+  static __device__ __forceinline__ void full_tile(State (&st)[TM][TN], Span tl, Span tr, int32_t k0,
                                                    int ty, int tx) {
     constexpr int U = ChunkOf<Policy>::value;
     if constexpr (U > 1 && BK % U == 0) {
@@ -388,7 +356,7 @@ struct Engine {
 
   // A full t-tile on a guarded policy's fast path (kGuardedTiles). Returns whether every state passed the check
   // and was committed; otherwise no state was committed, and the caller redoes the tile with full_tile.
-  static __device__ __forceinline__ bool fast_tile(State (&st)[TM][TN], const acc_t* tl, const acc_t* tr, int ty,
+  static __device__ __forceinline__ bool fast_tile(State (&st)[TM][TN], Span tl, Span tr, int ty,
                                                    int tx) {
 #pragma unroll
     for (int t = 0; t < BK; ++t) step<true>(st, tl, tr, t, 0, ty, tx, t);
@@ -410,7 +378,7 @@ struct Engine {
 
   // U consecutive reduction steps (rows t0 .. t0 + U - 1, global indices k0 ..) through Policy::cell_chunk.
   template <int U>
-  static __device__ __forceinline__ void step_chunk(State (&st)[TM][TN], const acc_t* tl, const acc_t* tr, int t0,
+  static __device__ __forceinline__ void step_chunk(State (&st)[TM][TN], Span tl, Span tr, int t0,
                                                     int32_t k0, int ty, int tx) {
     acc_t lv[U][NL][TM], rv[U][NR][TN];
 #pragma unroll
@@ -464,6 +432,8 @@ __global__ void __launch_bounds__(Policy::Shape::kThreads, Policy::Shape::kMinBl
   __shared__ __align__(16) acc_t smem_l[2 * E::NL * E::kTileL];
   __shared__ __align__(16) acc_t smem_r[2 * E::NR * E::kTileR];
 
+  const detail::SharedSpan<acc_t> smem_l_at = SEMIRING_OPS_SHARED_SPAN(smem_l);
+  const detail::SharedSpan<acc_t> smem_r_at = SEMIRING_OPS_SHARED_SPAN(smem_r);
   const int tid = static_cast<int>(threadIdx.x);
   const int tx = tid % Policy::Shape::kThreadsN, ty = tid / Policy::Shape::kThreadsN;
   const int r0 = static_cast<int>(blockIdx.x / args.tiles_n) * E::BM;
@@ -484,7 +454,7 @@ __global__ void __launch_bounds__(Policy::Shape::kThreads, Policy::Shape::kMinBl
     E::cursors(cur_l, cur_r, map_l, map_r, args, p, r0, s0);
     if (num_tiles > 0) {
       E::fetch(stage_l, stage_r, cur_l, cur_r, map_l, map_r, args, 0);
-      E::commit(smem_l, smem_r, stage_l, stage_r, map_l, map_r);
+      E::commit(smem_l_at, smem_r_at, stage_l, stage_r, map_l, map_r);
       __syncthreads();
     }
     for (int kt = 0; kt < num_tiles; ++kt) {
@@ -493,8 +463,8 @@ __global__ void __launch_bounds__(Policy::Shape::kThreads, Policy::Shape::kMinBl
       const bool has_next = kt + 1 < num_tiles;
       // the next tile's reads, in flight during the compute
       if (has_next) E::fetch(stage_l, stage_r, cur_l, cur_r, map_l, map_r, args, k0 + BK);
-      const acc_t* tl = smem_l + buf * E::NL * E::kTileL;
-      const acc_t* tr = smem_r + buf * E::NR * E::kTileR;
+      const auto tl = smem_l_at + buf * E::NL * E::kTileL;
+      const auto tr = smem_r_at + buf * E::NR * E::kTileR;
       const int len = min(BK, T - k0);
       if (len == BK) {
         if constexpr (detail::GuardedOf<Policy>::value) {
@@ -510,8 +480,8 @@ __global__ void __launch_bounds__(Policy::Shape::kThreads, Policy::Shape::kMinBl
       }
       // The other buffer was last read in iteration kt - 1, which ended with a barrier.
       if (has_next)
-        E::commit(smem_l + (buf ^ 1) * E::NL * E::kTileL, smem_r + (buf ^ 1) * E::NR * E::kTileR, stage_l, stage_r,
-                  map_l, map_r);
+        E::commit(smem_l_at + (buf ^ 1) * E::NL * E::kTileL,
+                  smem_r_at + (buf ^ 1) * E::NR * E::kTileR, stage_l, stage_r, map_l, map_r);
       __syncthreads();
     }
 

@@ -1,7 +1,7 @@
 """The CPU's distance blocks in C++ (semiring_ops/lazy/distance_blocks.py): squared distances summed directly,
 against float64; the GEMM route's re-summation of cancelled squared distances, against the rule written in torch:
 the cells below 1 / GRAM_CANCEL of |x|^2 + |y|^2 (NaN included) summed again from the variables in float64 to
-within rounding, every other cell left bit for bit. Fresh random shapes whose column counts straddle the kernels'
+within rounding, every other cell the GEMM's product plus the norms bit for bit. Fresh random shapes whose column counts straddle the kernels'
 groups of lanes, with and without weights, with non-contiguous inputs."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from semiring_ops.lazy.codegen import GRAM_CANCEL
-from semiring_ops.lazy.distance_blocks import resum_cancelled, squared_distances
+from semiring_ops.lazy.distance_blocks import complete_distances, squared_distances
 
 pytestmark = pytest.mark.usefixtures("compiled")
 
@@ -46,21 +46,22 @@ def _block(rows: int, cols: int, dim: int, dtype: torch.dtype, seed: int, weight
     shift = y.mean(0) if cols else torch.zeros(dim, dtype=dtype)
     xs, ys = x - shift, y - shift
     nx, ny = (xs * xs * ones).sum(1), (ys * ys * ones).sum(1)
-    values = nx[:, None] + ny[None, :] - 2 * (xs * ones) @ ys.t()
-    return values.contiguous(), x, y, nx, ny, w
+    product = (xs * ones) @ (-2 * ys).t()  # the GEMM's part, as block_gram gives it
+    return product.contiguous(), x, y, nx, ny, w
 
 
 @settings(max_examples=25, deadline=None)
 @given(**BLOCKS)
-def test_cancelled_cells_are_summed_again_and_the_others_kept(rows, cols, dim, dtype, weighted, seed):
+def test_the_norms_are_added_and_cancelled_cells_summed_again(rows, cols, dim, dtype, weighted, seed):
     values, x, y, nx, ny, w = _block(rows, cols, dim, dtype, seed, weighted)
     if rows and cols:
         values[0, 0] = float("nan")  # NaN fails the comparison: summed again
-    before = values.clone()
-    cancels = ~(before >= (nx[:, None] + ny[None, :]) / GRAM_CANCEL)
+    total = nx[:, None] + ny[None, :]
+    before = values + total
+    cancels = ~(before >= total / GRAM_CANCEL)
     # x non-contiguous (a column slice of a wider tensor), as a block of rows of a strided variable is
     x_wide = torch.cat([x, x], 1)
-    resum_cancelled(values, x_wide[:, :dim], y, nx, ny, w)
+    complete_distances(values, x_wide[:, :dim], y, nx, ny, w)
     exact = _exact(x, y, w)
     assert torch.equal(values[~cancels], before[~cancels])
     tol = 1e-5 if dtype == torch.float32 else 1e-12
@@ -72,9 +73,9 @@ def test_cancelled_cells_are_summed_again_and_the_others_kept(rows, cols, dim, d
 def test_bad_values_are_refused_by_name():
     values = torch.zeros(4, 3, dtype=torch.float32).t()  # not contiguous
     with pytest.raises(ValueError, match="values must be contiguous"):
-        resum_cancelled(values, torch.zeros(3, 2), torch.zeros(4, 2), torch.zeros(3), torch.zeros(4), None)
+        complete_distances(values, torch.zeros(3, 2), torch.zeros(4, 2), torch.zeros(3), torch.zeros(4), None)
     with pytest.raises(ValueError, match="float32 / float64"):
-        resum_cancelled(
+        complete_distances(
             torch.zeros(2, 2, dtype=torch.int32), *(torch.zeros(2, 1),) * 2, torch.zeros(2), torch.zeros(2), None
         )
 

@@ -5,11 +5,12 @@ of sum_d w_d (x_id - y_jd)^2.
   vectorised pass per component over a row that stays in L1 (y transposed, so its lanes read consecutive j).
   Exact as the formula is written; no GEMM and nothing to cancel. At D = 3 on 2 cores this is faster than the
   GEMM of depth D + 2 with the pass below (measurements in DIRECT_MAX_DIM's comment).
-- Otherwise gemm_route reads the block from one GEMM as |x|^2 + |y|^2 - 2 x.y (the points shifted by the inner
-  terms' mean). Where that is below 1 / GRAM_CANCEL of |x|^2 + |y|^2 it has lost its digits, and the cell is summed
-  again from the unshifted variables, as the plain kernel sums it (the rule the generated kernels apply inline,
-  codegen._gram_cells): resum_cancelled, each row one vectorised compare pass that ORs the flags of a group of
-  lanes, then the rare cells summed again in place. Done with torch, finding those cells took a compare, a nonzero
+- Otherwise gemm_route's GEMM gives -2 x.y (the points shifted by the inner terms' mean), and complete_distances
+  adds |x|^2 + |y|^2 in one vectorised pass per row (a GEMM of depth D, not D + 2 with the norms folded in: 0.2-0.9
+  ms of a 4,000 x 2,000 one on 2 cores at D = 64-256). Where the sum is below 1 / GRAM_CANCEL of |x|^2 + |y|^2 it
+  has lost its digits, and the cell is summed again from the unshifted variables, as the plain kernel sums it (the
+  rule the generated kernels apply inline, codegen._gram_cells): the same pass ORs the flags of a group of lanes,
+  then the rare cells are summed again in place. Done with torch, finding those cells took a compare, a nonzero
   and a gather over the whole block: half of a 4,000 x 2,000 Gaussian K @ b at D = 3 (nonzero alone 6.4 of 22 ms).
 
 Rows are spread over OpenMP threads. The library is compiled once per machine by the lazy kernels' host compiler
@@ -27,7 +28,7 @@ from .codegen import GRAM_CANCEL
 from .cpu_kernels import cpu_threads
 from .host_compiler import HostFunction, compile_host_library
 
-__all__ = ["DIRECT_MAX_DIM", "resum_cancelled", "squared_distances"]
+__all__ = ["DIRECT_MAX_DIM", "complete_distances", "squared_distances"]
 
 _SOURCE = r"""
 #include <cstdint>
@@ -36,11 +37,11 @@ namespace {
 
 constexpr int kLanes = 16;
 
-// values (rows, cols) row-major; x (rows, dim) and y (cols, dim) the unshifted variables, row-major; nx (rows),
-// ny (cols) the shifted squared norms; w (dim) the weights or null. A cell v is summed again where
-// !(v >= ratio * (nx + ny)) (NaN included).
+// values (rows, cols) row-major, the GEMM's -2 w x.y of the shifted variables, made nx + ny + that in place; x
+// (rows, dim) and y (cols, dim) the unshifted variables, row-major; nx (rows), ny (cols) the shifted squared norms;
+// w (dim) the weights or null. A cell v is summed again where !(v >= ratio * (nx + ny)) (NaN included).
 template <typename T>
-void resum(T* values, const T* x, const T* y, const T* nx, const T* ny, const T* w, int64_t rows, int64_t cols,
+void complete(T* values, const T* x, const T* y, const T* nx, const T* ny, const T* w, int64_t rows, int64_t cols,
            int64_t dim, double ratio_in, int threads) {
   const T ratio = T(ratio_in);
 #pragma omp parallel for num_threads(threads) schedule(static)
@@ -51,7 +52,11 @@ void resum(T* values, const T* x, const T* y, const T* nx, const T* ny, const T*
     for (int64_t j0 = 0; j0 < cols; j0 += kLanes) {
       const int64_t lanes = cols - j0 < kLanes ? cols - j0 : kLanes;
       int bad = 0;  // (one loop for every group: a fixed count of 16 is unrolled whole and not vectorised)
-      for (int64_t l = 0; l < lanes; ++l) bad |= !(row[j0 + l] >= ratio * (nxi + ny[j0 + l]));
+      for (int64_t l = 0; l < lanes; ++l) {
+        const T total = nxi + ny[j0 + l];
+        row[j0 + l] += total;
+        bad |= !(row[j0 + l] >= ratio * total);
+      }
       if (!bad) continue;
       for (int l = 0; l < lanes; ++l) {
         const int64_t j = j0 + l;
@@ -100,14 +105,14 @@ extern "C" void sqdist_double(double* out, const double* x, const double* yt, co
   sqdist<double>(out, x, yt, w, rows, cols, dim, threads);
 }
 
-extern "C" void resum_float(float* v, const float* x, const float* y, const float* nx, const float* ny,
-                            const float* w, int64_t rows, int64_t cols, int64_t dim, double ratio, int threads) {
-  resum<float>(v, x, y, nx, ny, w, rows, cols, dim, ratio, threads);
+extern "C" void complete_float(float* v, const float* x, const float* y, const float* nx, const float* ny,
+                               const float* w, int64_t rows, int64_t cols, int64_t dim, double ratio, int threads) {
+  complete<float>(v, x, y, nx, ny, w, rows, cols, dim, ratio, threads);
 }
 
-extern "C" void resum_double(double* v, const double* x, const double* y, const double* nx, const double* ny,
-                             const double* w, int64_t rows, int64_t cols, int64_t dim, double ratio, int threads) {
-  resum<double>(v, x, y, nx, ny, w, rows, cols, dim, ratio, threads);
+extern "C" void complete_double(double* v, const double* x, const double* y, const double* nx, const double* ny,
+                                const double* w, int64_t rows, int64_t cols, int64_t dim, double ratio, int threads) {
+  complete<double>(v, x, y, nx, ny, w, rows, cols, dim, ratio, threads);
 }
 """
 
@@ -116,8 +121,8 @@ extern "C" void resum_double(double* v, const double* x, const double* y, const 
 # the GEMM / the torch form: D = 3 10.6 / 11.3 / 11.3 ms, D = 4 9.9 / 10.9 / 11.3, D = 8 10.4 / 11.0 / 11.0,
 # D = 12 11.5 / 11.6 / 11.7, D = 16 12.3 / 11.8 / 11.2
 DIRECT_MAX_DIM = 8
-_EXPORTS = ["resum_float", "resum_double", "sqdist_float", "sqdist_double"]
-_RESUM_ARGS = [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 3 + [ctypes.c_double, ctypes.c_int]
+_EXPORTS = ["complete_float", "complete_double", "sqdist_float", "sqdist_double"]
+_COMPLETE_ARGS = [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 3 + [ctypes.c_double, ctypes.c_int]
 _SQDIST_ARGS = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 3 + [ctypes.c_int]
 _functions: dict[tuple[str, torch.dtype], HostFunction] = {}
 _lock = threading.Lock()
@@ -133,7 +138,7 @@ def _function(name: str, dtype: torch.dtype) -> HostFunction:
             if fn is None:
                 lib = compile_host_library(_SOURCE, _EXPORTS, "the CPU's distance blocks")
                 suffix = "float" if dtype == torch.float32 else "double"
-                fn = lib.function(f"{name}_{suffix}", _RESUM_ARGS if name == "resum" else _SQDIST_ARGS)
+                fn = lib.function(f"{name}_{suffix}", _SQDIST_ARGS if name == "sqdist" else _COMPLETE_ARGS)
                 _functions[key] = fn
     return fn
 
@@ -167,7 +172,7 @@ def squared_distances(
     return out
 
 
-def resum_cancelled(
+def complete_distances(
     values: torch.Tensor,
     x: torch.Tensor,
     y: torch.Tensor,
@@ -175,18 +180,19 @@ def resum_cancelled(
     ny: torch.Tensor,
     weights: torch.Tensor | None,
 ) -> None:
-    """In place: the cells of ``values`` (rows, cols), squared distances read from the shifted GEMM, that cancel
-    (module docstring) summed again from ``x`` (rows, D) and ``y`` (cols, D). ``nx`` (rows,) and ``ny`` (cols,) are
-    the shifted squared norms, ``weights`` (D,) a weighted distance's or None. CPU, float32 or float64, values
-    contiguous; the others are made contiguous here."""
+    """In place: ``values`` (rows, cols), the GEMM's -2 sum_d w_d xs_id ys_jd of the shifted variables, made the
+    squared distances nx + ny + that, and the cells that cancel (module docstring) summed again from ``x`` (rows, D)
+    and ``y`` (cols, D), in one pass. ``nx`` (rows,) and ``ny`` (cols,) are the shifted squared norms, ``weights``
+    (D,) a weighted distance's or None. CPU, float32 or float64, values contiguous; the others are made contiguous
+    here."""
     if values.dtype not in (torch.float32, torch.float64) or not values.is_contiguous():
-        raise ValueError(f"resum_cancelled: values must be contiguous float32 / float64, got {values.dtype}")
+        raise ValueError(f"complete_distances: values must be contiguous float32 / float64, got {values.dtype}")
     rows, cols = values.shape
     if rows == 0 or cols == 0:
         return
     x, y, nx, ny = (t.to(values.dtype).contiguous() for t in (x, y, nx.reshape(-1), ny.reshape(-1)))
     w = weights.to(values.dtype).contiguous() if weights is not None else None
-    _function("resum", values.dtype).call(
+    _function("complete", values.dtype).call(
         values.data_ptr(),
         x.data_ptr(),
         y.data_ptr(),

@@ -144,7 +144,7 @@ class GramInner:
     y: torch.Tensor  # (n_inner, D) as given
     weights: torch.Tensor | float  # a weighted squared distance's (D,), else 1.0
     shift: torch.Tensor | None  # (D,): the inner terms' mean (squared distances; None for a dot product)
-    operand: torch.Tensor  # (n_inner, D): y itself (dot), y - shift (TF32 split), [-2 w ys, 1, |ys|^2] (the CPU's)
+    operand: torch.Tensor  # (n_inner, D): y itself (dot), w (y - shift) (TF32 split), -2 w (y - shift) (else)
     norms: torch.Tensor  # (n_inner,) |y - shift|^2, weighted (empty for a dot product)
 
 
@@ -160,8 +160,7 @@ def gram_inner(spec: GramSpec, call: CallArgs) -> GramInner:
     ny = _squared_norms(ys, w)
     if _tf32_split(y.device.type, y.dtype):
         return GramInner(y, ones, shift, ys * ones, ny)
-    operand = torch.cat([ys * (-2 * ones), ny.new_ones(len(ny), 1), ny[:, None]], 1)
-    return GramInner(y, ones, shift, operand, ny)
+    return GramInner(y, ones, shift, (ys * (-2 * ones)).contiguous(), ny)
 
 
 def block_gram(
@@ -196,14 +195,13 @@ def block_gram(
         total = nx + ny
         values = total - 2 * precise_mm(xs, inner.operand.t(), fast)
         return _resum_with_torch(values, x, y, total, ones)
-    # one GEMM gives the whole distance, [xs, nx, 1] . [-2 w ys, 1, ny]: no pass over the block for the norms; then
-    # the cells that cancel summed again, on the CPU in one pass of C++ (distance_blocks.py)
-    values = torch.mm(torch.cat([xs, nx, torch.ones_like(nx)], 1), inner.operand.t(), **({"out": out} if cpu else {}))
-    if not len(ny):
-        return values
+    # the GEMM gives -2 x.y; on the CPU one pass of C++ adds the norms and sums the cells that cancel again
+    # (distance_blocks.py)
     if not cpu:  # (CUDA float64; autograd)
-        return _resum_with_torch(values, x, y, nx + ny, ones)
-    distance_blocks.resum_cancelled(values, x, y, nx, ny, w)
+        total = nx + ny
+        return _resum_with_torch(total + torch.mm(xs, inner.operand.t()), x, y, total, ones)
+    values = torch.mm(xs, inner.operand.t(), out=out) if out is not None else torch.mm(xs, inner.operand.t())
+    distance_blocks.complete_distances(values, x, y, nx, ny, w)
     return values
 
 

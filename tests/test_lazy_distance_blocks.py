@@ -1,8 +1,8 @@
 """The CPU's distance blocks in C++ (semiring_ops/lazy/distance_blocks.py): squared distances summed directly,
-against float64; the GEMM route's re-summation of cancelled squared distances, against the rule written in torch:
-the cells below 1 / GRAM_CANCEL of |x|^2 + |y|^2 (NaN included) summed again from the variables in float64 to
-within rounding, every other cell the GEMM's product plus the norms bit for bit. Fresh random shapes whose column counts straddle the kernels'
-groups of lanes, with and without weights, with non-contiguous inputs."""
+against float64; the GEMM route's completion of a block (the norms added to the GEMM's -2 x.y), against the rule
+written in torch: the cells below 1 / GRAM_CANCEL of |x|^2 + |y|^2 (NaN included) summed again from the variables
+in float64 to within rounding, every other cell the GEMM's product plus the norms bit for bit. Fresh random shapes
+whose column counts straddle the kernels' groups of lanes, with and without weights, with non-contiguous inputs."""
 
 from __future__ import annotations
 

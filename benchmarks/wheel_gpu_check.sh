@@ -25,7 +25,8 @@ python3 -m zipfile -l "$wheel" | grep -E "_prebuilt" | tee "$OUT/wheel_listing.t
 python3 -m venv "$W/venv"
 site=$("$W/venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 python3 -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > "$site/gpu_torch.pth"  # torch, pytest
-"$W/venv/bin/python" -m pip install -q --no-deps --no-index --ignore-installed "$wheel"  # not the checkout an editable install left in the image's site-packages
+# --ignore-installed: not the checkout that an editable install left in the image's site-packages
+"$W/venv/bin/python" -m pip install -q --no-deps --no-index --ignore-installed "$wheel"
 run() {  # in the fresh venv, a PATH with no compiler, an empty cache, outside the checkout
   (cd "$W" && env -i PATH="$W/venv/bin" HOME="$W" LANG=C.UTF-8 SEMIRING_OPS_CACHE="$W/user-cache" \
     NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 "$W/venv/bin/python" "$@")

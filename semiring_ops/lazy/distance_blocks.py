@@ -4,7 +4,7 @@ of sum_d w_d (x_id - y_jd)^2.
 - Few components (D <= DIRECT_MAX_DIM): the distances summed directly, in increasing d, each row's cells in one
   vectorised pass per component over a row that stays in L1 (y transposed, so its lanes read consecutive j).
   Exact as the formula is written; no GEMM and nothing to cancel. At D = 3 on 2 cores this is faster than the
-  GEMM of depth D + 2 with the pass below (measurements in DIRECT_MAX_DIM's comment).
+  GEMM (of depth D + 2 then) with the pass below (measurements in DIRECT_MAX_DIM's comment).
 - Otherwise gemm_route's GEMM gives -2 x.y (the points shifted by the inner terms' mean), and complete_distances
   adds |x|^2 + |y|^2 in one vectorised pass per row (a GEMM of depth D, not D + 2 with the norms folded in: 0.2-0.9
   ms of a 4,000 x 2,000 one on 2 cores at D = 64-256). Where the sum is below 1 / GRAM_CANCEL of |x|^2 + |y|^2 it
@@ -42,7 +42,7 @@ constexpr int kLanes = 16;
 // w (dim) the weights or null. A cell v is summed again where !(v >= ratio * (nx + ny)) (NaN included).
 template <typename T>
 void complete(T* values, const T* x, const T* y, const T* nx, const T* ny, const T* w, int64_t rows, int64_t cols,
-           int64_t dim, double ratio_in, int threads) {
+              int64_t dim, double ratio_in, int threads) {
   const T ratio = T(ratio_in);
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t i = 0; i < rows; ++i) {

@@ -476,6 +476,15 @@ def test_an_nvrtc_older_than_the_gpu_family_is_refused_by_name(monkeypatch):
 _OTHER_NVRTC = os.environ.get("SEMIRING_OPS_TEST_NVRTC_ROOT", "")
 
 
+def _other_nvrtc_files(root: Path) -> tuple[Path, Path]:
+    """(libnvrtc, the folder of cuda_runtime_api.h) in such a folder."""
+    libs = [
+        p for p in sorted(root.glob("nvidia/*/lib/libnvrtc.so.*")) if "builtins" not in p.name and ".alt." not in p.name
+    ]
+    assert libs, f"no libnvrtc.so.* under {root}/nvidia/*/lib"
+    return libs[0], next(root.glob("nvidia/*/include/cuda_runtime_api.h")).parent
+
+
 @pytest.mark.skipif(not _OTHER_NVRTC, reason="$SEMIRING_OPS_TEST_NVRTC_ROOT names no other CUDA's NVRTC")
 def test_every_kernel_compiles_with_another_cudas_nvrtc_and_headers(monkeypatch):
     """What a user of torch's CUDA 12 builds gets (docs/build.md, "CUDA 12"): that NVRTC's version and targets
@@ -483,19 +492,14 @@ def test_every_kernel_compiles_with_another_cudas_nvrtc_and_headers(monkeypatch)
     own runtime headers (the stand-ins of csrc/nvrtc in front)."""
     from semiring_ops.build import nvrtc
 
-    root = Path(_OTHER_NVRTC)
-    libs = [
-        p for p in sorted(root.glob("nvidia/*/lib/libnvrtc.so.*")) if "builtins" not in p.name and ".alt." not in p.name
-    ]
-    assert libs, f"no libnvrtc.so.* under {root}/nvidia/*/lib"
-    nv = nvrtc._Nvrtc(nvrtc._open_nvrtc(str(libs[0])), str(libs[0]))
+    lib, include = _other_nvrtc_files(Path(_OTHER_NVRTC))
+    nv = nvrtc._Nvrtc(nvrtc._open_nvrtc(str(lib)), str(lib))
     assert nv.version[0] >= 12 and nv.supported_archs, (nv.version, nv.supported_archs)
     monkeypatch.setattr(nvrtc, "_nvrtc", lambda: nv)
     for capability in (80, 90, 120):
         monkeypatch.setattr(nvrtc, "_capability", lambda index, capability=capability: capability)
         expected = (f"sm_{capability}", True) if capability in nv.supported_archs else None
         assert expected is None or nvrtc._target(0) == expected
-    include = next(root.glob("nvidia/*/include/cuda_runtime_api.h")).parent
     options = nvrtc_kernels.nvrtc_options("sm_90", include)
     failed = nvrtc_kernels.cache_dir() / "failed"
     for program, expression in _bmm_family_kernels() + _other_family_kernels():
@@ -503,3 +507,32 @@ def test_every_kernel_compiles_with_another_cudas_nvrtc_and_headers(monkeypatch)
             f'#include "{program}"\n', options, True, "other_nvrtc", (f"&{expression}",), failed
         )
         assert image[:4] == b"\x7fELF" and lowered.startswith("_ZN12semiring_ops4cuda"), expression
+
+
+# the NVRTC route with another CUDA's NVRTC and runtime headers (a folder as above): the kernels compiled by it
+_OTHER_NVRTC_ROUTE = textwrap.dedent("""
+    import sys
+    from semiring_ops.build import nvrtc, nvrtc_kernels
+    lib, include = sys.argv[2:4]  # libnvrtc, the folder of its runtime headers
+    other = nvrtc._Nvrtc(nvrtc._open_nvrtc(lib), lib)
+    nvrtc._nvrtc = lambda: other
+    options = nvrtc_kernels.nvrtc_options
+    nvrtc_kernels.nvrtc_options = lambda target, _include: options(target, include)
+    print(f"other NVRTC {other.version[0]}.{other.version[1]}, target {nvrtc_kernels._target()[0]}", file=sys.stderr)
+""")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
+@pytest.mark.skipif(not _OTHER_NVRTC, reason="$SEMIRING_OPS_TEST_NVRTC_ROOT names no other CUDA's NVRTC")
+def test_kernels_from_another_cudas_nvrtc_run_on_the_gpu(tmp_path):
+    """What a user of torch's CUDA 12 builds runs: the bmm family's kernels compiled by that NVRTC against its own
+    runtime headers (the host code as built here), loaded by this driver, against the float64 reference."""
+    env = {**os.environ, nvrtc_kernels.ROUTE_ENV: "nvrtc", "SEMIRING_OPS_NVRTC_CACHE": str(tmp_path)}
+    lib, include = _other_nvrtc_files(Path(_OTHER_NVRTC))
+    proc = _run(env, "5", str(lib), str(include), code=_OTHER_NVRTC_ROUTE + _CHECK)
+    rc, (out, err) = proc.wait(timeout=900), proc.communicate()
+    assert rc == 0 and out.startswith("ok"), err[-3000:]
+    version = err.split("other NVRTC ", 1)[1].split(",")[0]
+    assert version.split(".")[0] != (torch.version.cuda or "").split(".")[0], version  # not torch's own
+    assert err.count(" with NVRTC ") == len(list(tmp_path.glob("*.cubin"))) > 0

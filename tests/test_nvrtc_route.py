@@ -458,6 +458,18 @@ def test_the_target_follows_the_gpu_and_what_nvrtc_can_build(monkeypatch, device
     assert nvrtc._target(0) == target
 
 
+def test_no_kernel_needs_an_architecture_specific_target():
+    """The route compiles for sm_XY (or compute_XY), never sm_XYa / sm_XYf: a cubin for 9.0a runs on Hopper alone, and
+    none of the kernels uses what only such a target allows (wgmma, setmaxnreg, the tensor-memory and bulk tensor
+    copies of sm_90a / sm_100a, or a test of __CUDA_ARCH_FEAT_*). A kernel that starts to must make _target ask for
+    the 'a' target of the GPU in use, and this test says so."""
+    features = re.compile(r"wgmma|setmaxnreg|tcgen05|cp\.async\.bulk\.tensor|__CUDA_ARCH_FEAT_|__CUDA_ARCH_SPECIFIC__")
+    sources = [p for p in (ROOT / "cuda").rglob("*") if p.suffix in (".cu", ".cuh", ".h")]
+    assert len(sources) > 20
+    using = [str(p.relative_to(ROOT)) for p in sources if features.search(p.read_text())]
+    assert not using, f"{using} use architecture-specific features: the NVRTC route's target must follow"
+
+
 def test_an_nvrtc_older_than_the_gpu_family_is_refused_by_name(monkeypatch):
     from semiring_ops.build import nvrtc
 

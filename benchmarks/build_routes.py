@@ -79,7 +79,12 @@ print(json.dumps({name: time_ms(fn, dev, 40) for name, fn in cases.items()}))
 """
 
 
-def nvrtc_seconds() -> list[tuple[str, float]]:
+def _name(expression: str) -> str:
+    return expression.removeprefix(f"{_ENGINE}<").split("::")[-1][:60]
+
+
+def nvrtc_seconds(out: Path) -> list[tuple[str, float, str]]:
+    """(name, NVRTC's seconds, lowered name) of each FIRST_LOGBMM kernel, its cubin written to ``out``."""
     from semiring_ops.build import nvrtc, nvrtc_kernels
 
     paths = nvrtc_kernels.cuda_runtime_paths()
@@ -90,8 +95,11 @@ def nvrtc_seconds() -> list[tuple[str, float]]:
     rows = []
     for program, expression in FIRST_LOGBMM:
         t0 = time.perf_counter()
-        nvrtc.nvrtc_compile_named(f'#include "{program}"\n', options, True, "build_routes", (f"&{expression}",), FAILED)
-        rows.append((expression.removeprefix(f"{_ENGINE}<").split("::")[-1][:60], time.perf_counter() - t0))
+        image, (lowered,) = nvrtc.nvrtc_compile_named(
+            f'#include "{program}"\n', options, True, "build_routes", (f"&{expression}",), FAILED
+        )
+        rows.append((_name(expression), time.perf_counter() - t0, lowered))
+        (out / f"{lowered}.cubin").write_bytes(image)
     return rows
 
 
@@ -102,30 +110,29 @@ def _toolkit() -> Path | None:
     return None if tk is None else tk.home
 
 
-def _nvcc_cubin(home: Path, program: str, out: str) -> list[str]:
-    """nvcc's command for a kernel file's cubin, with the flags torch's extension builder gives the nvcc route."""
+def _nvcc_cubin(home: Path, program: str, out: Path) -> list[str]:
+    """nvcc's command for a kernel file's cubin, with the flags the nvcc route gives it: the family's and those torch's
+    extension builder adds (COMMON_NVCC_FLAGS, -std=c++17)."""
     import torch
+    from torch.utils.cpp_extension import COMMON_NVCC_FLAGS
 
-    from semiring_ops.build import jit
+    from semiring_ops.build import families, jit
 
+    flags = families.family("cuda", "bmm").spec().cuda_cflags
     torch_include = Path(torch.__file__).parent / "include"
     return [
-        str(home / "bin" / "nvcc"), "-cubin", f"-arch={ARCH}", "-O3", "-lineinfo", "-std=c++17",
-        "--expt-relaxed-constexpr", "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
-        "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__", f"-I{jit.source_root()}",
-        "-isystem", str(torch_include), str(jit.source_root() / program), "-o", out,
+        str(home / "bin" / "nvcc"), "-cubin", f"-arch={ARCH}", *flags, *COMMON_NVCC_FLAGS, "-std=c++17",
+        f"-I{jit.source_root()}", "-isystem", str(torch_include), str(jit.source_root() / program), "-o", str(out),
     ]  # fmt: skip
 
 
-def nvcc_seconds() -> list[tuple[str, float]] | None:
-    home = _toolkit()
-    if home is None:
-        return None
+def nvcc_seconds(home: Path, out: Path) -> list[tuple[str, float]]:
+    """nvcc's time for each kernel file of FIRST_LOGBMM (every instantiation); its cubin written to ``out``."""
     rows = []
-    for name in ("bmm_kernels.cu", "log_contract_kernels.cu", "log_grads_kernels.cu"):
+    for program in dict.fromkeys(program for program, _ in FIRST_LOGBMM):
         t0 = time.perf_counter()
-        subprocess.run(_nvcc_cubin(home, f"cuda/{name}", os.devnull), check=True, capture_output=True)
-        rows.append((name, time.perf_counter() - t0))
+        subprocess.run(_nvcc_cubin(home, program, out / f"{Path(program).stem}.cubin"), check=True, capture_output=True)
+        rows.append((Path(program).name, time.perf_counter() - t0))
     return rows
 
 
@@ -142,39 +149,28 @@ def _cuobjdump(home: Path) -> str | None:
     return str(bundled) if bundled.is_file() else None
 
 
-def sass_comparison() -> None:
-    """The SASS of each kernel a first logbmm runs, from NVRTC's cubin and from nvcc's, instruction by instruction
-    (register numbers included; addresses and encodings left out)."""
-    from semiring_ops.build import nvrtc, nvrtc_kernels
-
-    home = _toolkit()
-    tool = _cuobjdump(home) if home else None
-    if home is None or tool is None:
-        print("SASS: needs nvcc and cuobjdump")
+def sass_comparison(home: Path, lowered_names: list[str], nvrtc_out: Path, nvcc_out: Path) -> None:
+    """The SASS of each kernel a first logbmm runs (``lowered_names``, FIRST_LOGBMM's order), from NVRTC's cubin and
+    from nvcc's (the ones the timings wrote), instruction by instruction (register numbers included; addresses and
+    encodings left out)."""
+    tool = _cuobjdump(home)
+    if tool is None:
+        print("SASS: needs cuobjdump")
         return
-    options = nvrtc_kernels.nvrtc_options(ARCH, nvrtc_kernels.cuda_runtime_paths()[0])
 
     def sass(cubin: Path, name: str) -> list[str]:
         out = subprocess.run([tool, "-sass", "-fun", name, str(cubin)], capture_output=True, text=True).stdout
         return [" ".join(m.group(1).split()) for m in re.finditer(r"/\*[0-9a-f]{4,}\*/\s+(.*?);", out)]
 
-    print(f"SASS for {ARCH} (nvcc {home}; cuobjdump {tool}):")
+    print(f"SASS for {ARCH} (cuobjdump {tool}):")
     print(f"    {'kernel':60s} {'nvcc':>6s} {'NVRTC':>6s}  instructions")
-    with tempfile.TemporaryDirectory() as tmp:
-        for program, expression in FIRST_LOGBMM:
-            image, (lowered,) = nvrtc.nvrtc_compile_named(
-                f'#include "{program}"\n', options, True, "build_routes", (f"&{expression}",), Path(tmp) / "failed"
-            )
-            ours, theirs = Path(tmp) / "nvrtc.cubin", Path(tmp) / f"{Path(program).stem}.cubin"
-            ours.write_bytes(image)
-            if not theirs.exists():
-                subprocess.run(_nvcc_cubin(home, program, str(theirs)), check=True, capture_output=True)
-            a, b = sass(theirs, lowered), sass(ours, lowered)
-            ops_a, ops_b = (Counter(i.split()[0] for i in x) for x in (a, b))
-            moved = sum(((ops_a - ops_b) + (ops_b - ops_a)).values())
-            same = "identical" if a == b else "same opcodes, other order" if not moved else f"{moved} by opcode differ"
-            name = expression.removeprefix(f"{_ENGINE}<").split("::")[-1][:60]
-            print(f"    {name:60s} {len(a):6d} {len(b):6d}  {same}")
+    for (program, expression), lowered in zip(FIRST_LOGBMM, lowered_names, strict=True):
+        a = sass(nvcc_out / f"{Path(program).stem}.cubin", lowered)
+        b = sass(nvrtc_out / f"{lowered}.cubin", lowered)
+        ops_a, ops_b = (Counter(i.split()[0] for i in x) for x in (a, b))
+        moved = sum(((ops_a - ops_b) + (ops_b - ops_a)).values())
+        same = "identical" if a == b else "same opcodes, other order" if not moved else f"{moved} by opcode differ"
+        print(f"    {_name(expression):60s} {len(a):6d} {len(b):6d}  {same}")
 
 
 def kernel_times(rounds: int) -> None:
@@ -205,20 +201,23 @@ def main() -> None:
 
     print(f"{os.cpu_count()} CPU cores; NVRTC {'.'.join(map(str, nvrtc.nvrtc_version()))}; target {ARCH}")
     print("NVRTC, one instantiation at a time (the route's first launches):")
-    rows = nvrtc_seconds()
-    for name, s in rows:
-        print(f"    {name:60s} {s:6.2f} s")
-    first = rows[0][1] + rows[1][1]
-    print(f"    {'a first logbmm fwd + bwd (the first two, one after the other)':60s} {first:6.2f} s")
-    nvcc = nvcc_seconds()
-    if nvcc is None:
-        print("nvcc: no CUDA toolkit found")
-    else:
-        print("nvcc, device code only (-cubin), the bmm family's kernel files (every instantiation):")
-        for name, s in nvcc:
+    with tempfile.TemporaryDirectory() as tmp:
+        nvrtc_out, nvcc_out = Path(tmp) / "nvrtc", Path(tmp) / "nvcc"
+        nvrtc_out.mkdir(), nvcc_out.mkdir()
+        rows = nvrtc_seconds(nvrtc_out)
+        for name, s, _ in rows:
             print(f"    {name:60s} {s:6.2f} s")
-    if args.sass:
-        sass_comparison()
+        first = rows[0][1] + rows[1][1]
+        print(f"    {'a first logbmm fwd + bwd (the first two, one after the other)':60s} {first:6.2f} s")
+        home = _toolkit()
+        if home is None:
+            print("nvcc: no CUDA toolkit found")
+        else:
+            print("nvcc, device code only (-cubin), the bmm family's kernel files (every instantiation):")
+            for name, s in nvcc_seconds(home, nvcc_out):
+                print(f"    {name:60s} {s:6.2f} s")
+            if args.sass:
+                sass_comparison(home, [lowered for _, _, lowered in rows], nvrtc_out, nvcc_out)
     if args.kernels:
         kernel_times(args.rounds)
 

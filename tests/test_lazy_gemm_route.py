@@ -400,7 +400,7 @@ def test_cpu_gradient_terms_below_the_linear_minimum_stay_in_the_kernel(compiled
 def test_cpu_distance_blocks_sum_again_only_the_cells_that_cancel_and_keep_nan_and_inf(
     route, monkeypatch, dtype, far_rows, specials
 ):
-    """The CPU's distance blocks (one GEMM with the norms folded in, then the exact test and the re-summation in
+    """The CPU's distance blocks (the GEMM's -2 x.y, then the norms added, the exact test and the re-summation in
     one pass of C++, distance_blocks.py): rows of near-duplicates beside rows of far points (every ``far_rows``-th
     row, or none); with ``specials`` a NaN and an infinite coordinate (the inner terms' mean, then every
     shifted y, is infinite: every cell is summed again). Each block the linear route reads against float64 of the

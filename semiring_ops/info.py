@@ -40,14 +40,6 @@ def backend_info(load: bool = False) -> dict[str, Any]:
         families.append(
             {"device": fam.device_type, "family": fam.name, "kind": kind, "detail": detail, "serves": fam.serves}
         )
-    cuda_toolkit = None
-    if torch.version.cuda:
-        tk = toolkit.find_cuda_toolkit(jit.cache_root())
-        cuda_toolkit = (
-            {"home": str(tk.home), "source": tk.source, "nvcc": tk.version}
-            if tk
-            else {"missing": toolkit.missing_toolkit_reason(jit.cache_root())}
-        )
     nvrtc_route = None
     if torch.version.cuda:
         problem = nvrtc_kernels.route_problem()
@@ -58,6 +50,19 @@ def backend_info(load: bool = False) -> dict[str, Any]:
             "why_not": problem,
             "cache": str(nvrtc_kernels.cache_dir()),
         }
+    cuda_toolkit = None
+    if torch.version.cuda:
+        tk = toolkit.find_cuda_toolkit(jit.cache_root())
+        if tk:
+            cuda_toolkit = {"home": str(tk.home), "source": tk.source, "nvcc": tk.version}
+        elif _nvrtc_serves_every_cuda_family(nvrtc_route):
+            # not an error: every CUDA family compiles through NVRTC, so nvcc is only the other route
+            cuda_toolkit = {
+                "not_needed": f"none found, not needed (the CUDA kernels take the NVRTC route); "
+                f"for the nvcc route instead: pip install '{toolkit.cuda_extra()}'"
+            }
+        else:
+            cuda_toolkit = {"missing": toolkit.missing_toolkit_reason(jit.cache_root())}
     wheel = prebuilt.manifest()
     return {
         "semiring_ops": __version__,
@@ -79,6 +84,13 @@ def backend_info(load: bool = False) -> dict[str, Any]:
     }
 
 
+def _nvrtc_serves_every_cuda_family(route: dict[str, Any] | None) -> bool:
+    """Whether, with no CUDA toolkit, the NVRTC route builds every CUDA family (route: info()'s nvrtc_route)."""
+    if route is None or not route["usable"] or route["choice"] == "nvcc":
+        return False
+    return all(f.nvrtc for f in FAMILIES if f.device_type == "cuda")
+
+
 def _cpu_target(arch: str) -> str:
     return "the compiler's default target" if arch == DEFAULT_CPU_ARCH else f"-march={arch}"
 
@@ -94,11 +106,10 @@ def format_info(info: dict[str, Any]) -> str:
     ]
     tk = info["cuda_toolkit"]
     if tk is not None:
-        lines.append(
-            f"CUDA toolkit: {tk['home']} (nvcc {tk['nvcc']}, {tk['source']})"
-            if "home" in tk
-            else f"CUDA toolkit: {tk['missing']}"
-        )
+        if "home" in tk:
+            lines.append(f"CUDA toolkit: {tk['home']} (nvcc {tk['nvcc']}, {tk['source']})")
+        else:
+            lines.append(f"CUDA toolkit: {tk.get('not_needed') or tk['missing']}")
     route = info["nvrtc_route"]
     if route is not None:
         lines.append(

@@ -248,6 +248,29 @@ def test_the_route_is_chosen_as_documented(monkeypatch, choice, toolkit_found, n
     assert not cpu.nvrtc and cpu_tk is None
 
 
+@pytest.mark.parametrize(
+    ("toolkit_found", "problem", "says"),
+    [(False, None, "not needed"), (False, "no NVRTC", "cannot be built"), (True, None, "nvcc 13.0")],
+)
+def test_info_calls_a_missing_toolkit_a_problem_only_when_nvrtc_cannot_stand_in(
+    monkeypatch, toolkit_found, problem, says
+):
+    """`python -m semiring_ops info` with no toolkit: where the NVRTC route builds every CUDA family, the toolkit
+    line says it is not needed (not that the PyTorch reference runs); where NVRTC does not serve, the warning."""
+    from semiring_ops import info
+
+    class Toolkit:
+        home, source, version = Path("/cuda"), "system", "13.0"
+
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.delenv(nvrtc_kernels.ROUTE_ENV, raising=False)
+    monkeypatch.setattr(info.toolkit, "find_cuda_toolkit", lambda cache: Toolkit() if toolkit_found else None)
+    monkeypatch.setattr(nvrtc_kernels, "route_problem", lambda: problem)
+    line = next(x for x in info.format_info(info.backend_info()).splitlines() if x.startswith("CUDA toolkit: "))
+    assert says in line, line
+    assert ("PyTorch reference runs" in line) == (says == "cannot be built"), line
+
+
 def test_a_build_for_later_takes_the_route_wherever_the_host_code_builds(monkeypatch):
     """`python -m semiring_ops build` and a wheel's build (parallel.py) need the CUDA runtime's headers for the
     NVRTC route's host code, not the GPU and NVRTC its kernels need when they run."""

@@ -60,9 +60,11 @@ def _reference(dense: torch.Tensor, k: int, largest: bool, dim: int) -> tuple[to
     return vals, idx
 
 
-def _check(lazy: LazyTensor, dense: torch.Tensor, k: int, largest: bool, dim: int) -> None:
+def _check(
+    lazy: LazyTensor, dense: torch.Tensor, k: int, largest: bool, dim: int, dtype: torch.dtype = torch.float32
+) -> None:
     """Every k-best method of ``lazy`` (..., M, N), a formula of D components, over ``dim`` (>= 0) equals the
-    float64 reference of ``dense`` (..., M, N, D)."""
+    float64 reference of ``dense`` (..., M, N, D) (on the CPU; ``lazy`` on any device)."""
     rv, ri = _reference(dense, k, largest, dim)
     if dense.shape[-1] == 1:
         rv, ri = rv[..., 0], ri[..., 0]
@@ -72,10 +74,10 @@ def _check(lazy: LazyTensor, dense: torch.Tensor, k: int, largest: bool, dim: in
         out = getattr(lazy, name)(k, dim=dim)
         vals, idx = out if "_" in name else ((None, out) if name.startswith("arg") else (out, None))
         if vals is not None:
-            assert vals.dtype == torch.float32 and vals.shape == rv.shape, name
-            torch.testing.assert_close(vals.double(), rv, equal_nan=True, rtol=0, atol=0, msg=name)
+            assert vals.dtype == dtype and vals.shape == rv.shape, name
+            torch.testing.assert_close(vals.double().cpu(), rv, equal_nan=True, rtol=0, atol=0, msg=name)
         if idx is not None:
-            assert idx.dtype == torch.int64 and torch.equal(idx, ri), name
+            assert idx.dtype == torch.int64 and torch.equal(idx.cpu(), ri), name
 
 
 def _plan(lazy: LazyTensor, k: int, largest: bool) -> Plan:
@@ -128,6 +130,38 @@ def test_register_insertion_of_the_cuda_kernels(compiled, register_lists, larges
     assert f"KBestReducer<float, 1, 7, {str(largest).lower()}, true>" in cpu_source(_plan(lazy, 7, largest), "float32")
     for k in (7,) if largest else (1, 7):  # K = 1: the list is its own K-th value
         _check(lazy, x[:, None] * y[None], k, largest, 1)
+
+
+@pytest.mark.cuda
+@settings(max_examples=12, deadline=None)
+@given(
+    k=st.sampled_from([1, 10, 40]),
+    largest=st.booleans(),
+    m=st.integers(1, 300),
+    n=st.integers(257, 3000),
+    components=st.sampled_from([1, 2]),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    specials=st.sampled_from([0.0, 0.1]),
+    seed=st.integers(0, 2**31),
+)
+def test_cuda_rows_split_in_parts_of_one_tile(
+    compiled, monkeypatch, k, largest, m, n, components, dtype, specials, seed
+):
+    """The CUDA k-best with every row split over j in parts of one tile (the most parts, each with its own list,
+    merged by lazy_merge): equal to the float64 reference on tie-heavy data (equal values in many parts), +-inf
+    and NaN, both directions, lists in registers (K <= 10) and in memory (K = 40), 2 components, float64."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from semiring_ops.lazy import cuda_kernels
+
+    parts = lambda blocks, n_inner, tile, sms, max_split=64, per_sm=2: (max(1, -(-n_inner // tile)), tile)  # noqa: E731
+    monkeypatch.setattr(cuda_kernels, "split_count", parts)
+    monkeypatch.setattr(cuda_kernels, "_launches", {})
+    g = torch.Generator().manual_seed(seed)
+    x, y = _special_ints(g, (m, components), specials), _special_ints(g, (n, components), 0.0)
+    lazy = LazyTensor(x.to("cuda", dtype)[:, None, :]) * LazyTensor(y.to("cuda", dtype)[None, :, :])
+    _check(lazy, x[:, None, :] * y[None, :, :], k, largest, 1, dtype)
+    assert cuda_kernels._launches and all(launch.grid[1] >= 2 for launch in cuda_kernels._launches.values())
 
 
 def test_components_and_batch_dimensions(compiled):

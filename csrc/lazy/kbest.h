@@ -42,10 +42,14 @@ template <class T, int D, int K, bool kIsMax, bool kRegisters = false> struct KB
   T last[D];  // v[d][K - 1]: NaN while the list is not full, so every term passes the first compare
   int32_t n[D];  // filled entries (the memory variant's; the register variant tests ix[d][k] < 0)
 
-  // whether a is strictly better than b by value alone (NaN: the largest value; two NaN tie)
+  // whether a is strictly better than b by value alone (NaN: the largest value; two NaN tie). With & and |, not
+  // && and ||, here and in insert(): the tests then compile to predicates and selects, where short-circuits made
+  // a branch and a reconvergence point of each NaN case, in each slot of the register insertion (~250
+  // instructions an insertion instead of ~120; nvcc and NVRTC 13.0, sm_90: docs/perf_notes.md, "The k-best
+  // kernel on the route")
   SR_HD static bool better(T a, T b) {
-    if (kIsMax) return a > b || (is_nan(a) && !is_nan(b));
-    return a < b || (is_nan(b) && !is_nan(a));
+    if (kIsMax) return (a > b) | (is_nan(a) & !is_nan(b));
+    return (a < b) | (is_nan(b) & !is_nan(a));
   }
   // whether (va, ia) comes before (vb, ib): by value, then by the lower index; empty slots (index < 0) last
   SR_HD static bool before(T va, int32_t ia, T vb, int32_t ib) {
@@ -80,13 +84,13 @@ template <class T, int D, int K, bool kIsMax, bool kRegisters = false> struct KB
 
   // (x, j) into list d, j greater than every index it holds (so x loses ties)
   SR_HD void insert(int d, T x, int32_t j) {
-    if (ix[d][K - 1] >= 0 && !better(x, v[d][K - 1])) return;  // the exact test (the compare let it through)
+    if ((ix[d][K - 1] >= 0) & !better(x, v[d][K - 1])) return;  // the exact test (the compare let it through)
     if constexpr (kRegisters) {
       // slot k takes slot k - 1 while x goes before it, then x; later slots keep theirs (all unrolled)
       bool moving = true;
 #pragma unroll
       for (int k = K - 1; k > 0; --k) {
-        const bool down = moving && (ix[d][k - 1] < 0 || better(x, v[d][k - 1]));
+        const bool down = moving & ((ix[d][k - 1] < 0) | better(x, v[d][k - 1]));
         v[d][k] = down ? v[d][k - 1] : (moving ? x : v[d][k]);
         ix[d][k] = down ? ix[d][k - 1] : (moving ? j : ix[d][k]);
         moving = down;

@@ -269,6 +269,15 @@ def test_info_calls_a_missing_toolkit_a_problem_only_when_nvrtc_cannot_stand_in(
     line = next(x for x in info.format_info(info.backend_info()).splitlines() if x.startswith("CUDA toolkit: "))
     assert says in line, line
     assert ("PyTorch reference runs" in line) == (says == "cannot be built"), line
+    if says == "not needed":  # but a CUDA family that falls back (no C++ compiler for the host code) keeps the warning
+        real = info.backends.family_status
+        monkeypatch.setattr(
+            info.backends,
+            "family_status",
+            lambda dt, name: ("reference", "no C++ compiler") if dt == "cuda" else real(dt, name),
+        )
+        line = next(x for x in info.format_info(info.backend_info()).splitlines() if x.startswith("CUDA toolkit: "))
+        assert "cannot be built" in line, line
 
 
 def test_a_build_for_later_takes_the_route_wherever_the_host_code_builds(monkeypatch):

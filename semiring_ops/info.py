@@ -55,10 +55,10 @@ def backend_info(load: bool = False) -> dict[str, Any]:
         tk = toolkit.find_cuda_toolkit(jit.cache_root())
         if tk:
             cuda_toolkit = {"home": str(tk.home), "source": tk.source, "nvcc": tk.version}
-        elif _nvrtc_serves_every_cuda_family(nvrtc_route, families):
-            # not an error: every CUDA family compiles through NVRTC, so nvcc is only the other route
+        elif _cuda_families_served(families):
+            # not an error: every CUDA family is prebuilt or compiles through NVRTC, so nvcc is only the other route
             cuda_toolkit = {
-                "not_needed": f"none found, not needed (the CUDA kernels take the NVRTC route); "
+                "not_needed": "none found, not needed (every CUDA family is prebuilt or takes the NVRTC route); "
                 f"for the nvcc route instead: pip install '{toolkit.cuda_extra()}'"
             }
         else:
@@ -84,15 +84,11 @@ def backend_info(load: bool = False) -> dict[str, Any]:
     }
 
 
-def _nvrtc_serves_every_cuda_family(route: dict[str, Any] | None, families: list[dict[str, Any]]) -> bool:
-    """Whether, with no CUDA toolkit, the NVRTC route serves every CUDA family (route: backend_info's nvrtc_route;
-    families: its rows, none of the CUDA ones left to the reference, e.g. for want of a C++ compiler)."""
-    if route is None or not route["usable"] or route["choice"] == "nvcc":
-        return False
+def _cuda_families_served(families: list[dict[str, Any]]) -> bool:
+    """Whether no CUDA family of backend_info's rows is left to the reference: with no toolkit, each is prebuilt or
+    takes the NVRTC route (backends.family_status says so, by the same rules that will serve it)."""
     cuda = [f for f in families if f["device"] == "cuda"]
-    return all(f.nvrtc for f in FAMILIES if f.device_type == "cuda") and all(
-        f["kind"] not in ("reference", "none") for f in cuda
-    )
+    return bool(cuda) and all(f["kind"] not in ("reference", "none") for f in cuda)
 
 
 def _cpu_target(arch: str) -> str:

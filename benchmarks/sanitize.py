@@ -349,7 +349,8 @@ def ctc(light: bool) -> None:
     """CTC's kernels: the log program with and without occupancies, their collection (weighted), and the best path,
     float32 and float64, targets of 0 to 600 labels (repeats included: chains of a label's states), items of 0, 1,
     odd and full frame counts, an impossible one, 97 states (four warps), 1,201 in float32 and 1,001 in float64
-    (past a block's threads: strided), against the CPU kernels."""
+    (past a block's threads: strided), against the CPU kernels; on sm_90+ the log program over clusters of 2 and 8
+    blocks an item too."""
     from semiring_ops.ops import ctc_ops
 
     cases = [(23, 5, 6, 7, dtype) for dtype in (torch.float32, torch.float64)]
@@ -373,6 +374,14 @@ def ctc(light: bool) -> None:
         weight = torch.linspace(-2, 2, N, dtype=dtype).cuda()
         scaled = ctc_ops.ctc_collect(*args, 0, total, states, weight)
         _close(scaled.cpu(), want_occupancy * weight.cpu()[None, :, None], f"ctc collection {T}", 1e-4)
+        for blocks in ("2", "8") if torch.cuda.get_device_capability()[0] >= 9 else ():
+            os.environ["SEMIRING_OPS_CTC_CLUSTER"] = blocks  # the log program over a cluster's blocks
+            try:
+                total, occupancy = ctc_ops.ctc_occupancy(*args, 0)
+            finally:
+                del os.environ["SEMIRING_OPS_CTC_CLUSTER"]
+            _close(total, want, f"ctc log {T}, {blocks} blocks", 1e-5)
+            _close(occupancy.cpu(), want_occupancy, f"ctc occupancy {T}, {blocks} blocks", 1e-4)
         score, states = ctc_ops.ctc_viterbi(*args, 0)
         want_score, want_states = ctc_ops.ctc_viterbi(lp, targets, il, tl, 0)
         _close(score, want_score, f"ctc max {T}", 1e-5)

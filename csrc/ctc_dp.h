@@ -2,7 +2,8 @@
 // K = 2 S + 1 states blank, l_1, blank, ..., l_S, blank; a frame stays, moves up one state, or skips the blank
 // between two different labels; paths start in state 0 or 1 and end in K - 1 or K - 2. Written once for the CPU
 // and CUDA backends (csrc/cpu/ctc_cpu.cpp, csrc/cuda/ctc_kernels.cu) over a Team of threads that share an item's
-// states (CPU: one thread; CUDA: the block, a thread per state, strided), ATen-free.
+// states (CPU: one thread; CUDA: the block, a thread per state, strided; or, for the log program on sm_90+, one
+// block of a cluster that splits the item's states into slices: CtcSlice), ATen-free.
 //
 // Log (ctc_log_item): the loss and, when asked, the occupancies d log Z / d log_probs, in one launch whose
 // sequential depth is the item's T frames, not 2 T (torch's alpha then beta):
@@ -15,12 +16,13 @@
 //     written over that stored row (read for the last time there).
 // alpha_inc / beta_inc include the frame's emission; alpha_ex(t, s) = (+) of alpha_inc(t - 1, s - k) over the
 // moves k in {0, 1, 2 (a skip)}; beta_ex(t, s) = (+) of beta_inc(t + 1, s + k). A step's inputs from global memory
-// (its frames' emissions, and in pass 2 the stored rows) are staged into the scratch during the step before (the
-// team's copy_async: cp.async on the GPU, a copy on the CPU), so the loops over states read only the scratch (and
-// vectorise on the CPU).
+// (its frames' emissions, and in pass 2 the stored rows) are staged into the scratch kCtcStages - 1 steps before,
+// after that step's work (the team's copy_async: cp.async on the GPU, a copy on the CPU), so the loops over states
+// read only the scratch (and vectorise on the CPU).
 // Then (ctc_collect_frames, frames in parallel: a launch of its own on the GPU, made by the loss's backward) the
 // state occupancies are summed per label deterministically, without atomics: the blank's over the even states by a
-// team reduction, each label's by the thread of its first state, walking the chain of its later states (`chain`);
+// team reduction, each label's by the thread of its first state, walking the chain of its later states (`chain`),
+// kCollectBatch frames at a time, their rows staged into the scratch;
 // times a factor per item (the loss's gradient), every entry of the (T, N, C) output written (0 times the factor
 // off the labels, past the frames and for an item with no alignment: NaN where the factor is not finite, as the
 // product with a zeroed tensor gives).
@@ -40,6 +42,14 @@
 #define SEMIRING_OPS_CTC_IVDEP
 #else
 #define SEMIRING_OPS_CTC_IVDEP _Pragma("GCC ivdep")
+#endif
+// A loop over kCollectBatch frames, unrolled (its sums stay in registers).
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define SEMIRING_OPS_CTC_UNROLL _Pragma("unroll")
+#elif defined(__GNUC__) && !defined(__clang__)
+#define SEMIRING_OPS_CTC_UNROLL _Pragma("GCC unroll 4")
+#else
+#define SEMIRING_OPS_CTC_UNROLL
 #endif
 
 namespace semiring_ops {
@@ -61,6 +71,35 @@ template <class T> struct CtcArgs {
   T* rows;           // (N, T, K) the log program's state occupancies at each item's frames, or null (no gradient)
   unsigned char* moves;  // (N, T, K) of the max program
   int64_t* path;     // (N, T) the best path's states (-1 past the item's frames)
+  int64_t cluster;   // CUDA: the blocks that share an item (a thread block cluster; the launcher sets it)
+};
+
+// The states [lo, hi) of an item that one member of a team computes at each step (CUDA clusters: each block of the
+// item's cluster takes a contiguous slice, ClusterTeam in ctc_kernels.cu; otherwise [0, K)); left / right: whether
+// a neighbouring block's slice reads this one's first / last two states (sent to it after each step).
+struct CtcSlice {
+  int lo, hi;
+  bool left, right;
+};
+
+// ctc_log_item's hooks for a team that has its item to itself (the CPU's thread, a CUDA block): CRTP, over the team's
+// rank() and barrier(). A cluster's team (ctc_kernels.cu) splits the item instead.
+template <class Team> struct CtcWholeItem {
+  SR_HD const Team& self() const { return static_cast<const Team&>(*this); }
+  SR_HD CtcSlice slice(int K) const { return CtcSlice{0, K, false, false}; }
+  // sends a computed state of step g's rows to the neighbour that reads it (none here)
+  template <class T> SR_HD void pass_on(const CtcSlice&, int64_t, T*, T*, int, T, T) const {}
+  SR_HD void wait_inputs(int64_t) const {}  // waits for the neighbours' states that step g reads
+  SR_HD void step_done(const CtcSlice&, int64_t) const {}  // after step g's barrier
+  SR_HD bool leads_item() const { return self().rank() == 0; }  // writes the item's outputs
+  // the item's max / sum of the members' partials (v on rank 0), on every thread; cell: a shared entry to pass it
+  template <class T> SR_HD T share_max(T v, T* cell) const { return share(v, cell); }
+  template <class T> SR_HD T share_sum(T v, T* cell) const { return share(v, cell); }
+  template <class T> SR_HD T share(T v, T* cell) const {
+    if (self().rank() == 0) *cell = v;
+    self().barrier();
+    return *cell;
+  }
 };
 
 // Stage buffers of the steps' inputs: a step's are staged kCtcStages - 1 steps ahead, so that its copies land
@@ -68,9 +107,13 @@ template <class T> struct CtcArgs {
 // waits on its chain of dependent arithmetic and its barrier, not on its copies.)
 constexpr int kCtcStages = 3;
 
+// Frames the collection (ctc_collect_frames) sums at once: a label's chain of states is walked once for all of them.
+constexpr int kCollectBatch = 4;
+
 // The item's shared arrays (CUDA: dynamic shared memory; CPU: a thread's buffers). A row holds K states and two
 // -inf entries on each side, so a step reads s - 2 .. s + 2 without tests (it points at its state 0). The shared
-// entries come first: ctc_collect_frames needs only them and the int32 arrays (ctc_scratch_values(K, false)).
+// entries come first (36, of which the programs use 4); ctc_collect_frames needs the int32 arrays and its own
+// buffers after them (ctc_scratch_values(K, false)).
 template <class T> struct CtcScratch {
   int32_t* label;   // (K) the states' labels
   int32_t* chain;   // (K) odd states: the next state q of the same label (K: none), as q for the label's first
@@ -78,8 +121,7 @@ template <class T> struct CtcScratch {
   int32_t* skip;    // (K + 2) 1 where state s may be entered from s - 2 (0 past the item's states)
   T* values;        // the shared entries, rows, staged inputs and a spare row below
   int64_t K;
-  SR_HD T* shared() const { return values; }        // the total, a flag, the peak
-  SR_HD T* partial() const { return values + 4; }  // one partial sum per warp of the team (32 entries)
+  SR_HD T* shared() const { return values; }  // the total, a flag, the peak, the total's partial sum
   // padded row `buf` of direction d (0 alpha, 1 beta), at its state 0 (no arrays of pointers: on the GPU they
   // would live in local memory)
   SR_HD T* rows(int d, int buf) const { return values + 36 + (2 * d + buf) * (K + 4) + 2; }
@@ -90,13 +132,17 @@ template <class T> struct CtcScratch {
     return values + 36 + 4 * (K + 4) + (2 * kCtcStages + kCtcStages * d + buf) * K;
   }
   SR_HD T* spare() const { return values + 36 + 4 * (K + 4) + 4 * kCtcStages * K; }  // (K)
+  // the collection's (ctc_collect_frames) two buffers of kCollectBatch frames' state occupancies (K each), and its
+  // warps' partial sums of each frame (32 each), over the programs' rows: the two never share a scratch at once
+  SR_HD T* frame_row(int buf, int f) const { return values + 36 + (buf * kCollectBatch + f) * K; }
+  SR_HD T* collect_partial(int f) const { return values + 36 + 2 * kCollectBatch * K + 32 * f; }
 };
 
-// The scratch's int32 and T entry counts for K states (T entries: of the programs, or only of the collection);
+// The scratch's int32 and T entry counts for K states (T entries: of the programs, or only of the collection's);
 // ctc_carve lays one out over them.
 SR_HD int64_t ctc_scratch_ints(int64_t K) { return 3 * K + 2; }
 SR_HD int64_t ctc_scratch_values(int64_t K, bool programs = true) {
-  return 36 + (programs ? 4 * (K + 4) + (4 * kCtcStages + 1) * K : 0);
+  return 36 + (programs ? 4 * (K + 4) + (4 * kCtcStages + 1) * K : 2 * kCollectBatch * K + 32 * kCollectBatch);
 }
 // The scratch's bytes, as the CUDA kernels lay it out in dynamic shared memory: the int32 entries, then (16-byte
 // aligned) the T entries. alignment/ctc.py's cuda_max_labels mirrors this (a test compares the two).
@@ -210,27 +256,18 @@ template <class T> struct CtcItem {
     const T two = next[s + 2];
     return log_add3<T>(next[s], next[s + 1], sm.skip[s + 2] ? two : -pos_inf<T>());
   }
-  // Stages the team's states' emissions at frame t into out (asynchronously on the GPU: the thread's own
-  // entries, complete after the team's wait for their copy group), and asks L2 for frame t + ahead's.
-  template <class Team> SR_HD void stage_emissions(const Team& team, int64_t t, int64_t ahead, T* out) const {
-    const int64_t later = t + ahead >= 0 && t + ahead < L ? t + ahead : t;
+  // Stages the emissions of the slice's states at frame t into out (asynchronously on the GPU: the thread's own
+  // entries, complete after the team's wait for their copy group). (No L2 prefetch further ahead: the copies are
+  // issued kCtcStages - 1 steps before they are read, longer than a read from memory takes.)
+  template <class Team> SR_HD void stage_emissions(const Team& team, const CtcSlice& sl, int64_t t, T* out) const {
     const T* now = a.lp + t * a.st + b * a.sn;  // (the frames' rows of this item: one multiply a state)
-    const T* soon = a.lp + later * a.st + b * a.sn;
-    for (int s = team.rank(); s < K; s += team.size()) {
-      const int64_t at = int64_t(sm.label[s]) * a.sc;
-      team.prefetch(soon + at);
-      team.copy_async(out + s, now + at);
-    }
+    for (int s = sl.lo + team.rank(); s < sl.hi; s += team.size())
+      team.copy_async(out + s, now + int64_t(sm.label[s]) * a.sc);
   }
-  // Stages the team's states' entries of the stored row of frame t into out, likewise.
-  template <class Team> SR_HD void stage_row(const Team& team, int64_t t, int64_t ahead, T* out) const {
-    const int64_t later = t + ahead >= 0 && t + ahead < L ? t + ahead : t;
+  // Stages the slice's entries of the stored row of frame t into out, likewise.
+  template <class Team> SR_HD void stage_row(const Team& team, const CtcSlice& sl, int64_t t, T* out) const {
     const T* now = row(t);
-    const T* soon = row(later);
-    for (int s = team.rank(); s < K; s += team.size()) {
-      team.prefetch(soon + s);
-      team.copy_async(out + s, now + s);
-    }
+    for (int s = sl.lo + team.rank(); s < sl.hi; s += team.size()) team.copy_async(out + s, now + s);
   }
 };
 
@@ -289,30 +326,49 @@ SR_HD void ctc_collect_zeros(const Team& team, const CtcArgs<T>& a, int64_t b, i
   for (int64_t c = team.rank(); c < a.C; c += team.size()) out[c] = T(0) * w;
 }
 
-// Sums frame t's state occupancies (the row over which pass 2 wrote them) per label into the occupancy tensor,
-// times w: the blank's over the even states (a reduction over the team: warp sums, then the first warp's), each
-// label's over its chain of states (its first state's thread); the other labels' entries 0 * w. The team's labels
-// and chains are the item's (ctc_setup).
+// Sums the state occupancies of frames t .. t + n - 1 (n <= kCollectBatch; their rows, over which pass 2 wrote them,
+// staged into the scratch's buffer `buf`) per label into the occupancy tensor, times w: the blank's over the even
+// states (a reduction over the team: warp sums, then the first warp's), each label's over its chain of states (its
+// first state's thread walks the chain once for the n frames: n independent sums); the other labels' entries
+// 0 * w. The team's labels and chains are the item's (ctc_setup).
 template <class T, class Team>
-SR_HD void ctc_collect_frame(const Team& team, const CtcArgs<T>& a, const CtcScratch<T>& sm, int64_t b, int K,
-                             int64_t t, T w) {
-  const T* occ = a.rows + (b * a.T_ + t) * a.K;
-  T* out = a.occupancy + t * a.os0 + b * a.os1;
-  ctc_collect_zeros<T>(team, a, b, t, w);  // (before the barrier below: the label entries are written after it)
-  T v = T(0);
-  for (int s = 2 * team.rank(); s < K; s += 2 * team.size()) v += occ[s];
-  v = team.warp_sum(v);
-  if (team.lane() == 0) sm.partial()[team.warp()] = v;
+SR_HD void ctc_collect_batch(const Team& team, const CtcArgs<T>& a, const CtcScratch<T>& sm, int64_t b, int K,
+                             int64_t t, int n, T w, int buf) {
+  for (int f = 0; f < n; ++f)  // (before the barrier below: the label entries are written after it)
+    ctc_collect_zeros<T>(team, a, b, t + f, w);
+  // frame f's row at occ + row(f) (the frames past n read frame 0's, and their sums go unused: the loops below
+  // keep kCollectBatch sums, in registers)
+  const T* occ = sm.frame_row(buf, 0);
+  const auto row = [&](int f) { return (f < n ? f : 0) * sm.K; };  // (the scratch's K: the batch's widest)
+  T v[kCollectBatch] = {};
+  for (int s = 2 * team.rank(); s < K; s += 2 * team.size()) {
+    SEMIRING_OPS_CTC_UNROLL
+    for (int f = 0; f < kCollectBatch; ++f) v[f] += occ[row(f) + s];
+  }
+  SEMIRING_OPS_CTC_UNROLL
+  for (int f = 0; f < kCollectBatch; ++f) {
+    const T x = team.warp_sum(v[f]);
+    if (team.lane() == 0) sm.collect_partial(f)[team.warp()] = x;
+  }
   team.barrier();
-  const T blank = team.lead_sum(team.warps(), [&](int64_t w) { return sm.partial()[w]; });
-  if (team.rank() == 0) out[a.blank] = blank * w;
+  for (int f = 0; f < n; ++f) {
+    const T blank = team.lead_sum(team.warps(), [&](int64_t q) { return sm.collect_partial(f)[q]; });
+    if (team.rank() == 0) a.occupancy[(t + f) * a.os0 + b * a.os1 + a.blank] = blank * w;
+  }
   for (int s = 1 + 2 * team.rank(); s < K; s += 2 * team.size()) {
     if (sm.chain[s] < 0) continue;
-    T sum = occ[s];
-    for (int q = sm.chain[s]; q < K; q = ctc_chain_next(sm.chain[q])) sum += occ[q];
-    out[sm.label[s]] = sum * w;
+    T sum[kCollectBatch];
+    SEMIRING_OPS_CTC_UNROLL
+    for (int f = 0; f < kCollectBatch; ++f) sum[f] = occ[row(f) + s];
+    for (int q = sm.chain[s]; q < K; q = ctc_chain_next(sm.chain[q])) {
+      SEMIRING_OPS_CTC_UNROLL
+      for (int f = 0; f < kCollectBatch; ++f) sum[f] += occ[row(f) + q];
+    }
+    SEMIRING_OPS_CTC_UNROLL
+    for (int f = 0; f < kCollectBatch; ++f)
+      if (f < n) a.occupancy[(t + f) * a.os0 + b * a.os1 + sm.label[s]] = sum[f] * w;
   }
-  team.barrier();  // (the partial sums are rewritten by the next frame)
+  team.barrier();  // (the partial sums and the buffer are rewritten by the next batch but one)
 }
 
 // Item b's entries of frames [t0, t1) of the (T, N, C) output: its label sums times its factor at its frames (after
@@ -326,19 +382,36 @@ SR_HD void ctc_collect_frames(const Team& team, const CtcArgs<T>& a, const CtcSc
   const bool ok = Z > -pos_inf<T>() && Z < pos_inf<T>() && ctc_setup<T>(team, a, sm, b, false);  // (NaN: not)
   const int64_t L = ok ? a.input_lengths[b] : 0;
   const int K = ok ? int(2 * a.target_lengths[b] + 1) : 0;
-  for (int64_t t = t0; t < t1 && t < a.T_; ++t) {
-    if (t < L)
-      ctc_collect_frame<T>(team, a, sm, b, K, t, w);
-    else
-      ctc_collect_zeros<T>(team, a, b, t, w);
+  const int64_t end = t1 < a.T_ ? t1 : a.T_, last = end < L ? end : L;  // frames [t0, last) have occupancies
+  for (int64_t t = last > t0 ? last : t0; t < end; ++t) ctc_collect_zeros<T>(team, a, b, t, w);
+  // batches of kCollectBatch frames, each's rows staged into the scratch a batch ahead (the team's copies: a thread's
+  // own states; the chains' sums then read shared memory, not a dependent global load a link)
+  auto stage = [&](int64_t t, int buf) {
+    for (int f = 0; f < kCollectBatch && t + f < last; ++f) {
+      const T* occ = a.rows + (b * a.T_ + t + f) * a.K;
+      T* row = sm.frame_row(buf, f);
+      for (int s = team.rank(); s < K; s += team.size()) team.copy_async(row + s, occ + s);
+    }
+    team.commit_copies();
+  };
+  stage(t0, 0);
+  for (int64_t t = t0, buf = 0; t < last; t += kCollectBatch, buf ^= 1) {
+    stage(t + kCollectBatch, int(buf ^ 1));
+    team.wait_copies();  // (this batch's group: all but the one just committed)
+    team.barrier();
+    ctc_collect_batch<T>(team, a, sm, b, K, t, int(last - t < kCollectBatch ? last - t : kCollectBatch), w, int(buf));
   }
 }
 
-// The log program for item b (module comment): its total, and its state occupancies when a.rows is set.
+// The log program for item b (module comment): its total, and its state occupancies when a.rows is set. The team
+// may be one of several that share the item (CUDA clusters: team.slice); then each computes its slice of every row,
+// reads its neighbours' last states from the padding its rows keep around the slice (team.pass_on sends them,
+// team.wait_inputs waits for them before a step; steps are numbered g over both passes), and the total is combined
+// across the teams (team.share_max / share_sum).
 template <class T, class Team>
 SR_HD void ctc_log_item(const Team& team, const CtcArgs<T>& a, const CtcScratch<T>& sm, int64_t b) {
   const bool ok = ctc_setup<T>(team, a, sm, b, true);
-  const bool lead = team.rank() == 0;
+  const bool lead = team.leads_item();
   if (!ok) {
     if (lead) a.total[b] = pos_inf<T>() - pos_inf<T>();
     return;
@@ -354,21 +427,23 @@ SR_HD void ctc_log_item(const Team& team, const CtcArgs<T>& a, const CtcScratch<
   const int64_t m = (L + 1) / 2, beta_steps = L - m;
   const int r0 = team.rank(), dr = team.size();
   ctc_virtual_rows(team, sm, K);
+  const CtcSlice sl = team.slice(K);  // (after the virtual rows: their padding is every slice's first input)
   int pa = 0, pb = 0;  // the buffer of each direction's latest row
   // pass 1: alpha at frame i, beta at frame L - 1 - i; a step's emissions staged kCtcStages - 1 steps ahead
-  auto stage1 = [&](int64_t i) {  // step i's emissions into stage buffer i % kCtcStages (one copy group a step)
-    const int buf = int(i % kCtcStages);
-    if (i < m) it.stage_emissions(team, i, 8, sm.emit(0, buf));
-    if (i < beta_steps) it.stage_emissions(team, L - 1 - i, -8, sm.emit(1, buf));
+  auto stage1 = [&](int64_t i, int buf) {  // step i's emissions into stage buffer buf (one copy group a step)
+    if (i < m) it.stage_emissions(team, sl, i, sm.emit(0, buf));
+    if (i < beta_steps) it.stage_emissions(team, sl, L - 1 - i, sm.emit(1, buf));
     team.commit_copies();
   };
-  for (int64_t i = 0; i < kCtcStages - 1; ++i) stage1(i);
-  for (int64_t i = 0; i < m; ++i) {
+  for (int i = 0; i < kCtcStages - 1; ++i) stage1(i, i);
+  // step i reads stage buffer buf = i % kCtcStages and stages step i + kCtcStages - 1 into the one before it (no
+  // 64-bit remainders in the steps)
+  int buf = 0;
+  for (int64_t i = 0; i < m; ++i, buf = buf == kCtcStages - 1 ? 0 : buf + 1) {
     const int64_t tb = L - 1 - i;
-    const int buf = int(i % kCtcStages);
     const bool with_beta = i < beta_steps;
     team.wait_copies();  // (step i's group: all but the kCtcStages - 2 groups after it)
-    stage1(i + kCtcStages - 1);
+    team.wait_inputs(i);
     // both directions in one loop (their chains of dependent work overlap); a step without beta (the last
     // when L is odd) computes it into its spare buffer, which nothing reads
     const T* ea = sm.emit(0, buf);
@@ -380,56 +455,59 @@ SR_HD void ctc_log_item(const Team& team, const CtcArgs<T>& a, const CtcScratch<
     T* astore = a.rows ? it.row(i) : an;
     T* bstore = a.rows && with_beta ? it.row(tb) : bn;
     SEMIRING_OPS_CTC_IVDEP
-    for (int s = r0; s < K; s += dr) {
+    for (int s = sl.lo + r0; s < sl.hi; s += dr) {
       const T va = it.from_before(ap, s) + ea[s];
       const T vb = it.from_after(bp, s) + eb[s];
       an[s] = va;
       bn[s] = vb;
       astore[s] = va;
       bstore[s] = vb;
+      team.pass_on(sl, i, an, bn, s, va, vb);
     }
     team.barrier();
+    team.step_done(sl, i);
+    // the staging after the step, not before: the step's chain of dependent work does not wait for it, and on a
+    // cluster it overlaps the neighbours' states on their way (its buffer was last read by step i - 1)
+    stage1(i + kCtcStages - 1, buf == 0 ? kCtcStages - 1 : buf - 1);
     pa ^= 1;
     if (with_beta) pb ^= 1;
   }
+  team.wait_inputs(m);  // (pass 2's first step's; the total reads beta's)
   // the total at frame m - 1: alpha_inc there times beta_ex (beta_inc of frame m, or the end states at L - 1)
   T* prod = sm.spare();
-  for (int s = r0; s < K; s += dr) prod[s] = sm.rows(0, pa)[s] + it.from_after(sm.rows(1, pb), s);
+  for (int s = sl.lo + r0; s < sl.hi; s += dr) prod[s] = sm.rows(0, pa)[s] + it.from_after(sm.rows(1, pb), s);
   team.barrier();
-  const T top = team.lead_max(K, [&](int64_t s) { return prod[s]; });
-  if (lead) sm.shared()[2] = top;
-  team.barrier();
-  const T peak = sm.shared()[2];
-  const T sum = team.lead_sum(K, [&](int64_t s) { return peak == zero ? T(0) : ctc_exp<T>(prod[s] - peak); });
-  if (lead) sm.shared()[0] = (peak == zero || is_nan(peak)) ? peak : peak + ctc_log(sum);
-  team.barrier();
-  const T Z = sm.shared()[0];
+  const int width = sl.hi - sl.lo;
+  const T peak = team.share_max(team.lead_max(width, [&](int64_t i) { return prod[sl.lo + i]; }), sm.shared() + 2);
+  const T sum = team.share_sum(
+      team.lead_sum(width, [&](int64_t i) { return peak == zero ? T(0) : ctc_exp<T>(prod[sl.lo + i] - peak); }),
+      sm.shared() + 3);
+  const T Z = (peak == zero || is_nan(peak)) ? peak : peak + ctc_log(sum);
   if (lead) a.total[b] = Z;
   if (a.rows == nullptr || Z == zero || is_nan(Z) || Z == pos_inf<T>()) return;
   // pass 2: beta from frame m - 1 down (staged: its emissions and alpha's stored row), alpha from frame m up
   // (its emissions and beta's stored row), each step's inputs staged during the step before; the state
   // occupancies written over the stored rows. (Those were written by other threads: the barriers since make them
   // visible.)
-  auto stage2 = [&](int64_t j) {
-    const int buf = int(j % kCtcStages);
+  auto stage2 = [&](int64_t j, int buf) {
     const int64_t t1 = m - 1 - j, t2 = m + j;
     if (j < m) {
-      it.stage_emissions(team, t1, -8, sm.emit(1, buf));
-      it.stage_row(team, t1, -8, sm.stored(1, buf));
+      it.stage_emissions(team, sl, t1, sm.emit(1, buf));
+      it.stage_row(team, sl, t1, sm.stored(1, buf));
     }
     if (j < m && t2 < L) {
-      it.stage_emissions(team, t2, 8, sm.emit(0, buf));
-      it.stage_row(team, t2, 8, sm.stored(0, buf));
+      it.stage_emissions(team, sl, t2, sm.emit(0, buf));
+      it.stage_row(team, sl, t2, sm.stored(0, buf));
     }
     team.commit_copies();
   };
-  for (int64_t j = 0; j < kCtcStages - 1; ++j) stage2(j);
-  for (int64_t j = 0; j < m; ++j) {
-    const int buf = int(j % kCtcStages);
+  for (int j = 0; j < kCtcStages - 1; ++j) stage2(j, j);
+  buf = 0;
+  for (int64_t j = 0; j < m; ++j, buf = buf == kCtcStages - 1 ? 0 : buf + 1) {
     const int64_t t1 = m - 1 - j, t2 = m + j;
-    const bool with_alpha = t2 < L;
+    const bool with_alpha = t2 < L, last = j == m - 1;
     team.wait_copies();
-    stage2(j + kCtcStages - 1);
+    if (j > 0) team.wait_inputs(m + j);
     // both directions in one loop; a step without alpha (the last when L is odd) computes it into buffers
     // that nothing reads
     const T* eb = sm.emit(1, buf);
@@ -443,15 +521,19 @@ SR_HD void ctc_log_item(const Team& team, const CtcArgs<T>& a, const CtcScratch<
     T* o1 = it.row(t1);
     T* o2 = with_alpha ? it.row(t2) : sm.spare();
     SEMIRING_OPS_CTC_IVDEP
-    for (int s = r0; s < K; s += dr) {
+    for (int s = sl.lo + r0; s < sl.hi; s += dr) {
       const T bx = it.from_after(bp, s);
       const T ax = it.from_before(ap, s);
       o1[s] = ctc_exp<T>(alpha1[s] + bx - Z);
       o2[s] = ctc_exp<T>(ax + beta2[s] - Z);
-      bn[s] = bx + eb[s];
-      an[s] = ax + ea[s];
+      const T vb = bx + eb[s], va = ax + ea[s];
+      bn[s] = vb;
+      an[s] = va;
+      if (!last) team.pass_on(sl, m + j, an, bn, s, va, vb);  // (the last step's rows are read by no one)
     }
     team.barrier();
+    team.step_done(sl, m + j);
+    stage2(j + kCtcStages - 1, buf == 0 ? kCtcStages - 1 : buf - 1);  // (as pass 1's)
     pb ^= 1;
     if (with_alpha) pa ^= 1;
   }
@@ -479,7 +561,7 @@ SR_HD void ctc_viterbi_item(const Team& team, const CtcArgs<T>& a, const CtcScra
   unsigned char* moves = a.moves + b * a.T_ * a.K;
   ctc_virtual_rows(team, sm, K);
   auto stage = [&](int64_t t) {
-    if (t < L) it.stage_emissions(team, t, 8, sm.emit(0, int(t % kCtcStages)));
+    if (t < L) it.stage_emissions(team, CtcSlice{0, K, false, false}, t, sm.emit(0, int(t % kCtcStages)));
     team.commit_copies();
   };
   for (int64_t t = 0; t < kCtcStages - 1; ++t) stage(t);

@@ -90,8 +90,9 @@ def _other_family_kernels() -> list[tuple[str, str]]:
                 out.append(("cuda/span_kernels.cuh", span.format(kernel, s, extra)))
         ctc = "semiring_ops::cuda::ctc::"
         for kernel in (
-            f"ctc_log_kernel<{t}, 1>",
-            f"ctc_log_kernel<{t}, 2>",
+            f"ctc_log_kernel<{t}, 1, false>",
+            f"ctc_log_kernel<{t}, 2, false>",
+            f"ctc_log_kernel<{t}, 1, true>",
             f"ctc_collect_kernel<{t}>",
             f"ctc_viterbi_kernel<{t}>",
             f"rnnt_lattice_kernel<{t}, true>",

@@ -4,6 +4,7 @@
 // fewer, 7.5 s of g++ on each build of the family.)
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "ctc_host.h"
@@ -13,11 +14,10 @@
 namespace semiring_ops {
 namespace {
 
-struct SerialTeam {
+struct SerialTeam : CtcWholeItem<SerialTeam> {
   int rank() const { return 0; }
   int size() const { return 1; }
   void barrier() const {}
-  void prefetch(const void*) const {}
   int lane() const { return 0; }
   int warp() const { return 0; }
   int warps() const { return 1; }
@@ -49,7 +49,7 @@ void check_cpu(const at::Tensor& log_probs, const char* who) {
 template <class T, class Program> void run_items(const CtcArgs<T>& a, Program program) {
   at::parallel_for(0, a.N, 1, [&](int64_t b0, int64_t b1) {
     std::vector<int32_t> ints(ctc_scratch_ints(a.K));
-    std::vector<T> values(ctc_scratch_values(a.K));
+    std::vector<T> values(std::max(ctc_scratch_values(a.K), ctc_scratch_values(a.K, false)));  // programs, collection
     const CtcScratch<T> sm = ctc_carve<T>(ints.data(), values.data(), a.K);
     for (int64_t b = b0; b < b1; ++b) program(SerialTeam{}, a, sm, b);
   });

@@ -4,6 +4,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <cstdlib>
 #include <type_traits>
 #include <vector>
 
@@ -23,6 +24,16 @@ void check_cuda(const at::Tensor& log_probs, const char* who) {
                     " (CUDA): at most 2^31 - 1 items, got log_probs ", describe(log_probs));
 }
 
+// SEMIRING_OPS_CTC_CLUSTER=c: blocks per item of the log program forced (1 to 8; 1: no clusters; sm_90+), for
+// measurements and tests; 0 when unset.
+int forced_cluster() {
+  const char* env = std::getenv("SEMIRING_OPS_CTC_CLUSTER");
+  if (env == nullptr) return 0;
+  const int c = std::atoi(env);
+  TORCH_CHECK(c >= 1 && c <= 8, "SEMIRING_OPS_CTC_CLUSTER must be an integer from 1 to 8, got ", env);
+  return c;
+}
+
 }  // namespace
 
 std::vector<at::Tensor> ctc_log(const at::Tensor& log_probs, const at::Tensor& targets, const at::Tensor& input_lengths,
@@ -31,7 +42,8 @@ std::vector<at::Tensor> ctc_log(const at::Tensor& log_probs, const at::Tensor& t
   const c10::cuda::CUDAGuard guard(log_probs.device());
   return ctc_log_host("ctc_log (CUDA)", log_probs, targets, input_lengths, target_lengths, blank, need_states,
                       [&](const auto& a) {
-                        cuda::check_launch(cuda::ctc_log_launch(a, c10::cuda::getCurrentCUDAStream()), "ctc_log (CUDA)");
+                        cuda::check_launch(cuda::ctc_log_launch(a, forced_cluster(), c10::cuda::getCurrentCUDAStream()),
+                                           "ctc_log (CUDA)");
                       });
 }
 

@@ -19,9 +19,10 @@ namespace cuda {
 template <class T> constexpr int64_t ctc_max_states() { return sizeof(T) == 4 ? 2047 : 1023; }
 
 #if !defined(__CUDACC_RTC__)
-// The log program (ctc_dp.h) over a.N items, one block each (with a.rows: its state occupancies); T in {float,
-// double}; the host has filled and checked the arguments.
-template <class T> LaunchStatus ctc_log_launch(const CtcArgs<T>& a, cudaStream_t stream);
+// The log program (ctc_dp.h) over a.N items (with a.rows: its state occupancies), one block each or, on sm_90+, a
+// cluster of blocks each (a.cluster is the launcher's; forced_cluster: SEMIRING_OPS_CTC_CLUSTER, 0 to choose); T in
+// {float, double}; the host has filled and checked the arguments.
+template <class T> LaunchStatus ctc_log_launch(const CtcArgs<T>& a, int forced_cluster, cudaStream_t stream);
 
 // The collection of the state occupancies a.rows per label, times a.weight, into a.occupancy (every entry), a block
 // per item and 64 frames.

@@ -29,6 +29,35 @@ CUDA = pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not HAS_
 DEVICES = ["cpu", CUDA]
 
 
+@pytest.fixture
+def needs_clusters():
+    """Skips without a GPU that has thread block clusters (compute capability 9.0+)."""
+    if not HAS_CUDA:
+        pytest.skip("no CUDA GPU")
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("thread block clusters need compute capability 9.0")
+
+
+def assert_ctc_loss_matches(lp, targets, input_lengths, target_lengths, tol: float) -> None:
+    """semiring_ops.ctc_loss (unreduced, zero_infinity) and its gradient against the CTC structure's PyTorch program
+    in float64, and the loss against torch's ctc_loss in float64 (its gradient is taken as if through a
+    log_softmax: not compared)."""
+    from semiring_ops import ctc_loss
+    from semiring_ops.structures.fused import generic_only
+
+    args = (targets, input_lengths, target_lengths)
+    x = lp.clone().requires_grad_()
+    loss = ctc_loss(x, *args, reduction="none", zero_infinity=True)
+    (g,) = torch.autograd.grad(loss.sum(), x)
+    with generic_only():
+        y = lp.double().requires_grad_()
+        want = ctc_loss(y, *args, reduction="none", zero_infinity=True)
+        (gw,) = torch.autograd.grad(want.sum(), y)
+    theirs = torch.nn.functional.ctc_loss(lp.double(), *args, reduction="none", zero_infinity=True)
+    for got, expected in ((loss, want), (loss, theirs), (g, gw)):
+        torch.testing.assert_close(got.double(), expected, rtol=tol, atol=tol)
+
+
 @pytest.fixture(params=DEVICES)
 def device(request) -> str:
     return request.param

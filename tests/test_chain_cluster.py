@@ -18,15 +18,7 @@ from semiring_ops.build import reference
 from semiring_ops.ops import chain_ops
 from semiring_ops.semirings import resolve_semiring
 
-pytestmark = pytest.mark.cuda
-
-
-@pytest.fixture(autouse=True)
-def _needs_clusters():
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA GPU")
-    if torch.cuda.get_device_capability()[0] < 9:
-        pytest.skip("thread block clusters need compute capability 9.0")
+pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("needs_clusters")]
 
 
 def _problem(B, T, C, seed, dtype=torch.float64):

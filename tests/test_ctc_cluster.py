@@ -9,23 +9,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import assert_ctc_loss_matches
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from semiring_ops import ctc_loss
 from semiring_ops.alignment.ctc import reference_log_partition
 from semiring_ops.ops import ctc_ops
-from semiring_ops.structures.fused import generic_only
 
-pytestmark = pytest.mark.cuda
-
-
-@pytest.fixture(autouse=True)
-def _needs_clusters():
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA GPU")
-    if torch.cuda.get_device_capability()[0] < 9:
-        pytest.skip("thread block clusters need compute capability 9.0")
+pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("needs_clusters")]
 
 
 def _batch(seed: int, T: int, N: int, C: int, S: int, dtype: torch.dtype):
@@ -75,17 +66,7 @@ def test_forced_clusters_on_a_long_item_match_torch(monkeypatch, c):
     ~3e-4 of rounding, as the loss ~1,500 does 1e-4): the loss against torch's ctc_loss in float64, the loss and its
     gradient against the structure's program (torch's gradient is taken as if through a log_softmax)."""
     monkeypatch.setenv("SEMIRING_OPS_CTC_CLUSTER", str(c))
-    lp, targets, il, tl = _batch(5, 457, 3, 30, 200, torch.float64)
-    x = lp.clone().requires_grad_()
-    loss = ctc_loss(x, targets, il, tl, reduction="none", zero_infinity=True)
-    (g,) = torch.autograd.grad(loss.sum(), x)
-    with generic_only():
-        y = lp.double().requires_grad_()
-        want = ctc_loss(y, targets, il, tl, reduction="none", zero_infinity=True)
-        (gw,) = torch.autograd.grad(want.sum(), y)
-    theirs = torch.nn.functional.ctc_loss(lp.double(), targets, il, tl, reduction="none", zero_infinity=True)
-    for got, expected in ((loss, want), (loss, theirs), (g, gw)):
-        torch.testing.assert_close(got.double(), expected, rtol=1e-9, atol=1e-9)
+    assert_ctc_loss_matches(*_batch(5, 457, 3, 30, 200, torch.float64), 1e-9)
 
 
 def test_long_items_take_clusters_unforced():

@@ -9,7 +9,7 @@ import ctypes
 
 import pytest
 import torch
-from conftest import DEVICES
+from conftest import DEVICES, assert_ctc_loss_matches
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -159,17 +159,7 @@ def test_both_register_budgets_of_the_cuda_log_kernel(dtype, more_items_than_mul
     sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     N = 2 * sms + 3 if more_items_than_multiprocessors else min(sms, 7)
     lp, targets, il, tl = _batch(11, 23, N, 6, 7, "cuda", dtype)
-    x = lp.clone().requires_grad_()
-    loss = ctc_loss(x, targets, il, tl, reduction="none", zero_infinity=True)
-    (g,) = torch.autograd.grad(loss.sum(), x)
-    with generic_only():
-        y = lp.double().requires_grad_()
-        want = ctc_loss(y, targets, il, tl, reduction="none", zero_infinity=True)
-        (gw,) = torch.autograd.grad(want.sum(), y)
-    theirs = torch.nn.functional.ctc_loss(lp.double(), targets, il, tl, reduction="none", zero_infinity=True)
-    tol = 1e-10 if dtype == torch.float64 else 2e-5
-    for got, expected in ((loss, want), (loss, theirs), (g, gw)):
-        torch.testing.assert_close(got.double(), expected, rtol=tol, atol=tol)
+    assert_ctc_loss_matches(lp, targets, il, tl, 1e-10 if dtype == torch.float64 else 2e-5)
 
 
 @pytest.mark.parametrize("device", DEVICES)

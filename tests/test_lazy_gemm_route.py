@@ -15,7 +15,7 @@ from conftest import CUDA
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from semiring_ops.lazy import LazyTensor, Vi, Vj, gemm_route, linear_route
+from semiring_ops.lazy import LazyTensor, Pm, Vi, Vj, distance_blocks, gemm_route, linear_route
 from semiring_ops.lazy.formula import InnerProduct, _postorder, canonicalize
 from semiring_ops.lazy.inner_products import gram_plan
 from semiring_ops.lazy.plan import Plan
@@ -415,10 +415,9 @@ def test_cpu_distance_blocks_sum_again_only_the_cells_that_cancel_and_keep_nan_a
     blocks = []
     real = linear_route.block_gram
 
-    def kept(spec, inner, call, lo, n, *args):
-        block = real(spec, inner, call, lo, n, *args)
-        blocks.append((lo, n, block.clone()))  # (the route then evaluates the cell in place over the block)
-        return block
+    def kept(spec, inner, call, lo, n, fast, out, exp_scale=None):
+        blocks.append((lo, n, real(spec, inner, call, lo, n, fast)))  # the distances alone (the route's own call
+        return real(spec, inner, call, lo, n, fast, out, exp_scale)  # makes the Gaussian cell in the same pass)
 
     monkeypatch.setattr(linear_route, "block_gram", kept)
     monkeypatch.setattr(gemm_route, "BLOCK_BYTES", {"cpu": 256 * 90 * 8 * x.element_size()})  # blocks of 256 rows
@@ -432,3 +431,61 @@ def test_cpu_distance_blocks_sum_again_only_the_cells_that_cancel_and_keep_nan_a
         assert torch.isnan(got[ref.isnan()]).all() and (got[ref == float("inf")] == float("inf")).all()
         tol = 2e-5 if dtype == torch.float32 else 1e-12
         torch.testing.assert_close(got[finite].double(), ref[finite], rtol=tol, atol=0)
+
+
+def test_cpu_distance_blocks_exp_is_faithful_with_subnormals_inf_and_nan():
+    """complete_distances' exp_scale (the Gaussian cell made in the distances' pass, float32): within 1 ulp of the
+    float64 exp of the same float argument over [-200, 200] (torch.exp itself: 0.57), subnormal results within one
+    subnormal step, 0 / inf past the range, and a NaN distance summed again (here to 0, so exp(0) = 1)."""
+    d = torch.cat([torch.linspace(0, 200, 200_001), torch.tensor([float("inf"), float("nan")])])
+    for scale in (-1.0, 1.0, -0.0123):
+        got = torch.zeros(1, d.numel())
+        distance_blocks.complete_distances(
+            got, torch.zeros(1, 1), torch.zeros(d.numel(), 1), torch.zeros(1), d, None, scale
+        )
+        arg = torch.tensor(scale) * d
+        want = torch.exp(arg.double())
+        want[-1] = 1.0  # the NaN cell: summed again from the (zero) variables
+        got = got[0].double()
+        wf = want.float()  # (past float's range: inf)
+        finite = torch.isfinite(wf)
+        ulp = torch.nextafter(wf, torch.tensor(float("inf"))).double() - wf.double()
+        normal = finite & (wf >= torch.finfo(torch.float32).tiny)
+        assert ((got - want).abs() / ulp)[normal].max() <= 1.0, scale
+        subnormal = (got - want)[finite & ~normal].abs()
+        assert subnormal.numel() == 0 or subnormal.max() <= 2 * 2**-149, scale
+        assert torch.equal(got[~finite], wf[~finite].double()), scale
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_gaussian_cells_are_made_in_the_distances_pass_and_others_are_not(route, monkeypatch, dtype):
+    """The linear route recognises exp(a * |x - y|^2) with a of numbers and scalar parameters (/ D, * g, -g *)
+    and block_gram makes the cell in its C++ pass (CPU); other cells are evaluated by torch as before. Each against
+    float64 of the dense form."""
+    x, y = points("near_duplicate", 300, 90, 48, "cpu", seed=3)
+    x, y = x.to(dtype), y.to(dtype)
+    b = torch.randn(90, 16, dtype=dtype)
+    g = torch.tensor([0.03], dtype=dtype)
+    seen = []
+    real = linear_route.block_gram
+
+    def spy(*args):
+        seen.append(args[-1])  # exp_scale
+        return real(*args)
+
+    monkeypatch.setattr(linear_route, "block_gram", spy)
+    d2 = dense_sqdist(x, y)
+    cases = [
+        (lambda D: (-D / 48).exp(), (-d2 / 48).exp(), -1 / 48),
+        (lambda D: (-Pm(g) * D).exp(), (-0.03 * d2).exp(), -0.03),
+        (lambda D: (D * (-0.5)).exp(), (-0.5 * d2).exp(), -0.5),
+        (lambda D: (-D / 48).exp() * 2, 2 * (-d2 / 48).exp(), None),
+        (lambda D: (-(D * D) / 1e4).exp(), (-(d2 * d2) / 1e4).exp(), None),
+    ]
+    for cell, dense, scale in cases:
+        seen.clear()
+        got = cell(((Vi(x) - Vj(y)) ** 2).sum(-1)) @ b
+        want = dense @ b.double()
+        tol = 2e-5 if dtype == torch.float32 else 1e-12
+        torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol * want.abs().max().item())
+        assert seen and all(s == pytest.approx(scale) if scale is not None else s is None for s in seen), seen

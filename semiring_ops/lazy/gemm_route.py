@@ -171,38 +171,56 @@ def block_gram(
     n: int,
     fast: bool = False,
     out: torch.Tensor | None = None,
+    exp_scale: float | None = None,
 ) -> torch.Tensor:
     """The values (n, n_inner) of an inner product for output rows [lo, lo + n), as torch tensors: x.y, or the
     squared distance from the shifted GEMM with the cells below 1 / GRAM_CANCEL of the norms' sum summed again
     from the variables (the kernels' rule, codegen._gram_cells; on the CPU in C++, and up to
     distance_blocks.DIRECT_MAX_DIM components summed directly there, with no GEMM). ``inner``: gram_inner(spec,
     call), made once for all the blocks of a call. ``out``: on the CPU, a contiguous (>= n, n_inner) buffer the
-    squared distances are written into (its first n rows, returned), reused from block to block."""
+    squared distances are written into (its first n rows, returned), reused from block to block. ``exp_scale``: the
+    values v made exp(exp_scale v) (a Gaussian cell, linear_route), in the C++ pass that completes the distances
+    where that runs."""
+    values, applied = _block_gram(spec, inner, call, lo, n, fast, out, exp_scale)
+    return values if exp_scale is None or applied else (values * exp_scale).exp()
+
+
+def _block_gram(
+    spec: GramSpec,
+    inner: GramInner,
+    call: CallArgs,
+    lo: int,
+    n: int,
+    fast: bool,
+    out: torch.Tensor | None,
+    exp_scale: float | None,
+) -> tuple[torch.Tensor, bool]:
+    """block_gram's values, and whether exp_scale was applied to them (the C++ completion's pass does it)."""
     x = call.tensors[spec.outer_slot].reshape(call.n_outer, spec.dim)[lo : lo + n]
     y, ny, ones = inner.y, inner.norms, inner.weights
     w = ones if isinstance(ones, torch.Tensor) else None  # a weighted distance's weights
     if spec.kind == "dot":
-        return precise_mm(x, y.t(), fast)
+        return precise_mm(x, y.t(), fast), False
     # the C++ blocks and the buffer on the CPU, unless autograd records this (the route runs inside the reductions'
     # autograd.Function, grad mode off; a direct call under grad mode with an input that requires grad stays in torch)
     cpu = x.device.type == "cpu" and not (torch.is_grad_enabled() and (x.requires_grad or y.requires_grad))
     out = out[:n] if cpu and out is not None else None
     if cpu and spec.dim <= distance_blocks.DIRECT_MAX_DIM:  # summed directly, exact
-        return distance_blocks.squared_distances(x, y, w, out)
+        return distance_blocks.squared_distances(x, y, w, out), False
     xs = x - inner.shift
     nx = _squared_norms(xs, w)[:, None]
     if _tf32_split(x.device.type, x.dtype):
         total = nx + ny
         values = total - 2 * precise_mm(xs, inner.operand.t(), fast)
-        return _resum_with_torch(values, x, y, total, ones)
+        return _resum_with_torch(values, x, y, total, ones), False
     # the GEMM gives -2 x.y; on the CPU one pass of C++ adds the norms and sums the cells that cancel again
     # (distance_blocks.py)
     if not cpu:  # (CUDA float64; autograd)
         total = nx + ny
-        return _resum_with_torch(total + torch.mm(xs, inner.operand.t()), x, y, total, ones)
+        return _resum_with_torch(total + torch.mm(xs, inner.operand.t()), x, y, total, ones), False
     values = torch.mm(xs, inner.operand.t(), out=out) if out is not None else torch.mm(xs, inner.operand.t())
-    distance_blocks.complete_distances(values, x, y, nx, ny, w)
-    return values
+    distance_blocks.complete_distances(values, x, y, nx, ny, w, exp_scale)
+    return values, True
 
 
 def _squared_norms(v: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:

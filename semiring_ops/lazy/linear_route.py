@@ -9,7 +9,9 @@ gradient of a 20,000^2 Gaussian kernel product at D = 784 on an H200). Here a bl
 
 S evaluated with torch (formula.evaluate), its squared distances and dot products of dimension >= the route's
 minimum read from one GEMM (gemm_route.block_gram: the same 3xTF32 precision, shift and re-summation of the cells
-where a distance cancels), and S Y one more GEMM. The scalar cell must hold no other vector variable (each would
+where a distance cancels), and S Y one more GEMM. A Gaussian cell, exp(a d) of one squared distance with a the same
+for every cell, is made by block_gram itself on the CPU, in the C++ pass that completes the distances
+(distance_blocks.py). The scalar cell must hold no other vector variable (each would
 be a block x N x D tensor). Memory: a few block x N matrices, the blocks sized as gemm_route's.
 """
 
@@ -24,6 +26,8 @@ from .formula import (
     Add,
     Concat,
     Const,
+    Div,
+    Exp,
     Formula,
     Mul,
     Neg,
@@ -95,6 +99,28 @@ def _affine(f: Formula, plan: Plan) -> dict[int, Formula] | None:
                 inner = _affine(lin, plan)
                 if inner is not None:
                     return {s: Mul(k, c) for s, c in inner.items()}
+    return None
+
+
+def _constant(f: Formula, plan: Plan) -> bool:
+    """Whether f is a scalar formula of numbers and scalar parameters (the same for every cell)."""
+    return f.dim == 1 and all(plan.role(n.slot) == "param" for n in _postorder(f) if isinstance(n, Var))
+
+
+def _scale_of(f: Formula, slot: int, plan: Plan) -> Formula | None:
+    """a with f = a * (the variable of ``slot``), a a _constant formula, or None when f is not of that form."""
+    if isinstance(f, Var):
+        return Const(1.0) if f.slot == slot else None
+    if isinstance(f, Neg):
+        a = _scale_of(f.children[0], slot, plan)
+        return None if a is None else Neg(a)
+    if isinstance(f, Div) and _constant(f.children[1], plan):
+        a = _scale_of(f.children[0], slot, plan)
+        return None if a is None else Div(a, f.children[1])
+    if isinstance(f, Mul):
+        for k, g in (f.children, reversed(f.children)):
+            if _constant(k, plan) and (a := _scale_of(g, slot, plan)) is not None:
+                return Mul(k, a)
     return None
 
 
@@ -208,6 +234,7 @@ def _run_term(term: LinearTerm, plan: Plan, call: CallArgs, rows: int, vals: tor
     pairs = {id(node): Var("i", 1, slot=_PAIR_SLOT - n) for n, (node, _) in enumerate(term.grams)}
     owned = frozenset(v.slot for v in pairs.values())  # the blocks' matrices, made for the cell alone
     cell = replace_nodes(term.cell, pairs)
+    exp_scale = _fused_exp(cell, term, plan, call, vals)
     inners = [gram_inner(spec, call) for _, spec in term.grams]  # the inner sides, once for every block
     # on the CPU each inner product's block matrix is one buffer for every block (the cell is evaluated in place on
     # it, then read by the product with y before the next block writes it)
@@ -216,7 +243,7 @@ def _run_term(term: LinearTerm, plan: Plan, call: CallArgs, rows: int, vals: tor
     for lo in range(0, call.n_outer, rows):
         n = min(rows, call.n_outer - lo)
         values = {
-            _PAIR_SLOT - k: block_gram(spec, inner, call, lo, n, plan.fast, buffer)
+            _PAIR_SLOT - k: block_gram(spec, inner, call, lo, n, plan.fast, buffer, exp_scale)
             for k, ((_, spec), inner, buffer) in enumerate(zip(term.grams, inners, buffers, strict=True))
         }
 
@@ -230,7 +257,10 @@ def _run_term(term: LinearTerm, plan: Plan, call: CallArgs, rows: int, vals: tor
             t = t.reshape(-1, t.shape[-1])
             return t[lo : lo + n, None, :] if role == "outer" else t[None, :, :]
 
-        s = evaluate(cell, read, vals, numbers, owned).expand(n, call.n_inner, 1)[:, :, 0]
+        if exp_scale is not None:  # the cell made by block_gram
+            s = values[_PAIR_SLOT]
+        else:
+            s = evaluate(cell, read, vals, numbers, owned).expand(n, call.n_inner, 1)[:, :, 0]
         out = precise_mm(s, y, plan.fast)
         if not (isinstance(term.inner_coef, Const) and term.inner_coef.value == 1.0):
             out *= inner_coef
@@ -240,3 +270,18 @@ def _run_term(term: LinearTerm, plan: Plan, call: CallArgs, rows: int, vals: tor
             x = call.tensors[term.outer_slot].reshape(call.n_outer, -1)[lo : lo + n]
             out += (x - shift) * (total * outer_coef)
         vals[lo : lo + n, term.offset : term.offset + term.dim] = out
+
+
+def _fused_exp(cell: Formula, term: LinearTerm, plan: Plan, call: CallArgs, vals: torch.Tensor) -> float | None:
+    """a where the cell is exp(a * one squared distance) with a the same for every cell (a Gaussian kernel: block_gram
+    then makes it in the pass that completes the distances, on the CPU), else None."""
+    if vals.device.type != "cpu" or len(term.grams) != 1 or term.grams[0][1].kind == "dot" or not isinstance(cell, Exp):
+        return None
+    a = _scale_of(cell.children[0], _PAIR_SLOT, plan)
+    if a is None:
+        return None
+
+    def param(v: Var) -> torch.Tensor:
+        return call.tensors[v.slot].reshape(1, 1, -1)
+
+    return float(evaluate(a, param, vals, call.numbers).reshape(()))

@@ -11,8 +11,8 @@ S evaluated with torch (formula.evaluate), its squared distances and dot product
 minimum read from one GEMM (gemm_route.block_gram: the same 3xTF32 precision, shift and re-summation of the cells
 where a distance cancels), and S Y one more GEMM. A Gaussian cell, exp(a d) of one squared distance with a the same
 for every cell, is made by block_gram itself on the CPU, in the C++ pass that completes the distances
-(distance_blocks.py). The scalar cell must hold no other vector variable (each would
-be a block x N x D tensor). Memory: a few block x N matrices, the blocks sized as gemm_route's.
+(distance_blocks.py). The scalar cell must hold no other vector variable (each would be a block x N x D tensor).
+Memory: a few block x N matrices, the blocks sized as gemm_route's.
 """
 
 from __future__ import annotations

@@ -17,6 +17,14 @@ x_lo y_lo is 2^-22 of the product); on the CPU a float32 BLAS GEMM; float64 a fl
 (a row's lanes read consecutive j). Blocks hold at most BLOCK_BYTES of matrix, so memory stays linear in
 M + N: nothing of size M x N exists at once.
 
+The tensor cores' float32 accumulation is not IEEE's: on an H200 (cuBLAS, torch 2.11) a 3xTF32 product of
+random-sign terms is off by ~1e-8 x its depth relative to its value (depth 2,352: 2.4e-5; 60,000: 6e-4, worse than
+one plain TF32 product), where the SGEMM is off by 3e-7 to 2e-6 at any of those depths (docs/perf_notes.md,
+"3xTF32 on Hopper"). For the matrix of a squared distance the error is at most that of summing the D squares in
+float32 as written, as the norms dominate the values; for a dot product of D ~ 1,000 components it is ~20x that
+(measured in the perf note). Deep reductions (linear_route's S @ y over all the inner terms) take the SGEMM
+(fp32_mm): as fast there, and 150x more accurate.
+
 precision="fast" (Plan.fast): one plain TF32 GEMM on CUDA float32 instead (products to about 2^-11 relative).
 
 The route is taken (dispatch.execute) for unbatched, dense plans with such a sum of at least MIN_DIM
@@ -37,7 +45,7 @@ from .codegen import GRAM_CANCEL
 from .inner_products import GramSpec, gram_plan
 from .plan import CallArgs, Plan, new_outputs
 
-__all__ = ["GramInner", "block_gram", "block_rows", "gram_inner", "precise_mm", "route_mode", "run_routed"]
+__all__ = ["GramInner", "block_gram", "block_rows", "fp32_mm", "gram_inner", "precise_mm", "route_mode", "run_routed"]
 
 # a sum of fewer components stays in the plain kernel (its cells read x_i from registers and y_j from shared
 # memory or contiguous lanes; the route's matrix costs 8 bytes of memory traffic a cell): on an H200 50,000^2 k-NN
@@ -135,6 +143,16 @@ def precise_mm(a: torch.Tensor, b: torch.Tensor, fast: bool = False) -> torch.Te
     b_hi, b_lo = _split_tf32(b)
     with tf32_matmul():
         return torch.mm(torch.cat([a_hi, a_hi, a_lo], 1), torch.cat([b_hi, b_lo, b_hi], 0))
+
+
+def fp32_mm(a: torch.Tensor, b: torch.Tensor, fast: bool = False) -> torch.Tensor:
+    """a @ b of a deep reduction (S @ y over all the inner terms: a depth of thousands) at float32 accuracy: on CUDA
+    float32 the SGEMM, TF32 off whatever the caller's setting, not 3xTF32 (module docstring: the tensor cores'
+    accumulation loses digits in proportion to the depth); ``fast``: one plain TF32 product (precision="fast")."""
+    if not _tf32_split(a.device.type, a.dtype):
+        return torch.mm(a, b)
+    with tf32_matmul(fast):
+        return torch.mm(a, b)
 
 
 @dataclasses.dataclass

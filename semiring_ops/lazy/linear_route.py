@@ -9,9 +9,10 @@ gradient of a 20,000^2 Gaussian kernel product at D = 784 on an H200). Here a bl
 
 S evaluated with torch (formula.evaluate), its squared distances and dot products of dimension >= the route's
 minimum read from one GEMM (gemm_route.block_gram: the same 3xTF32 precision, shift and re-summation of the cells
-where a distance cancels), and S Y one more GEMM. A Gaussian cell, exp(a d) of one squared distance with a the same
-for every cell, is made by block_gram itself on the CPU, in the C++ pass that completes the distances
-(distance_blocks.py). The scalar cell must hold no other vector variable (each would be a block x N x D tensor).
+where a distance cancels), and S Y one more GEMM (on CUDA the float32 SGEMM, gemm_route.fp32_mm). A Gaussian
+cell, exp(a d) of one squared distance with a the same for every cell, is made by block_gram itself on the CPU, in
+the C++ pass that completes the distances (distance_blocks.py). The scalar cell must hold no other vector variable
+(each would be a block x N x D tensor).
 Memory: a few block x N matrices, the blocks sized as gemm_route's.
 """
 
@@ -39,7 +40,7 @@ from .formula import (
     evaluate,
     replace_nodes,
 )
-from .gemm_route import MIN_DIM, MIN_PAIRS, block_gram, block_rows, gram_inner, precise_mm, route_mode
+from .gemm_route import MIN_DIM, MIN_PAIRS, block_gram, block_rows, fp32_mm, gram_inner, route_mode
 from .inner_products import GramSpec, match_inner_product
 from .plan import CallArgs, Plan, new_outputs
 
@@ -203,7 +204,7 @@ def run_linear(plan: Plan, call: CallArgs, device: torch.device) -> tuple[torch.
         return None
     if not on and plan.formula.dim < linear and any(t.outer_coef is not None for t in terms):
         return None
-    rows = block_rows(call, device, copies=8)  # S, its 3xTF32 split, the cell's temporaries
+    rows = block_rows(call, device, copies=8)  # S and the cell's temporaries
     if rows is None:
         return None
     vals, _ = new_outputs(plan, call, device)
@@ -261,7 +262,7 @@ def _run_term(term: LinearTerm, plan: Plan, call: CallArgs, rows: int, vals: tor
             s = values[_PAIR_SLOT]
         else:
             s = evaluate(cell, read, vals, numbers, owned).expand(n, call.n_inner, 1)[:, :, 0]
-        out = precise_mm(s, y, plan.fast)
+        out = fp32_mm(s, y, plan.fast)
         if not (isinstance(term.inner_coef, Const) and term.inner_coef.value == 1.0):
             out *= inner_coef
         if shift is not None:

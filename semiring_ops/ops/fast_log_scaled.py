@@ -39,13 +39,17 @@ _LOG2E, _LN2 = 1.0 / math.log(2.0), math.log(2.0)
 
 
 @contextlib.contextmanager
-def tf32_matmul():
-    """cuBLAS float32 matmuls on TF32 tensor cores inside; the caller's setting is restored as it was. On torch
-    with ``torch.backends.cuda.matmul.fp32_precision`` (2.9 on) through that setting alone: a round trip through
-    the legacy ``allow_tf32`` leaves it "ieee" where it was "none" (which follows torch.backends.fp32_precision),
-    and mixing the two makes torch refuse to read ``allow_tf32`` afterwards."""
+def tf32_matmul(on: bool = True):
+    """cuBLAS float32 matmuls on TF32 tensor cores inside (``on``), or in IEEE float32 (the SGEMM, ``on`` False),
+    whatever the caller's setting, which is restored as it was. On torch with
+    ``torch.backends.cuda.matmul.fp32_precision`` (2.9 on) through that setting alone: a round trip through the
+    legacy ``allow_tf32`` leaves it "ieee" where it was "none" (which follows torch.backends.fp32_precision), and
+    mixing the two makes torch refuse to read ``allow_tf32`` afterwards."""
     matmul = torch.backends.cuda.matmul
-    name, value = ("fp32_precision", "tf32") if hasattr(matmul, "fp32_precision") else ("allow_tf32", True)
+    if hasattr(matmul, "fp32_precision"):
+        name, value = "fp32_precision", "tf32" if on else "ieee"
+    else:
+        name, value = "allow_tf32", on
     old = getattr(matmul, name)
     setattr(matmul, name, value)
     try:

@@ -236,10 +236,10 @@ inline int first_cluster(int64_t N, int64_t K, int sms, int forced) {
   return int(std::max<int64_t>(1, std::min<int64_t>({kMaxCluster, sms / N, K / kMinClusterSlice})));
 }
 
-// first_cluster, less one until the GPU runs the N clusters at once (a GPC's free multiprocessors bound them: 16
-// clusters of 7 or 8 blocks do not all run at once on the H200; forced: until it runs one).
-template <class T> int choose_cluster(int64_t N, int64_t K, int sms, int forced, const void* kernel, int device) {
-  int c = first_cluster(N, K, sms, forced);
+// first (first_cluster's), less one until the GPU runs the N clusters at once (a GPC's free multiprocessors bound
+// them: 16 clusters of 7 or 8 blocks do not all run at once on the H200; forced: until it runs one).
+template <class T> int choose_cluster(int64_t N, int64_t K, int first, int forced, const void* kernel, int device) {
+  int c = first;
   for (; c > 1; --c) {
     const int threads = threads_for<T>((K + c - 1) / c);
     const int active = max_active_clusters(kernel, c, threads, scratch_bytes<T>(K, true), device);
@@ -259,19 +259,22 @@ template <class T> LaunchStatus ctc_log_launch(const CtcArgs<T>& args, int force
   SEMIRING_OPS_CUDA_TRY(device_attribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   CtcArgs<T> a = args;
   a.cluster = 1;
-  if (major >= 9 && ctc::first_cluster(a.N, a.K, multiprocessors, forced_cluster) > 1) {
+  const int first = major >= 9 ? ctc::first_cluster(a.N, a.K, multiprocessors, forced_cluster) : 1;
+  if (first > 1) {
     const void* clustered =
         SEMIRING_OPS_CTC_KERNEL(ctc_log_kernel, T, SEMIRING_OPS_VALUE(1), SEMIRING_OPS_VALUE(true));
     const size_t smem = ctc::scratch_bytes<T>(a.K, true);
     if (smem > 48 * 1024) SEMIRING_OPS_CUDA_TRY(allow_dynamic_smem(clustered, int(smem)));
-    a.cluster = ctc::choose_cluster<T>(a.N, a.K, multiprocessors, forced_cluster, clustered, device);
-    if (a.cluster == 1) return ctc_log_launch(args, 1, stream);
-    const ClusterLaunch launch(int(a.cluster), dim3(unsigned(a.N * a.cluster)),
-                               dim3(ctc::threads_for<T>((a.K + a.cluster - 1) / a.cluster)), smem, stream);
-    void* params[] = {&a};
-    SEMIRING_OPS_CUDA_TRY(cudaLaunchKernelExC(&launch.cfg, clustered, params));
-    return last_launch();
-  }
+    const int cluster = ctc::choose_cluster<T>(a.N, a.K, first, forced_cluster, clustered, device);
+    if (cluster > 1) {
+      a.cluster = cluster;
+      const ClusterLaunch launch(cluster, dim3(unsigned(a.N * cluster)),
+                                 dim3(ctc::threads_for<T>((a.K + cluster - 1) / cluster)), smem, stream);
+      void* params[] = {&a};
+      SEMIRING_OPS_CUDA_TRY(cudaLaunchKernelExC(&launch.cfg, clustered, params));
+      return last_launch();
+    }
+  }  // else (no cluster fits) one block an item
   const dim3 items(unsigned(a.N));
   const void* kernel =
       a.N <= multiprocessors

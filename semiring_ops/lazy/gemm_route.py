@@ -132,8 +132,9 @@ def block_rows(call: CallArgs, device: torch.device, copies: int = 1) -> int | N
 
 
 def precise_mm(a: torch.Tensor, b: torch.Tensor, fast: bool = False) -> torch.Tensor:
-    """a @ b at float32 accuracy: 3xTF32 on CUDA float32 (module docstring), else torch.mm; ``fast``: one plain
-    TF32 product on CUDA float32 (precision="fast")."""
+    """a @ b of a shallow product (an inner product's D components) near float32 accuracy: 3xTF32 on CUDA float32,
+    whose error grows with the depth (module docstring; deep reductions take fp32_mm), else torch.mm; ``fast``: one
+    plain TF32 product on CUDA float32 (precision="fast")."""
     if not _tf32_split(a.device.type, a.dtype):
         return torch.mm(a, b)
     if fast:

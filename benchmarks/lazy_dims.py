@@ -12,7 +12,9 @@ lazy/wide_chunks.py on the GPU; the torch code is torch.cdist(p=1)).
     torch     |x|^2 + |y|^2 - 2 x y^T materialised by addmm (TF32 off, as torch's default), then topk(10,
               largest=False) / exp_() @ b; rows in chunks of --torch-chunk so that 50,000^2 fits ("the torch code");
               torch.cdist(p=1) for l1
-    pykeops   with --pykeops, in a child process per row (a crash costs only its cell)
+    pykeops   with --pykeops, in a child process per row (a crash costs only its cell), one build folder for the
+              run; "KeOps first s" its first call of the row's formula beyond a warm one (the compile). pykeops 2.3
+              segfaults with CUDA 13's NVRTC: benchmarks/keops_cuda12.sh runs this script with CUDA 12.9's
     fast      with --fast: ours with precision="fast" (plain TF32 GEMMs on the GPU)
     plain     ours with SEMIRING_OPS_LAZY_GEMM=off (the generated kernel alone), up to --plain-max-d
 
@@ -69,26 +71,31 @@ print(json.dumps({"first": first - warm}))
 
 _KEOPS = r"""
 import json, os, statistics, sys, time, torch
-import pykeops
-pykeops.set_build_folder(os.environ["KEOPS_CACHE"])
+import pykeops  # built into KEOPS_CACHE_FOLDER (pykeops 2.3's set_build_folder moves its .nfo files, not its cubins)
 from pykeops.torch import LazyTensor
 device, kind, metric = sys.argv[1], sys.argv[5], sys.argv[7]
 m, n, d, reps = (int(a) for a in sys.argv[2:5] + sys.argv[6:7])
 g = torch.Generator().manual_seed(0)
 x, y = torch.randn(m, d, generator=g).to(device), torch.randn(n, d, generator=g).to(device)
 b = torch.randn(n, int(kind[5:]) if kind.startswith("gauss") else 1, generator=g).to(device)
-diff = LazyTensor(x[:, None, :]) - LazyTensor(y[None, :, :])
+cot = torch.randn(m, 1, generator=g).to(device)
+xs = x.requires_grad_(kind == "grad")
+diff = LazyTensor(xs[:, None, :]) - LazyTensor(y[None, :, :])
 D = diff.abs().sum(-1) if metric == "l1" else (diff ** 2).sum(-1)
-run = (lambda: D.argKmin(10, dim=1)) if kind == "knn" else (lambda: (-D / d).exp() @ b)
-run()
+if kind == "knn":
+    run = lambda: D.argKmin(10, dim=1)
+elif kind == "grad":
+    run = lambda: torch.autograd.grad((-D / d).exp() @ b, xs, cot)[0]
+else:
+    run = lambda: (-D / d).exp() @ b
+sync = (lambda: None) if device == "cpu" else torch.cuda.synchronize
+t = time.perf_counter(); run(); sync(); first = time.perf_counter() - t  # the formula's compile included
 times = []
 for _ in range(reps):
-    if device == "cpu":
-        t = time.perf_counter(); run(); times.append((time.perf_counter() - t) * 1e3)
-        continue
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record(); run(); e.record(); torch.cuda.synchronize(); times.append(s.elapsed_time(e))
-print(json.dumps({"ms": statistics.median(times)}))
+    t = time.perf_counter(); run(); sync(); times.append((time.perf_counter() - t) * 1e3)
+    if sum(times) > 20e3:  # calls of seconds (KeOps's gradient at D = 784): the median of those made in 20 s
+        break
+print(json.dumps({"ms": statistics.median(times), "first": first - statistics.median(times) * 1e-3}))
 """
 
 
@@ -108,11 +115,11 @@ def first_call_s(device: str, d: int, metric: str) -> float | None:
     return None if r is None else r["first"]
 
 
-def keops_ms(device: str, m: int, n: int, d: int, kind: str, reps: int, metric: str) -> float | None:
-    with tempfile.TemporaryDirectory() as cache:
-        argv = [device, str(m), str(n), str(d), kind, str(reps), metric]
-        r = _child(_KEOPS, argv, dict(os.environ, KEOPS_CACHE=cache))
-    return None if r is None else r["ms"]
+def keops_ms(device: str, m: int, n: int, d: int, kind: str, reps: int, metric: str, cache: str) -> dict | None:
+    """pykeops's median ms and its first call beyond a warm one (s), in a child process with the build folder
+    cache (one for the run: its formulas are new to it, its compiled binder is not)."""
+    argv = [device, str(m), str(n), str(d), kind, str(reps), metric]
+    return _child(_KEOPS, argv, dict(os.environ, KEOPS_CACHE_FOLDER=cache))
 
 
 def gemm_rates(device: str) -> tuple[float, float]:
@@ -176,10 +183,11 @@ def main() -> None:
     print(f"{name}, torch {torch.__version__}, {datetime.date.today()}; GEMM rates: TF32 {tf32:.3g}, fp32 {fp32:.3g}")
     print(
         "| D | M x N | kind | ours ms | fast ms | plain ms | torch ms | KeOps ms | torch / ours | KeOps / ours "
-        "| bound 3xTF32 % | bound fp32 % | first s |"
+        "| bound 3xTF32 % | bound fp32 % | first s | KeOps first s |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     rows = []
+    keops_cache = tempfile.TemporaryDirectory()
     for d in args.dims:
         m, n = (args.wide_n, args.wide_n) if d >= 2048 and args.wide_n > 0 else (args.m, args.n)
         g = torch.Generator().manual_seed(d)
@@ -219,7 +227,8 @@ def main() -> None:
                     t_ours, t_torch = paired_ms([ours, theirs], dev, args.reps)
                 else:
                     t_torch = time_ms(theirs, dev, args.reps)
-            t_keops = keops_ms(dev, m, n, d, kind, args.reps, args.metric) if args.pykeops and kind != "grad" else None
+            keops = keops_ms(dev, m, n, d, kind, args.reps, args.metric, keops_cache.name) if args.pykeops else None
+            t_keops = None if keops is None else keops["ms"]
             flops = 2 * m * n * d
             b3 = 100 * 3 * flops / tf32 / (t_ours * 1e-3)
             bf = 100 * flops / fp32 / (t_ours * 1e-3)
@@ -231,7 +240,7 @@ def main() -> None:
                 f"| {d} | {m} x {n} | {kind} | {t_ours:.2f} | {fmt(t_fast)} | {fmt(t_plain)} | {fmt(t_torch)} "
                 f"| {fmt(t_keops)} "
                 f"| {ratio(t_torch)} | {ratio(t_keops)} | {'-' if b3 != b3 else f'{b3:.0f}'} | {bf:.0f} | "
-                f"{'-' if first is None else f'{first:.2f}'} |",
+                f"{'-' if first is None else f'{first:.2f}'} | {fmt(None if keops is None else keops['first'])} |",
                 flush=True,
             )
             rows.append(
@@ -247,6 +256,7 @@ def main() -> None:
                     torch=t_torch,
                     keops=t_keops,
                     first=first,
+                    keops_first=None if keops is None else keops["first"],
                 )
             )
             first = None

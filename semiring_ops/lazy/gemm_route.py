@@ -17,13 +17,13 @@ x_lo y_lo is 2^-22 of the product); on the CPU a float32 BLAS GEMM; float64 a fl
 (a row's lanes read consecutive j). Blocks hold at most BLOCK_BYTES of matrix, so memory stays linear in
 M + N: nothing of size M x N exists at once.
 
-The tensor cores' float32 accumulation is not IEEE's: on an H200 (cuBLAS, torch 2.11) a 3xTF32 product of
-random-sign terms is off by ~1e-8 x its depth relative to its value (depth 2,352: 2.4e-5; 60,000: 6e-4, worse than
-one plain TF32 product), where the SGEMM is off by 3e-7 to 2e-6 at any of those depths (docs/perf_notes.md,
-"3xTF32 on Hopper"). For the matrix of a squared distance the error is at most that of summing the D squares in
-float32 as written, as the norms dominate the values; for a dot product of D ~ 1,000 components it is ~20x that
-(measured in the perf note). Deep reductions (linear_route's S @ y over all the inner terms) take the SGEMM
-(fp32_mm): as fast there, and 150x more accurate.
+The tensor cores' float32 accumulation is not IEEE's: on an H200 (cuBLAS, torch 2.11) a 3xTF32 product A @ B of
+depth k, random-sign terms, is off by ~1e-8 x k relative to its value (k = 2,352: 2e-5; 60,000: 7e-4, worse than
+one plain TF32 product), where the SGEMM is off by 5e-7 to 3e-6 at those depths (docs/perf_notes.md, "3xTF32 on
+Hopper"). For the matrix of a squared distance (k = D) the route's values are then as accurate as the plain
+kernel's from D ~ 784 (2.4x its error at D = 128), the norms dominating the values; for a dot product 4-9x the
+plain kernel's error at D = 128-2048. Deep reductions (linear_route's S @ y over all the inner terms) take the
+SGEMM (fp32_mm): as fast there, and 150x more accurate.
 
 precision="fast" (Plan.fast): one plain TF32 GEMM on CUDA float32 instead (products to about 2^-11 relative).
 

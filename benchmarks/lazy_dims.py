@@ -110,7 +110,9 @@ def _child(code: str, args: list[str], env: dict) -> dict | None:
 
 def first_call_s(device: str, d: int, metric: str) -> float | None:
     with tempfile.TemporaryDirectory() as cache:
-        env = dict(os.environ, SEMIRING_OPS_CACHE=cache, SEMIRING_OPS_LAZY_CACHE=cache)
+        # the driver's compute cache off too: with it, a source NVRTC compiled before can come back in 0.03 s
+        # (docs/benchmarks.md, "First call"), as in benchmarks/lazy_first_call.py
+        env = dict(os.environ, SEMIRING_OPS_CACHE=cache, SEMIRING_OPS_LAZY_CACHE=cache, CUDA_CACHE_DISABLE="1")
         r = _child(_FIRST_CALL, [device, str(d), metric], env)
     return None if r is None else r["first"]
 

@@ -14,7 +14,8 @@ lazy/wide_chunks.py on the GPU; the torch code is torch.cdist(p=1)).
               torch.cdist(p=1) for l1
     pykeops   with --pykeops, in a child process per row (a crash costs only its cell), one build folder for the
               run; "KeOps first s" its first call of the row's formula beyond a warm one (the compile). pykeops 2.3
-              segfaults with CUDA 13's NVRTC: benchmarks/keops_cuda12.sh runs this script with CUDA 12.9's
+              segfaults with CUDA 13's NVRTC: benchmarks/keops_cuda12.sh runs this script with CUDA 12.9's NVRTC
+              for it
     fast      with --fast: ours with precision="fast" (plain TF32 GEMMs on the GPU)
     plain     ours with SEMIRING_OPS_LAZY_GEMM=off (the generated kernel alone), up to --plain-max-d
 

@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import torch
 
+from semiring_ops.lazy.gemm_route import _split_tf32
+
 D = 768
 PAIRS = 300
 
 
 def tf32_split(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(hi, lo) of float32 x as float64: hi rounded to TF32's 10 bits (gemm_route._split_tf32), lo the rest."""
-    bits = x.float().contiguous().view(torch.int32)
-    hi = ((bits + 0x1000) & ~0x1FFF).view(torch.float32)
-    return hi.double(), (x.float() - hi).double()
+    """(hi, lo) of x in float32 as float64: the route's own split (hi rounded to TF32's 10 bits, lo the rest)."""
+    hi, lo = _split_tf32(x.float())
+    return hi.double(), lo.double()
 
 
 def round_toward_zero(x: torch.Tensor) -> torch.Tensor:

@@ -170,8 +170,10 @@ extern "C" void complete_double(double* v, const double* x, const double* y, con
 # D = 12 11.5 / 11.6 / 11.7, D = 16 12.3 / 11.8 / 11.2
 DIRECT_MAX_DIM = 8
 _EXPORTS = ["complete_float", "complete_double", "sqdist_float", "sqdist_double"]
-_COMPLETE_ARGS = [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 3 + [ctypes.c_double, ctypes.c_int, ctypes.c_double]
-_COMPLETE_ARGS += [ctypes.c_int]
+# values, x, y, nx, ny, w; rows, cols, dim; ratio, apply_exp, scale, threads
+_COMPLETE_ARGS = (
+    [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 3 + [ctypes.c_double, ctypes.c_int, ctypes.c_double, ctypes.c_int]
+)
 _SQDIST_ARGS = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 3 + [ctypes.c_int]
 _functions: dict[tuple[str, torch.dtype], HostFunction] = {}
 _lock = threading.Lock()

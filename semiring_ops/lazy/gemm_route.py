@@ -135,11 +135,8 @@ def precise_mm(a: torch.Tensor, b: torch.Tensor, fast: bool = False) -> torch.Te
     """a @ b of a shallow product (an inner product's D components) near float32 accuracy: 3xTF32 on CUDA float32,
     whose error grows with the depth (module docstring; deep reductions take fp32_mm), else torch.mm; ``fast``: one
     plain TF32 product on CUDA float32 (precision="fast")."""
-    if not _tf32_split(a.device.type, a.dtype):
-        return torch.mm(a, b)
-    if fast:
-        with tf32_matmul():
-            return torch.mm(a, b)
+    if fast or not _tf32_split(a.device.type, a.dtype):
+        return fp32_mm(a, b, fast)
     a_hi, a_lo = _split_tf32(a)
     b_hi, b_lo = _split_tf32(b)
     with tf32_matmul():

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 
 import torch
 
@@ -219,8 +220,8 @@ def _run_term(term: LinearTerm, plan: Plan, call: CallArgs, rows: int, vals: tor
     """Writes the term's components of every output row into vals (n_outer, value_dim), block by block."""
     numbers = call.numbers
 
-    def coef(c: Formula) -> torch.Tensor:
-        return evaluate(c, lambda v: None, vals, numbers).reshape(())
+    def coef(c: Formula) -> torch.Tensor:  # a formula of numbers and scalar parameters, the same for every cell
+        return evaluate(c, lambda v: _param(call, v), vals, numbers).reshape(())
 
     # a x + b y = a (x - c) + b (y - c) + (a + b) c with c the inner terms' mean: far from the origin, x S.sum(1)
     # and S y would cancel to the digits of |x| otherwise. Without an outer term (K @ b) there is nothing to cancel
@@ -235,7 +236,7 @@ def _run_term(term: LinearTerm, plan: Plan, call: CallArgs, rows: int, vals: tor
     pairs = {id(node): Var("i", 1, slot=_PAIR_SLOT - n) for n, (node, _) in enumerate(term.grams)}
     owned = frozenset(v.slot for v in pairs.values())  # the blocks' matrices, made for the cell alone
     cell = replace_nodes(term.cell, pairs)
-    exp_scale = _fused_exp(cell, term, plan, call, vals)
+    exp_scale = _fused_exp(cell, term, plan, coef) if vals.device.type == "cpu" else None
     inners = [gram_inner(spec, call) for _, spec in term.grams]  # the inner sides, once for every block
     # on the CPU each inner product's block matrix is one buffer for every block (the cell is evaluated in place on
     # it, then read by the product with y before the next block writes it)
@@ -251,10 +252,10 @@ def _run_term(term: LinearTerm, plan: Plan, call: CallArgs, rows: int, vals: tor
         def read(var: Var, lo: int = lo, n: int = n, values: dict = values) -> torch.Tensor:
             if var.slot <= _PAIR_SLOT:
                 return values[var.slot][:, :, None]
-            t = call.tensors[var.slot]
             role = plan.role(var.slot)
             if role == "param":
-                return t.reshape(1, 1, -1)
+                return _param(call, var)
+            t = call.tensors[var.slot]
             t = t.reshape(-1, t.shape[-1])
             return t[lo : lo + n, None, :] if role == "outer" else t[None, :, :]
 
@@ -273,16 +274,15 @@ def _run_term(term: LinearTerm, plan: Plan, call: CallArgs, rows: int, vals: tor
         vals[lo : lo + n, term.offset : term.offset + term.dim] = out
 
 
-def _fused_exp(cell: Formula, term: LinearTerm, plan: Plan, call: CallArgs, vals: torch.Tensor) -> float | None:
+def _param(call: CallArgs, var: Var) -> torch.Tensor:
+    """A parameter's values as the cell's evaluation broadcasts them: (1, 1, dim)."""
+    return call.tensors[var.slot].reshape(1, 1, -1)
+
+
+def _fused_exp(cell: Formula, term: LinearTerm, plan: Plan, coef: Callable[[Formula], torch.Tensor]) -> float | None:
     """a where the cell is exp(a * one squared distance) with a the same for every cell (a Gaussian kernel: block_gram
-    then makes it in the pass that completes the distances, on the CPU), else None."""
-    if vals.device.type != "cpu" or len(term.grams) != 1 or term.grams[0][1].kind == "dot" or not isinstance(cell, Exp):
+    then makes it in the pass that completes the distances, on the CPU), else None. ``coef`` evaluates a."""
+    if len(term.grams) != 1 or term.grams[0][1].kind == "dot" or not isinstance(cell, Exp):
         return None
     a = _scale_of(cell.children[0], _PAIR_SLOT, plan)
-    if a is None:
-        return None
-
-    def param(v: Var) -> torch.Tensor:
-        return call.tensors[v.slot].reshape(1, 1, -1)
-
-    return float(evaluate(a, param, vals, call.numbers).reshape(()))
+    return None if a is None else float(coef(a))

@@ -325,11 +325,12 @@ def matmul_setting():
     setattr(_MATMUL, _PRECISION, saved)
 
 
+@pytest.mark.parametrize("on", [True, False])
 @pytest.mark.parametrize("setting", ["none", "ieee", "tf32", False, True])
-def test_tf32_matmul_restores_every_setting(setting, matmul_setting):
-    """tf32_matmul enables TF32 inside and leaves the setting as it found it: fp32_precision's "none" (follow the
-    global setting) stays "none", not "ieee" as a round trip through allow_tf32 leaves it; a setting made through
-    the legacy allow_tf32 can still be read through it afterwards."""
+def test_tf32_matmul_restores_every_setting(setting, on, matmul_setting):
+    """tf32_matmul enables TF32 inside (on=False: IEEE float32, whatever the caller set) and leaves the setting as it
+    found it: fp32_precision's "none" (follow the global setting) stays "none", not "ieee" as a round trip through
+    allow_tf32 leaves it; a setting made through the legacy allow_tf32 can still be read through it afterwards."""
     if isinstance(setting, bool):
         _MATMUL.allow_tf32 = setting
     elif _PRECISION == "fp32_precision":
@@ -337,8 +338,8 @@ def test_tf32_matmul_restores_every_setting(setting, matmul_setting):
     else:
         pytest.skip("this torch has no fp32_precision")
     before = getattr(_MATMUL, _PRECISION)
-    with fast_log_scaled.tf32_matmul():
-        assert getattr(_MATMUL, _PRECISION) in ("tf32", True)
+    with fast_log_scaled.tf32_matmul(on):
+        assert getattr(_MATMUL, _PRECISION) in (("tf32", True) if on else ("ieee", False))
     assert getattr(_MATMUL, _PRECISION) == before
     if isinstance(setting, bool):
         assert _MATMUL.allow_tf32 is setting

@@ -17,11 +17,12 @@ lazy/wide_chunks.py on the GPU; the torch code is torch.cdist(p=1)).
               segfaults with CUDA 13's NVRTC: benchmarks/keops_cuda12.sh runs this script with CUDA 12.9's NVRTC
               for it
     fast      with --fast: ours with precision="fast" (plain TF32 GEMMs on the GPU)
+    high      with --high: ours with precision="high" (3xTF32 GEMMs for the sums too on the GPU)
     plain     ours with SEMIRING_OPS_LAZY_GEMM=off (the generated kernel alone), up to --plain-max-d
 
 Times: median ms of CUDA events (GPU) or wall clock (CPU) after warm-up. Bounds, measured in this run: TF32 and
-fp32 (SIMT / SGEMM) GEMM rates of an 8192^3 torch.mm; ours runs 3xTF32 on the GPU, so its bound is
-2 M N (3 D) / TF32 rate, shown beside the fp32 bound 2 M N D / SGEMM rate (l1: 2 instructions per term,
+fp32 (SIMT / SGEMM) GEMM rates of an 8192^3 torch.mm. Ours runs 3xTF32 on the GPU for k-NN (bound 2 M N (3 D) /
+TF32 rate) and the SGEMM for the sums (bound 2 M N D / SGEMM rate); both are printed (l1: 2 instructions per term,
 4 M N D / SGEMM rate, the SIMT pipe's bound). "first" is a new formula's first call
 (compile included) in a fresh process with an empty kernel cache, minus a warm call.
 
@@ -170,6 +171,7 @@ def main() -> None:
     parser.add_argument("--plain-max-d", type=int, default=784, help="ours without the route up to this D only")
     parser.add_argument("--pykeops", action="store_true")
     parser.add_argument("--fast", action="store_true", help='also ours with precision="fast"')
+    parser.add_argument("--high", action="store_true", help='also ours with precision="high"')
     parser.add_argument("--first-call", action="store_true", help="also a new formula's first call per D")
     parser.add_argument("--metric", choices=["sqdist", "l1"], default="sqdist")
     parser.add_argument("--torch-max-d", type=int, default=1 << 30, help="the torch code up to this D only")
@@ -185,10 +187,10 @@ def main() -> None:
     name = torch.cuda.get_device_name() if dev == "cuda" else f"CPU, {torch.get_num_threads()} threads"
     print(f"{name}, torch {torch.__version__}, {datetime.date.today()}; GEMM rates: TF32 {tf32:.3g}, fp32 {fp32:.3g}")
     print(
-        "| D | M x N | kind | ours ms | fast ms | plain ms | torch ms | KeOps ms | torch / ours | KeOps / ours "
-        "| bound 3xTF32 % | bound fp32 % | first s | KeOps first s |"
+        "| D | M x N | kind | ours ms | high ms | fast ms | plain ms | torch ms | KeOps ms | torch / ours "
+        "| KeOps / ours | bound 3xTF32 % | bound fp32 % | first s | KeOps first s |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     rows = []
     keops_cache = tempfile.TemporaryDirectory()
     for d in args.dims:
@@ -210,9 +212,11 @@ def main() -> None:
                 return torch.autograd.grad(out, xs, cot)[0] if kind == "grad" else out
 
             t_ours = time_ms(ours, dev, args.reps)
-            t_fast = None
+            t_fast = t_high = None
             if args.fast and kind != "grad":
                 t_fast = time_ms(lambda ours=ours: ours(precision="fast"), dev, args.reps)
+            if args.high and kind != "grad":
+                t_high = time_ms(lambda ours=ours: ours(precision="high"), dev, args.reps)
             t_plain = None
             if d <= args.plain_max_d:
                 os.environ["SEMIRING_OPS_LAZY_GEMM"] = "off"
@@ -240,7 +244,8 @@ def main() -> None:
             fmt = lambda t: "-" if t is None else f"{t:.2f}"  # noqa: E731
             ratio = lambda t, t_ours=t_ours: "-" if t is None else f"{t / t_ours:.2f}"  # noqa: E731
             print(
-                f"| {d} | {m} x {n} | {kind} | {t_ours:.2f} | {fmt(t_fast)} | {fmt(t_plain)} | {fmt(t_torch)} "
+                f"| {d} | {m} x {n} | {kind} | {t_ours:.2f} | {fmt(t_high)} | {fmt(t_fast)} | {fmt(t_plain)} "
+                f"| {fmt(t_torch)} "
                 f"| {fmt(t_keops)} "
                 f"| {ratio(t_torch)} | {ratio(t_keops)} | {'-' if b3 != b3 else f'{b3:.0f}'} | {bf:.0f} | "
                 f"{'-' if first is None else f'{first:.2f}'} | {fmt(None if keops is None else keops['first'])} |",
@@ -255,6 +260,7 @@ def main() -> None:
                     kind=kind,
                     ours=t_ours,
                     fast=t_fast,
+                    high=t_high,
                     plain=t_plain,
                     torch=t_torch,
                     keops=t_keops,

@@ -264,7 +264,7 @@ def test_bad_mode_is_refused(monkeypatch):
 @pytest.fixture
 def linear(monkeypatch, route):
     """The linear route (lazy/linear_route.py) forced on, its blocks counted."""
-    return _counted(monkeypatch, linear_route, "fp32_mm")
+    return _counted(monkeypatch, linear_route, "route_mm")
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -346,14 +346,18 @@ def test_precision_fast_is_a_plan_of_its_own_and_close(route, device):
         d_ij.argKmin(4, dim=1, precision="tf32")
 
 
-def test_a_fast_plan_key_round_trips():
+@pytest.mark.parametrize(("precision", "flags"), [("exact", "|1"), ("high", "|1h"), ("fast", "|1f")])
+def test_a_plan_key_round_trips_its_precision(precision, flags):
     x, y = torch.randn(5, 40), torch.randn(7, 40)
     canon, tvars = canonicalize(((Vi(x) - Vj(y)) ** 2).sum(-1).formula)
     cats, dims = tuple(v.cat for v in tvars), tuple(v.dim for v in tvars)
-    plan = Plan(canon, cats, dims, semiring_reduction("min"), "i", True, False, True)
-    assert plan.key.endswith("|1f") and Plan.from_key(plan.key).key == plan.key and Plan.from_key(plan.key).fast
+    plan = Plan(canon, cats, dims, semiring_reduction("min"), "i", True, False, precision)
+    assert plan.key.endswith(flags) and Plan.from_key(plan.key).key == plan.key
+    assert Plan.from_key(plan.key).precision == precision and plan.fast == (precision == "fast")
     routed, _ = gram_plan(plan, 16)
-    assert routed.fast and Plan.from_key(routed.key).key == routed.key
+    assert routed.precision == precision and Plan.from_key(routed.key).key == routed.key
+    with pytest.raises(ValueError, match="precision"):
+        Plan(canon, cats, dims, semiring_reduction("min"), "i", True, False, "tf32")
 
 
 @pytest.mark.parametrize("device", DEVICES)

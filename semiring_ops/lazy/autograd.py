@@ -114,20 +114,20 @@ def reduce_formula(
     with_arg: bool = False,
     numbers: torch.Tensor | None = None,
     ranges: tuple[torch.Tensor, ...] | None = None,
-    fast: bool = False,
+    precision: str = "exact",
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Reduces ``formula`` over the category that is not ``outer``: (values (*batch, rows, value_dim),
     indices (*batch, rows, index_dim) or None). The plan is remembered on the formula, so reducing one
     LazyTensor again goes straight to the kernel. ``numbers``: see _remembered_plan. ``ranges``: a block-sparse
-    reduction's six range tensors (block_sparse.oriented_ranges for ``outer``). ``fast``: precision="fast"
-    (Plan.fast)."""
+    reduction's six range tensors (block_sparse.oriented_ranges for ``outer``). ``precision``: the route's
+    products (Plan.precision)."""
     ranged = ranges is not None
 
     def make(canon: Formula, tvars: list[Var]) -> Plan:
         cats, dims = tuple(v.cat for v in tvars), tuple(v.dim for v in tvars)
-        return Plan(canon, cats, dims, reduction, outer, with_arg, ranged, fast)
+        return Plan(canon, cats, dims, reduction, outer, with_arg, ranged, precision)
 
-    plan, tvars, vector = _remembered_plan(formula, (reduction, outer, with_arg, ranged, fast), make, numbers)
+    plan, tvars, vector = _remembered_plan(formula, (reduction, outer, with_arg, ranged, precision), make, numbers)
     tensors = _with_numbers([v.tensor for v in tvars], vector)
     return run_plan(plan, extent, [*tensors, *ranges] if ranged else tensors)
 

@@ -10,22 +10,31 @@ For a block of ``rows`` output rows and all n_inner terms:
   |x|^2 + |y|^2 - 2 G and sums the cell again from the unshifted variables where that is below 1 /
   codegen.GRAM_CANCEL of |x|^2 + |y|^2 (near-duplicate points, where it cancels).
 
-Precision (float32): on CUDA, 3xTF32: each operand split into a TF32 part and the float32 rest, the three
-products that matter in one cuBLAS TF32 GEMM of depth 3 D (x_hi y_hi + x_hi y_lo + x_lo y_hi; the dropped
-x_lo y_lo is 2^-22 of the product); on the CPU a float32 BLAS GEMM; float64 a float64 GEMM. The matrix is
-(n_inner, rows) on CUDA (a warp's 32 rows read 32 consecutive floats at one j) and (rows, n_inner) on the CPU
-(a row's lanes read consecutive j). Blocks hold at most BLOCK_BYTES of matrix, so memory stays linear in
-M + N: nothing of size M x N exists at once.
+The matrix is (n_inner, rows) on CUDA (a warp's 32 rows read 32 consecutive floats at one j) and (rows, n_inner)
+on the CPU (a row's lanes read consecutive j). Blocks hold at most BLOCK_BYTES of matrix, so memory stays linear
+in M + N: nothing of size M x N exists at once.
 
-The tensor cores' float32 accumulation is not IEEE's: on an H200 (cuBLAS, torch 2.11) a 3xTF32 product A @ B of
-depth k, random-sign terms, is off by ~1e-8 x k relative to its value (k = 2,352: 2e-5; 60,000: 7e-4, worse than
-one plain TF32 product), where the SGEMM is off by 5e-7 to 3e-6 at those depths (docs/perf_notes.md, "3xTF32 on
-Hopper"). For the matrix of a squared distance (k = D) the route's values are then as accurate as the plain
-kernel's from D ~ 784 (2.4x its error at D = 128), the norms dominating the values; for a dot product 4-9x the
-plain kernel's error at D = 128-2048. Deep reductions (linear_route's S @ y over all the inner terms) take the
-SGEMM (fp32_mm): as fast there, and 150x more accurate.
+Precision. On the CPU a float32 BLAS GEMM, float64 a float64 GEMM. On CUDA float32 one of three products
+(route_mm, chosen by product_mode from the plan's precision):
 
-precision="fast" (Plan.fast): one plain TF32 GEMM on CUDA float32 instead (products to about 2^-11 relative).
+- IEEE: the SGEMM (TF32 off whatever the caller's setting), as the torch form computes it;
+- 3xTF32: each operand split into a TF32 part and the float32 rest, the three products that matter in one cuBLAS
+  TF32 GEMM of depth 3 D, the small ones first (x_lo y_hi + x_hi y_lo + x_hi y_hi; the dropped x_lo y_lo is
+  2^-22 of the product). The tensor cores' float32 accumulation is not IEEE's: on an H200 (cuBLAS, torch 2.11) each
+  step seems to round toward zero, so a product of depth k is off by ~1e-8 x k relative to its running sum
+  (docs/perf_notes.md, "3xTF32 on Hopper"; adding the small products first, while the sum is small, halves it).
+  Random points lose little (their x.y is small beside |x||y|), near neighbours much: a squared distance
+  |x|^2 + |y|^2 - 2 x.y between unit-norm embeddings at cosine 0.96 is off by 1e-4 relative at D = 784, a
+  Gaussian sum over them by 1e-4 (the IEEE product: 1e-5, as torch; the plain kernel 5e-7);
+- TF32: one plain TF32 GEMM (products to about 2^-11 relative).
+
+precision="exact" (the default): sums (linear_route.py and the kernels' sums) take the IEEE product above
+THREE_TF32_SUM_MAX_DIM components (3xTF32 up to it, where its error is within ~3x of the IEEE one's); a selection
+(k-best, max, min) takes 3xTF32 candidates and evaluates its winners again as written (winners.py), so its values
+are the formula's, as the plain kernel's, and its indices an exact selection's but where two candidates differ by
+less than the 3xTF32 error. precision="high": 3xTF32 for sums too (~2x faster from D = 256). precision="fast":
+TF32 for everything (and no winners evaluated again). Deep reductions (linear_route's S @ y over all the inner
+terms) take the IEEE product but under "fast": 3xTF32 is no faster there, and 150x less accurate.
 
 The route is taken (dispatch.execute) for unbatched, dense plans with such a sum of at least MIN_DIM
 components and at least MIN_PAIRS (row, term) pairs. SEMIRING_OPS_LAZY_GEMM=off never takes it, =on takes it
@@ -40,12 +49,24 @@ import os
 import torch
 
 from ..ops.fast_log_scaled import tf32_matmul
-from . import distance_blocks
+from . import distance_blocks, winners
 from .codegen import GRAM_CANCEL
 from .inner_products import GramSpec, gram_plan
 from .plan import CallArgs, Plan, new_outputs
 
-__all__ = ["GramInner", "block_gram", "block_rows", "fp32_mm", "gram_inner", "precise_mm", "route_mode", "run_routed"]
+__all__ = [
+    "IEEE",
+    "TF32",
+    "THREE_TF32",
+    "GramInner",
+    "block_gram",
+    "block_rows",
+    "gram_inner",
+    "product_mode",
+    "route_mm",
+    "route_mode",
+    "run_routed",
+]
 
 # a sum of fewer components stays in the plain kernel (its cells read x_i from registers and y_j from shared
 # memory or contiguous lanes; the route's matrix costs 8 bytes of memory traffic a cell): on an H200 50,000^2 k-NN
@@ -63,6 +84,20 @@ BLOCK_BYTES = {"cpu": 64 << 20, "cuda": 4 << 30}
 FREE_FRACTION = 4
 ROW_QUANTUM = 256  # block rows are a multiple of this (or all the rows)
 MAX_MATRIX_BYTES = 8 << 30  # a single row quantum's matrix above this (n_inner > ~8M): the plain kernel
+# where a selection's winners are evaluated again as written (winners.py): the tensor cores' 3xTF32 matrices. The
+# CPU's float32 BLAS rounds to nearest and keeps the torch form's accuracy (2,000 clustered unit-norm points of
+# D = 784: median relative error of the 10 nearest 1.6e-6, the plain kernel's 2.9e-7), where evaluating the
+# winners again cost 3x the k-NN's time (80 -> 250 ms, 4,000 x 2,000)
+WINNERS_AGAIN = {("cuda", torch.float32)}
+IEEE, THREE_TF32, TF32 = "ieee", "3xtf32", "tf32"  # the products of a matrix on CUDA float32 (module docstring)
+# a sum's matrices up to this many components take 3xTF32 under precision="exact", the IEEE product above: H200, a
+# Gaussian sum over unit-norm embeddings at cosine 0.96 against float64 (median relative error), 50,000^2 b(N,1) ms
+#   D = 128: 3xTF32 1.4e-5 (11.1 ms), IEEE 4.3e-6 (22.1 ms; the torch form 4.5e-6)
+#   D = 256: 3xTF32 ~3e-5 (15.2 ms), IEEE 5.8e-6 (32.0 ms)
+#   D = 784: 3xTF32 1.0e-4 (36.3 ms), IEEE 1.0e-5 (83.2 ms)
+# 3xTF32's error grows as D, the IEEE product's as ~sqrt(D): up to D = 128 within ~3x of the torch form's, for half
+# the time
+THREE_TF32_SUM_MAX_DIM = 128
 
 
 def route_mode() -> str:
@@ -83,17 +118,21 @@ def run_routed(plan: Plan, call: CallArgs, device: torch.device) -> tuple[torch.
     kind = device.type
     if mode == "auto" and call.n_outer * call.n_inner < MIN_PAIRS.get(kind, 1 << 62):
         return None  # (before the plan lookup: small reductions are the host-time-bound ones)
-    routed = gram_plan(plan, 1 if mode == "on" else MIN_DIM.get(kind, 1 << 30))
+    min_dim = 1 if mode == "on" else MIN_DIM.get(kind, 1 << 30)
+    routed = gram_plan(plan, min_dim)
     if routed is None:
         return None
     rows = block_rows(call, device)
     if rows is None:
         return None
-    routed_plan, specs = routed
     vals, idx = new_outputs(plan, call, device)
     if vals.numel() == 0 and (idx is None or idx.numel() == 0):
         return vals, idx
-    sides = [_inner_side(spec, call, kind, plan.fast) for spec in specs]
+    # a selection on the tensor cores' matrices: candidates, evaluated again as written (winners.py)
+    again = plan.reduction.selects and (kind, call.dtype) in WINNERS_AGAIN and not plan.fast and call.n_inner > 0
+    routed_plan, specs = gram_plan(winners.candidate_plan(plan), min_dim) if again else routed
+    modes = [product_mode(plan.precision, plan.reduction.selects, spec.dim) for spec in specs]
+    sides = [_inner_side(spec, call, kind, mode) for spec, mode in zip(specs, modes, strict=True)]
     outer_slots = [k for k in range(len(plan.arg_cats)) if plan.role(k) == "outer"]
     for lo in range(0, call.n_outer, rows):
         n = min(rows, call.n_outer - lo)
@@ -112,6 +151,8 @@ def run_routed(plan: Plan, call: CallArgs, device: torch.device) -> tuple[torch.
             from .cpu_kernels import run_cpu
 
             v, i = run_cpu(routed_plan, block)
+        if again:
+            v, i = winners.evaluate_winners(plan, block, v, i)
         vals[:, lo : lo + n] = v
         if idx is not None:
             idx[:, lo : lo + n] = i
@@ -131,25 +172,22 @@ def block_rows(call: CallArgs, device: torch.device, copies: int = 1) -> int | N
     return min(max(ROW_QUANTUM, rows), call.n_outer)
 
 
-def precise_mm(a: torch.Tensor, b: torch.Tensor, fast: bool = False) -> torch.Tensor:
-    """a @ b of a shallow product (an inner product's D components) near float32 accuracy: 3xTF32 on CUDA float32,
-    whose error grows with the depth (module docstring; deep reductions take fp32_mm), else torch.mm; ``fast``: one
-    plain TF32 product on CUDA float32 (precision="fast")."""
-    if fast or not _tf32_split(a.device.type, a.dtype):
-        return fp32_mm(a, b, fast)
-    a_hi, a_lo = _split_tf32(a)
-    b_hi, b_lo = _split_tf32(b)
-    with tf32_matmul():
-        return torch.mm(torch.cat([a_hi, a_hi, a_lo], 1), torch.cat([b_hi, b_lo, b_hi], 0))
+def product_mode(precision: str, selects: bool, dim: int) -> str:
+    """The product of a routed matrix of ``dim`` components on CUDA float32 for a plan's ``precision``, of a
+    selection or not (module docstring)."""
+    if precision == "fast":
+        return TF32
+    return THREE_TF32 if precision == "high" or selects or dim <= THREE_TF32_SUM_MAX_DIM else IEEE
 
 
-def fp32_mm(a: torch.Tensor, b: torch.Tensor, fast: bool = False) -> torch.Tensor:
-    """a @ b of a deep reduction (S @ y over all the inner terms: a depth of thousands) at float32 accuracy: on CUDA
-    float32 the SGEMM, TF32 off whatever the caller's setting, not 3xTF32 (module docstring: the tensor cores'
-    accumulation loses digits in proportion to the depth); ``fast``: one plain TF32 product (precision="fast")."""
+def route_mm(a: torch.Tensor, b: torch.Tensor, mode: str = IEEE) -> torch.Tensor:
+    """a @ b as the route's ``mode`` makes it on CUDA float32 (IEEE, THREE_TF32 or TF32: module docstring), whatever
+    the caller's TF32 setting; torch.mm elsewhere."""
     if not _tf32_split(a.device.type, a.dtype):
         return torch.mm(a, b)
-    with tf32_matmul(fast):
+    if mode == THREE_TF32:
+        a, b = _three_tf32(a, small_first=True), _three_tf32(b.t(), small_first=False).t()
+    with tf32_matmul(mode != IEEE):
         return torch.mm(a, b)
 
 
@@ -185,7 +223,7 @@ def block_gram(
     call: CallArgs,
     lo: int,
     n: int,
-    fast: bool = False,
+    mode: str = IEEE,
     out: torch.Tensor | None = None,
     exp_scale: float | None = None,
 ) -> torch.Tensor:
@@ -197,7 +235,7 @@ def block_gram(
     squared distances are written into (its first n rows, returned), reused from block to block. ``exp_scale``: the
     values v made exp(exp_scale v) (a Gaussian cell, linear_route), in the C++ pass that completes the distances
     where that runs."""
-    values, applied = _block_gram(spec, inner, call, lo, n, fast, out, exp_scale)
+    values, applied = _block_gram(spec, inner, call, lo, n, mode, out, exp_scale)
     return values if exp_scale is None or applied else (values * exp_scale).exp()
 
 
@@ -207,7 +245,7 @@ def _block_gram(
     call: CallArgs,
     lo: int,
     n: int,
-    fast: bool,
+    mode: str,
     out: torch.Tensor | None,
     exp_scale: float | None,
 ) -> tuple[torch.Tensor, bool]:
@@ -216,7 +254,7 @@ def _block_gram(
     y, ny, ones = inner.y, inner.norms, inner.weights
     w = ones if isinstance(ones, torch.Tensor) else None  # a weighted distance's weights
     if spec.kind == "dot":
-        return precise_mm(x, y.t(), fast), False
+        return route_mm(x, y.t(), mode), False
     # the C++ blocks and the buffer on the CPU, unless autograd records this (the route runs inside the reductions'
     # autograd.Function, grad mode off; a direct call under grad mode with an input that requires grad stays in torch)
     cpu = x.device.type == "cpu" and not (torch.is_grad_enabled() and (x.requires_grad or y.requires_grad))
@@ -227,7 +265,7 @@ def _block_gram(
     nx = _squared_norms(xs, w)[:, None]
     if _tf32_split(x.device.type, x.dtype):
         total = nx + ny
-        values = total - 2 * precise_mm(xs, inner.operand.t(), fast)
+        values = total - 2 * route_mm(xs, inner.operand.t(), mode)
         return _resum_with_torch(values, x, y, total, ones), False
     # the GEMM gives -2 x.y; on the CPU one pass of C++ adds the norms and sums the cells that cancel again
     # (distance_blocks.py)
@@ -262,7 +300,7 @@ class _InnerSide:
     shift: torch.Tensor | None  # (D,): the inner terms' mean (squared distances)
     norms: torch.Tensor  # (n_inner,) squared norms after the shift (empty for a dot product)
     operand: torch.Tensor  # (n_inner, D), or (n_inner, 3 D) split for 3xTF32
-    fast: bool  # precision="fast": one plain TF32 GEMM on CUDA float32
+    mode: str  # the product on CUDA float32 (IEEE, THREE_TF32 or TF32)
     weights: torch.Tensor | None  # a weighted squared distance's (D,)
 
 
@@ -273,11 +311,11 @@ def _split_tf32(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return hi, x - hi
 
 
-def _three_tf32(x: torch.Tensor, first: bool) -> torch.Tensor:
-    """An operand of the 3xTF32 product: [hi, hi, lo] (first) or [hi, lo, hi], so that their product of depth
-    3 D is x_hi y_hi + x_hi y_lo + x_lo y_hi."""
+def _three_tf32(x: torch.Tensor, small_first: bool) -> torch.Tensor:
+    """An operand (rows, 3 D) of the 3xTF32 product: [lo, hi, hi] (small_first) or [hi, lo, hi], so that their
+    product of depth 3 D is x_lo y_hi + x_hi y_lo + x_hi y_hi, the small products added while the sum is small."""
     hi, lo = _split_tf32(x)
-    return torch.cat([hi, hi, lo] if first else [hi, lo, hi], dim=1)
+    return torch.cat([lo, hi, hi] if small_first else [hi, lo, hi], dim=1)
 
 
 def _tf32_split(kind: str, dtype: torch.dtype) -> bool:
@@ -289,7 +327,7 @@ def _weights(spec: GramSpec, call: CallArgs) -> torch.Tensor | None:
     return None if spec.weight_slot < 0 else call.tensors[spec.weight_slot].reshape(spec.dim)
 
 
-def _inner_side(spec: GramSpec, call: CallArgs, kind: str, fast: bool) -> _InnerSide:
+def _inner_side(spec: GramSpec, call: CallArgs, kind: str, mode: str) -> _InnerSide:
     y = call.tensors[spec.inner_slot].reshape(call.n_inner, spec.dim)
     shift = norms = None
     if spec.kind == "sqdist":
@@ -300,8 +338,8 @@ def _inner_side(spec: GramSpec, call: CallArgs, kind: str, fast: bool) -> _Inner
         y = y if w is None else y * w  # G = x.(w y)
     else:
         norms = y.new_empty(0)
-    operand = _three_tf32(y, first=False) if _tf32_split(kind, y.dtype) and not fast else y
-    return _InnerSide(shift, norms, operand.contiguous(), fast, _weights(spec, call))
+    operand = _three_tf32(y, small_first=False) if _tf32_split(kind, y.dtype) and mode == THREE_TF32 else y
+    return _InnerSide(shift, norms, operand.contiguous(), mode, _weights(spec, call))
 
 
 def _block_matrix(spec: GramSpec, side: _InnerSide, x: torch.Tensor, kind: str) -> list[torch.Tensor]:
@@ -311,8 +349,9 @@ def _block_matrix(spec: GramSpec, side: _InnerSide, x: torch.Tensor, kind: str) 
         x = x - side.shift
         norms = (x * x).sum(1) if side.weights is None else (x * x * side.weights).sum(1)
     if _tf32_split(kind, x.dtype):
-        with tf32_matmul():
-            g = torch.mm(side.operand, (x if side.fast else _three_tf32(x, first=True)).t())
+        right = _three_tf32(x, small_first=True) if side.mode == THREE_TF32 else x
+        with tf32_matmul(side.mode != IEEE):
+            g = torch.mm(side.operand, right.t())
     elif kind == "cuda":
         g = torch.mm(side.operand, x.t())
     else:

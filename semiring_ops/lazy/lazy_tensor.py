@@ -921,7 +921,7 @@ class LazyTensor:
         elif devices is not None:
             vals, idx = reduce_on_devices(formula, reduction, outer, extent, with_arg, devices)
         else:
-            vals, idx = reduce_formula(formula, reduction, outer, extent, with_arg, fast=opts.precision == "fast")
+            vals, idx = reduce_formula(formula, reduction, outer, extent, with_arg, precision=opts.precision)
         if moved:
             vals = vals.to(device=self.device, dtype=self.dtype)
             idx = None if idx is None else idx.to(self.device)

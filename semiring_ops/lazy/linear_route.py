@@ -8,8 +8,9 @@ gradient of a 20,000^2 Gaussian kernel product at D = 784 on an H200). Here a bl
     out_block = a x_block * S.sum(1) + b S Y,    S = s on (block rows) x (all inner terms),
 
 S evaluated with torch (formula.evaluate), its squared distances and dot products of dimension >= the route's
-minimum read from one GEMM (gemm_route.block_gram: the same 3xTF32 precision, shift and re-summation of the cells
-where a distance cancels), and S Y one more GEMM (on CUDA the float32 SGEMM, gemm_route.fp32_mm). A Gaussian
+minimum read from one GEMM (gemm_route.block_gram: the plan's precision for a sum, shift and re-summation of the
+cells where a distance cancels), and S Y one more GEMM (on CUDA the float32 SGEMM but for precision="fast",
+gemm_route.route_mm). A Gaussian
 cell, exp(a d) of one squared distance with a the same for every cell, is made by block_gram itself on the CPU, in
 the C++ pass that completes the distances (distance_blocks.py). The scalar cell must hold no other vector variable
 (each would be a block x N x D tensor).
@@ -41,7 +42,18 @@ from .formula import (
     evaluate,
     replace_nodes,
 )
-from .gemm_route import MIN_DIM, MIN_PAIRS, block_gram, block_rows, fp32_mm, gram_inner, route_mode
+from .gemm_route import (
+    IEEE,
+    MIN_DIM,
+    MIN_PAIRS,
+    TF32,
+    block_gram,
+    block_rows,
+    gram_inner,
+    product_mode,
+    route_mm,
+    route_mode,
+)
 from .inner_products import GramSpec, match_inner_product
 from .plan import CallArgs, Plan, new_outputs
 
@@ -242,11 +254,12 @@ def _run_term(term: LinearTerm, plan: Plan, call: CallArgs, rows: int, vals: tor
     # it, then read by the product with y before the next block writes it)
     cpu = vals.device.type == "cpu"
     buffers = [vals.new_empty(min(rows, call.n_outer), call.n_inner) if cpu else None for _ in term.grams]
+    modes = [product_mode(plan.precision, False, spec.dim) for _, spec in term.grams]
     for lo in range(0, call.n_outer, rows):
         n = min(rows, call.n_outer - lo)
         values = {
-            _PAIR_SLOT - k: block_gram(spec, inner, call, lo, n, plan.fast, buffer, exp_scale)
-            for k, ((_, spec), inner, buffer) in enumerate(zip(term.grams, inners, buffers, strict=True))
+            _PAIR_SLOT - k: block_gram(spec, inner, call, lo, n, mode, buffer, exp_scale)
+            for k, ((_, spec), inner, buffer, mode) in enumerate(zip(term.grams, inners, buffers, modes, strict=True))
         }
 
         def read(var: Var, lo: int = lo, n: int = n, values: dict = values) -> torch.Tensor:
@@ -263,7 +276,7 @@ def _run_term(term: LinearTerm, plan: Plan, call: CallArgs, rows: int, vals: tor
             s = values[_PAIR_SLOT]
         else:
             s = evaluate(cell, read, vals, numbers, owned).expand(n, call.n_inner, 1)[:, :, 0]
-        out = fp32_mm(s, y, plan.fast)
+        out = route_mm(s, y, TF32 if plan.fast else IEEE)
         if not (isinstance(term.inner_coef, Const) and term.inner_coef.value == 1.0):
             out *= inner_coef
         if shift is not None:

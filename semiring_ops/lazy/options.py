@@ -30,9 +30,13 @@ ranges             block-sparse reductions (KeOps' 6-tuple): honoured, by one re
 out                the result is written into this tensor (or NumPy array) in place: shape, dtype and device
                    must match; not while recording a graph, as torch's out= arguments.
 keepdim            the reduced axis kept, with size 1 (torch's keepdim).
-precision          "exact" (default) or "fast" (ours, as logbmm's): the matrix-unit route (gemm_route.py) takes its
-                   float32 inner products from one plain TF32 GEMM on CUDA instead of 3xTF32 (about 10 bits of
-                   the products' mantissa; docs/lazy.md); the generated kernels and the CPU are unchanged.
+precision          ours: the matrix-unit route's float32 inner products on CUDA (gemm_route.py, docs/lazy.md
+                   "Precision"). "exact" (default): sums take them from the IEEE float32 GEMM above D = 128 (the
+                   torch form's accuracy; 3xTF32 up to it) and selections from 3xTF32, their winners evaluated
+                   again as written. "high" (as
+                   torch.set_float32_matmul_precision's): 3xTF32 for sums too, ~2x faster from D = 256 and an
+                   error growing with D. "fast" (as logbmm's): one plain TF32 GEMM (about 10 bits of the
+                   products' mantissa). The generated kernels and the CPU are the same in all three.
 call               taken by the reductions themselves (symbolic.deferrable): call=False returns a callable.
 =================  =======================================================================================
 """
@@ -59,7 +63,7 @@ BACKENDS = (
     "GPU_2D_device",
 )
 SUM_SCHEMES = ("auto", "direct_sum", "block_sum", "kahan_scheme")
-PRECISIONS = ("exact", "fast")
+PRECISIONS = ("exact", "high", "fast")
 _DTYPES = {"float16": torch.float16, "float32": torch.float32, "float64": torch.float64}
 _WIDTH = {torch.float16: 16, torch.bfloat16: 16, torch.float32: 32, torch.float64: 64}
 

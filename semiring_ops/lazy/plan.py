@@ -32,6 +32,7 @@ __all__ = ["CallArgs", "Plan", "new_outputs", "numbers_tensor", "prepare_call", 
 
 _poison = False
 RANGE_TENSORS = 6  # a ranged call's range tensors (block_sparse.oriented_ranges)
+_PRECISION_FLAGS = {"exact": "", "high": "h", "fast": "f"}  # a plan key's letter for each precision
 
 
 def set_poison_outputs(enabled: bool) -> None:
@@ -52,7 +53,9 @@ class Plan:
     outer: str  # "i" or "j"
     with_arg: bool  # whether the kernel tracks the selected indices (max / min)
     ranged: bool = False  # block-sparse (block_sparse.py): each row reduces over its block's inner ranges only
-    fast: bool = False  # precision="fast": the matrix-unit route's GEMMs in plain TF32 (gemm_route.py)
+    # the matrix-unit route's GEMM products on CUDA float32 (gemm_route.py, module docstring): "exact" (the default),
+    # "high" or "fast" (LazyTensor reductions' precision=)
+    precision: str = "exact"
     # the compile key, made once (a cached_property would take a lock, which torch.compile cannot trace)
     key: str = field(init=False, repr=False, compare=False)
     n_numbers: int = field(init=False, repr=False, compare=False)  # the number vector's length (0: none)
@@ -60,7 +63,9 @@ class Plan:
 
     def __post_init__(self) -> None:
         r = self.reduction
-        flags = f"{int(self.with_arg)}{'r' if self.ranged else ''}{'f' if self.fast else ''}"
+        if self.precision not in _PRECISION_FLAGS:
+            raise ValueError(f"lazy plan: precision must be one of {list(_PRECISION_FLAGS)}, got {self.precision!r}")
+        flags = f"{int(self.with_arg)}{'r' if self.ranged else ''}{_PRECISION_FLAGS[self.precision]}"
         key = f"{self.formula.key}|{r.kind}:{r.semiring}:{r.k}|{self.outer}|{flags}"
         object.__setattr__(self, "key", key)
         object.__setattr__(self, "n_numbers", number_count(self.formula))
@@ -83,6 +88,11 @@ class Plan:
                 f"lazy plan: the number vector must have shape (n,) with n >= {self.n_numbers}, "
                 f"got {tuple(tensors[slots].shape)}"
             )
+
+    @property
+    def fast(self) -> bool:
+        """precision="fast": the route's products in plain TF32."""
+        return self.precision == "fast"
 
     @property
     def inner(self) -> str:
@@ -114,7 +124,8 @@ class Plan:
 def _plan_from_key(key: str) -> Plan:
     try:
         formula_key, reduction, outer, flags = key.rsplit("|", 3)
-        with_arg, ranged, fast = flags[:1], "r" in flags[1:], "f" in flags[1:]
+        with_arg, ranged = flags[:1], "r" in flags[1:]
+        precision = next((name for name, flag in _PRECISION_FLAGS.items() if flag and flag in flags[1:]), "exact")
         kind, semiring, k = reduction.split(":")
         formula = parse_formula(formula_key)
         by_slot = {v.slot: v for v in variables(formula)}
@@ -127,7 +138,7 @@ def _plan_from_key(key: str) -> Plan:
             outer,
             bool(int(with_arg)),
             ranged,
-            fast,
+            precision,
         )
     except (ValueError, KeyError) as e:
         raise FormulaError(f"not a plan key: {key[:200]!r} ({e})") from e

@@ -86,8 +86,9 @@ ROW_QUANTUM = 256  # block rows are a multiple of this (or all the rows)
 MAX_MATRIX_BYTES = 8 << 30  # a single row quantum's matrix above this (n_inner > ~8M): the plain kernel
 # where a selection's winners are evaluated again as written (winners.py): the tensor cores' 3xTF32 matrices. The
 # CPU's float32 BLAS rounds to nearest and keeps the torch form's accuracy (2,000 clustered unit-norm points of
-# D = 784: median relative error of the 10 nearest 1.6e-6, the plain kernel's 2.9e-7), where evaluating the
-# winners again cost 3x the k-NN's time (80 -> 250 ms, 4,000 x 2,000)
+# D = 784: median relative error of the 10 nearest 1.6e-6, the plain kernel's 2.9e-7), and the route ties with the
+# torch form there (4,000 x 2,000 k-NN at D = 784: 84.9 against 85.0 ms), where evaluating the winners again adds
+# 20 ms even in cache-sized chunks (120 ms in winners.CHUNK_VALUES)
 WINNERS_AGAIN = {("cuda", torch.float32)}
 IEEE, THREE_TF32, TF32 = "ieee", "3xtf32", "tf32"  # the products of a matrix on CUDA float32 (module docstring)
 # a sum's matrices up to this many components take 3xTF32 under precision="exact", the IEEE product above: H200, a

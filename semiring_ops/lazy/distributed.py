@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
-from .reductions import Reduction, _kbest_order, kbest, semiring_reduction
+from .reductions import Reduction, candidates_order, kbest, semiring_reduction
 
 if TYPE_CHECKING:
     from .lazy_tensor import LazyTensor
@@ -135,10 +135,7 @@ def _kbest_combine(vals, idx, k: int, largest: bool, offset: int, n_total: int, 
     all_v, all_i = _all_gather(vals, group), _all_gather(gidx, group)  # (world, ..., K, D)
     cand_v = torch.cat(list(all_v.unbind(0)), -2)  # (..., world K, D), rank-major
     cand_i = torch.cat(list(all_i.unbind(0)), -2)
-    by_index = torch.sort(cand_i, dim=-2, stable=True).indices  # then a stable sort by value: ties by index
-    order = by_index.gather(-2, _kbest_order(cand_v.gather(-2, by_index), largest))
-    padded = (cand_i.gather(-2, order) >= n_total).to(torch.uint8)  # the padding last, even after NaN
-    order = order.gather(-2, torch.sort(padded, dim=-2, stable=True).indices)[..., :k, :]
+    order = candidates_order(cand_v, cand_i, largest, cand_i >= n_total)[..., :k, :]  # the padding last, after NaN
     out_i = cand_i.gather(-2, order)
     src_rank, slot = order // k, order % k
     out_v = _pick(vals.gather(-2, slot), src_rank, rank, group)

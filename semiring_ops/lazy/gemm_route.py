@@ -94,7 +94,7 @@ IEEE, THREE_TF32, TF32 = "ieee", "3xtf32", "tf32"  # the products of a matrix on
 # a sum's matrices up to this many components take 3xTF32 under precision="exact", the IEEE product above: H200, a
 # Gaussian sum over unit-norm embeddings at cosine 0.96 against float64 (median relative error), 50,000^2 b(N,1) ms
 #   D = 128: 3xTF32 1.4e-5 (11.1 ms), IEEE 4.3e-6 (22.1 ms; the torch form 4.5e-6)
-#   D = 256: 3xTF32 ~3e-5 (15.2 ms), IEEE 5.8e-6 (32.0 ms)
+#   D = 256: 3xTF32 3.0e-5 (15.2 ms), IEEE 6.1e-6 (32.0 ms)
 #   D = 784: 3xTF32 1.0e-4 (36.3 ms), IEEE 1.0e-5 (83.2 ms)
 # 3xTF32's error grows as D, the IEEE product's as ~sqrt(D): up to D = 128 within ~3x of the torch form's, for half
 # the time

@@ -93,7 +93,7 @@ class Reduction:
             return _weighted_lse(f[..., :1], f[..., 1:]), None
         if self.kind == "kbest":
             d = f.shape[-1]
-            idx = _kbest_order(f, largest=self.semiring == "max")[..., : self.k, :]
+            idx = kbest_order(f, largest=self.semiring == "max")[..., : self.k, :]
             vals = f.gather(-2, idx)
             flat = (*f.shape[:-2], self.k * d)
             return vals.reshape(flat), idx.reshape(flat)
@@ -136,7 +136,7 @@ def _tail(f: Formula) -> Formula:
     return Extract(f, 1, f.dim - 1)
 
 
-def _kbest_order(f: torch.Tensor, largest: bool) -> torch.Tensor:
+def kbest_order(f: torch.Tensor, largest: bool) -> torch.Tensor:
     """The order of f (..., n, D) along dim -2, best first: by value, NaN the largest (torch.topk's
     order), ties by lowest index. Two stable sorts, so it does not depend on where a device's sort puts
     NaN (CUDA's can put it before +inf)."""
@@ -145,6 +145,18 @@ def _kbest_order(f: torch.Tensor, largest: bool) -> torch.Tensor:
     nan_first = nan.gather(-2, by_value).to(torch.uint8)
     by_nan = torch.sort(nan_first, dim=-2, descending=largest, stable=True).indices
     return by_value.gather(-2, by_nan)
+
+
+def candidates_order(
+    values: torch.Tensor, indices: torch.Tensor, largest: bool, empty: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The order along dim -2 of candidate terms (values and their inner indices, (..., C, D), in any order), best
+    first as kbest_order ranks them with ties to the lower index, the candidates where ``empty`` is true last."""
+    by_index = torch.sort(indices, dim=-2, stable=True).indices  # then a stable sort by value: ties by index
+    order = by_index.gather(-2, kbest_order(values.gather(-2, by_index), largest))
+    if empty is not None:
+        order = order.gather(-2, torch.sort(empty.gather(-2, order).to(torch.uint8), dim=-2, stable=True).indices)
+    return order
 
 
 def _weighted_lse(f: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

@@ -6,7 +6,7 @@ neighbours magnifies by (|x|^2 + |y|^2) / |x - y|^2 (H200, unit-norm embeddings 
 relative error against float64, the plain kernel's 2.8e-7). A selection needs those values only to pick a few
 terms. So the route's kernel picks K + MARGIN candidates a row, each candidate's formula is evaluated again in
 torch from the variables as the user wrote it (no GEMM, nothing that cancels beyond the formula's own arithmetic),
-and the K best of those are kept, in torch.topk's order (reductions._kbest_order: by value, ties by the lower
+and the K best of those are kept, in torch.topk's order (reductions.candidates_order: by value, ties by the lower
 index). The values are then the formula's as written (3e-8 median relative error on those embeddings: torch's
 sum over D is pairwise); the indices differ from an exact selection only where the K-th and the (K + MARGIN + 1)-th
 best differ by less than the GEMM's error.
@@ -37,7 +37,7 @@ import torch
 
 from .formula import evaluate
 from .plan import CallArgs, Plan
-from .reductions import _kbest_order, kbest
+from .reductions import candidates_order, kbest
 from .torch_backend import widest_node
 
 __all__ = ["MARGIN", "candidate_plan", "evaluate_winners"]
@@ -50,8 +50,8 @@ def candidate_plan(plan: Plan) -> Plan:
     """The plan the route runs for ``plan`` (selecting): K + MARGIN best of a k-best, with the indices of a max or
     min that had none."""
     r = plan.reduction
-    if r.kind == "kbest":
-        return dataclasses.replace(plan, reduction=kbest(r.k + MARGIN, r.semiring == "max"), with_arg=True)
+    if r.kind == "kbest":  # (its kernels give indices whatever with_arg: the plan itself when there is no margin)
+        return plan if MARGIN == 0 else dataclasses.replace(plan, reduction=kbest(r.k + MARGIN, r.semiring == "max"))
     return plan if plan.with_arg else dataclasses.replace(plan, with_arg=True)
 
 
@@ -65,14 +65,12 @@ def evaluate_winners(
     per_row = idx.shape[-1] // dv  # candidates a row and component
     largest = plan.reduction.semiring == "max"
     cand = idx.reshape(n, per_row, dv)
-    if plan.reduction.kind == "kbest":  # candidates in index order, empty slots (-1) last: ties go to the lower index
-        cand = torch.where(cand < 0, torch.iinfo(cand.dtype).max, cand).sort(dim=1).values
-        cand = torch.where(cand == torch.iinfo(cand.dtype).max, -1, cand)
+    empty = cand < 0  # a list's slots not filled (fewer terms than candidates)
     values = _evaluate_pairs(plan, call, cand).to(vals.dtype)
-    values = values.masked_fill(cand < 0, -torch.inf if largest else torch.inf)  # (no test: no host sync)
+    values = values.masked_fill(empty, -torch.inf if largest else torch.inf)  # (no test: no host sync)
     k = plan.reduction.k if plan.reduction.kind == "kbest" else 1
     if plan.reduction.kind == "kbest":
-        order = _kbest_order(values, largest)[:, :k]
+        order = candidates_order(values, cand, largest, empty)[:, :k]
         values, cand = values.gather(1, order), cand.gather(1, order)
     values = values.reshape(1, n, k * dv)
     return values, cand.reshape(1, n, k * dv) if plan.index_dim else None

@@ -206,11 +206,15 @@ def test_torch_operators_with_a_lazy_operand():
 
 
 @pytest.mark.cuda
-def test_torch_compile_reduce_overhead_replays_the_reductions_in_a_cuda_graph(compiled):
+@pytest.mark.parametrize(("dim", "route"), [(3, "auto"), (40, "on")])
+def test_torch_compile_reduce_overhead_replays_the_reductions_in_a_cuda_graph(compiled, monkeypatch, dim, route):
     """mode="reduce-overhead": inductor captures the graph, our kernels included (they launch on torch's
-    current stream and allocate through torch), and replays it; each replay with new data matches eager."""
+    current stream and allocate through torch), and replays it; each replay with new data matches eager. With
+    route="on" the matrix-unit route runs inside the capture: its GEMMs, and the k-NN's winners evaluated again
+    (lazy/winners.py: torch ops, no host sync)."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
+    monkeypatch.setenv("SEMIRING_OPS_LAZY_GEMM", route)
     torch._dynamo.reset()
 
     def f(x, y, b):
@@ -220,7 +224,7 @@ def test_torch_compile_reduce_overhead_replays_the_reductions_in_a_cuda_graph(co
     run = torch.compile(f, fullgraph=True, mode="reduce-overhead")
     g = torch.Generator().manual_seed(7)
     for _ in range(5):  # warm-up calls, the capture, then replays
-        x, y, b = (torch.randn(n, d, generator=g).cuda() for n, d in ((300, 3), (700, 3), (700, 2)))
+        x, y, b = (torch.randn(n, d, generator=g).cuda() for n, d in ((300, dim), (700, dim), (700, 2)))
         out, idx = run(x, y, b)
         want, want_idx = f(x, y, b)
         torch.testing.assert_close(out, want)

@@ -65,9 +65,11 @@ def evaluate_winners(
     per_row = idx.shape[-1] // dv  # candidates a row and component
     largest = plan.reduction.semiring == "max"
     cand = idx.reshape(n, per_row, dv)
-    empty = cand < 0  # a list's slots not filled (fewer terms than candidates)
     values = _evaluate_pairs(plan, call, cand).to(vals.dtype)
-    values = values.masked_fill(empty, -torch.inf if largest else torch.inf)  # (no test: no host sync)
+    empty = None  # a list's slots not filled: only where there are fewer terms than candidates
+    if per_row > call.n_inner:
+        empty = cand < 0
+        values = values.masked_fill(empty, -torch.inf if largest else torch.inf)
     k = plan.reduction.k if plan.reduction.kind == "kbest" else 1
     if plan.reduction.kind == "kbest":
         order = candidates_order(values, cand, largest, empty)[:, :k]

@@ -35,7 +35,7 @@ import dataclasses
 
 import torch
 
-from .formula import evaluate
+from .formula import Var, evaluate
 from .plan import CallArgs, Plan
 from .reductions import candidates_order, kbest
 from .torch_backend import widest_node
@@ -84,11 +84,12 @@ def _evaluate_pairs(plan: Plan, call: CallArgs, cand: torch.Tensor) -> torch.Ten
     like = call.tensors[0]
     out = torch.empty(n, per_row, dv, dtype=like.dtype, device=like.device)
     rows = max(1, CHUNK_VALUES // max(1, per_row * dv * widest_node(plan.formula)))
+    owned = frozenset(k for k in range(len(plan.arg_cats)) if plan.role(k) == "inner")  # gathered: fresh tensors
     for lo in range(0, n, rows):
         hi = min(n, lo + rows)
         terms = cand[lo:hi].reshape(hi - lo, per_row * dv).clamp(min=0)
 
-        def read(var, lo=lo, hi=hi, terms=terms) -> torch.Tensor:
+        def read(var: Var, lo: int = lo, hi: int = hi, terms: torch.Tensor = terms) -> torch.Tensor:
             t = call.batched(var.slot)  # (1, n, D) or (1, D)
             role = plan.role(var.slot)
             if role == "param":
@@ -97,7 +98,6 @@ def _evaluate_pairs(plan: Plan, call: CallArgs, cand: torch.Tensor) -> torch.Ten
                 return t[:, lo:hi, None, :]
             return t[0][terms][None]  # (1, rows, C Dv, D)
 
-        owned = frozenset(k for k in range(len(plan.arg_cats)) if plan.role(k) == "inner")  # gathered: fresh
         f = evaluate(plan.formula, read, like, call.numbers, owned)  # (1, rows, C Dv, Dv)
         f = f.expand(1, hi - lo, per_row * dv, dv).reshape(hi - lo, per_row, dv, dv)
         out[lo:hi] = f.diagonal(dim1=-2, dim2=-1)  # candidate (m, c)'s component c

@@ -31,12 +31,12 @@ out                the result is written into this tensor (or NumPy array) in pl
                    must match; not while recording a graph, as torch's out= arguments.
 keepdim            the reduced axis kept, with size 1 (torch's keepdim).
 precision          ours: the matrix-unit route's float32 inner products on CUDA (gemm_route.py, docs/lazy.md
-                   "Precision"). "exact" (default): sums take them from the IEEE float32 GEMM above D = 128 (the
-                   torch form's accuracy; 3xTF32 up to it) and selections from 3xTF32, their winners evaluated
-                   again as written. "high" (as
-                   torch.set_float32_matmul_precision's): 3xTF32 for sums too, ~2x faster from D = 256 and an
-                   error growing with D. "fast" (as logbmm's): one plain TF32 GEMM (about 10 bits of the
-                   products' mantissa). The generated kernels and the CPU are the same in all three.
+                   "Precision"). "exact" (default): sums take them from the IEEE float32 GEMM above D = 128
+                   (the torch form's accuracy; 3xTF32 up to it), selections from 3xTF32 with their winners
+                   evaluated again as written. "high" (as torch.set_float32_matmul_precision's): 3xTF32 for
+                   sums too, ~2x faster from D = 256, with an error growing with D. "fast" (as logbmm's): one
+                   plain TF32 GEMM (about 10 bits of the products' mantissa). The generated kernels and the
+                   CPU are the same in all three.
 call               taken by the reductions themselves (symbolic.deferrable): call=False returns a callable.
 =================  =======================================================================================
 """

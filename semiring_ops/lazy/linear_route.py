@@ -248,11 +248,11 @@ def _run_term(term: LinearTerm, plan: Plan, call: CallArgs, rows: int, vals: tor
     pairs = {id(node): Var("i", 1, slot=_PAIR_SLOT - n) for n, (node, _) in enumerate(term.grams)}
     owned = frozenset(v.slot for v in pairs.values())  # the blocks' matrices, made for the cell alone
     cell = replace_nodes(term.cell, pairs)
-    exp_scale = _fused_exp(cell, term, plan, coef) if vals.device.type == "cpu" else None
+    cpu = vals.device.type == "cpu"
+    exp_scale = _fused_exp(cell, term, plan, coef) if cpu else None
     inners = [gram_inner(spec, call) for _, spec in term.grams]  # the inner sides, once for every block
     # on the CPU each inner product's block matrix is one buffer for every block (the cell is evaluated in place on
     # it, then read by the product with y before the next block writes it)
-    cpu = vals.device.type == "cpu"
     buffers = [vals.new_empty(min(rows, call.n_outer), call.n_inner) if cpu else None for _ in term.grams]
     modes = [product_mode(plan.precision, False, spec.dim) for _, spec in term.grams]
     for lo in range(0, call.n_outer, rows):

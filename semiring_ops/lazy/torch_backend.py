@@ -7,6 +7,7 @@ call (a ranged plan) runs this once per segment of rows, on the inner indices of
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import torch
@@ -14,7 +15,7 @@ import torch
 from .formula import Formula, Var, _postorder, evaluate
 from .plan import CallArgs, Plan
 
-__all__ = ["run_torch", "widest_node"]
+__all__ = ["rows_reader", "run_torch", "widest_node"]
 
 CHUNK_VALUES = 1 << 24
 
@@ -22,6 +23,25 @@ CHUNK_VALUES = 1 << 24
 def widest_node(formula: Formula) -> int:
     """The largest vector dimension among the formula's nodes (its intermediates and its variables)."""
     return max(1, *(node.dim for node in _postorder(formula)))
+
+
+def rows_reader(
+    plan: Plan, call: CallArgs, start: int, stop: int, terms: torch.Tensor | None = None
+) -> Callable[[Var], torch.Tensor]:
+    """formula.evaluate's ``read`` for output rows [start, stop): each variable as (B, rows, terms, D) broadcasting
+    (a parameter (B, 1, 1, D), an outer one (B, rows, 1, D)); the inner terms all of them (B, 1, n_inner, D), or with
+    ``terms`` (rows, C) the C inner terms of each row, gathered (B, rows, C, D)."""
+
+    def read(var: Var) -> torch.Tensor:
+        t = call.batched(var.slot)  # (B_k, n, D) or (B_k, D)
+        role = plan.role(var.slot)
+        if role == "param":
+            return t[:, None, None, :]
+        if role == "outer":
+            return t[:, start:stop, None, :]
+        return t[:, None, :, :] if terms is None else t[:, terms]
+
+    return read
 
 
 def run_torch(plan: Plan, call: CallArgs) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -34,17 +54,7 @@ def run_torch(plan: Plan, call: CallArgs) -> tuple[torch.Tensor, torch.Tensor | 
     vals_parts, idx_parts = [], []
     for start in range(0, max(call.n_outer, 1), chunk):
         stop = min(call.n_outer, start + chunk)
-
-        def read(var: Var, start: int = start, stop: int = stop) -> torch.Tensor:
-            t = call.batched(var.slot)  # (B_k, n, D) or (B_k, D)
-            role = plan.role(var.slot)
-            if role == "param":
-                return t[:, None, None, :]
-            if role == "outer":
-                return t[:, start:stop, None, :]
-            return t[:, None, :, :]
-
-        f = evaluate(plan.formula, read, like, call.numbers)
+        f = evaluate(plan.formula, rows_reader(plan, call, start, stop), like, call.numbers)
         f = f.expand(call.nbatch, stop - start, call.n_inner, plan.formula.dim)
         v, i = plan.reduction.torch_reduce(f, plan.with_arg)
         vals_parts.append(v)

@@ -35,10 +35,10 @@ import dataclasses
 
 import torch
 
-from .formula import Var, evaluate
+from .formula import evaluate
 from .plan import CallArgs, Plan
 from .reductions import candidates_order, kbest
-from .torch_backend import widest_node
+from .torch_backend import rows_reader, widest_node
 
 __all__ = ["MARGIN", "candidate_plan", "evaluate_winners"]
 
@@ -88,16 +88,7 @@ def _evaluate_pairs(plan: Plan, call: CallArgs, cand: torch.Tensor) -> torch.Ten
     for lo in range(0, n, rows):
         hi = min(n, lo + rows)
         terms = cand[lo:hi].reshape(hi - lo, per_row * dv).clamp(min=0)
-
-        def read(var: Var, lo: int = lo, hi: int = hi, terms: torch.Tensor = terms) -> torch.Tensor:
-            t = call.batched(var.slot)  # (1, n, D) or (1, D)
-            role = plan.role(var.slot)
-            if role == "param":
-                return t[:, None, None, :]
-            if role == "outer":
-                return t[:, lo:hi, None, :]
-            return t[0][terms][None]  # (1, rows, C Dv, D)
-
+        read = rows_reader(plan, call, lo, hi, terms)  # the inner variables gathered (1, rows, C Dv, D)
         f = evaluate(plan.formula, read, like, call.numbers, owned)  # (1, rows, C Dv, Dv)
         f = f.expand(1, hi - lo, per_row * dv, dv).reshape(hi - lo, per_row, dv, dv)
         out[lo:hi] = f.diagonal(dim1=-2, dim2=-1)  # candidate (m, c)'s component c

@@ -31,8 +31,9 @@ def _wgmma_asm(n: int) -> str:
     return (
         f"__device__ __forceinline__ void wgmma(float (&d)[{regs}], uint64_t a, uint64_t b, int scale_d) {{\n"
         f'  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n"\n'
-        f'      "wgmma.mma_async.sync.aligned.m64n{n}k8.f32.tf32.tf32 {{{acc}}}, %{regs}, %{regs + 1}, p, 1, 1;\\n}}\\n"\n'
-        f'      : {outs}\n'
+        f'      "wgmma.mma_async.sync.aligned.m64n{n}k8.f32.tf32.tf32 "\n'
+        f'      "{{{acc}}}, %{regs}, %{regs + 1}, p, 1, 1;\\n}}\\n"\n'
+        f"      : {outs}\n"
         '      : "l"(a), "l"(b), "r"(scale_d));\n'
         "}\n"
     )
@@ -178,7 +179,7 @@ __global__ void __launch_bounds__(384, 1) wgmma_ws(const __grid_constant__ CUten
         promote(acc[0]);
         advance();
       }
-    } else if (PROMOTE == 2) {  // two tiles per trip (KT even), one per accumulator: each promoted while the other's wgmma runs
+    } else if (PROMOTE == 2) {  // two tiles a trip (KT even), one an accumulator, each added while the other runs
       for (int kt = 0; kt < KT; kt += 2) {
         multiply(acc[0], 0);
         asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
@@ -291,8 +292,12 @@ NAMES = {
 def main() -> None:
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0a")
     ext = load_inline(
-        "wgmma_probe", "torch::Tensor gemm(torch::Tensor a, torch::Tensor b, int64_t variant);", cuda_sources=SRC,
-        functions=["gemm"], extra_cuda_cflags=["-O3", "-Xptxas", "-v"], verbose=os.environ.get("VERBOSE") == "1",
+        "wgmma_probe",
+        "torch::Tensor gemm(torch::Tensor a, torch::Tensor b, int64_t variant);",
+        cuda_sources=SRC,
+        functions=["gemm"],
+        extra_cuda_cflags=["-O3", "-Xptxas", "-v"],
+        verbose=os.environ.get("VERBOSE") == "1",
     )
     from semiring_ops.lazy import gemm_route
 

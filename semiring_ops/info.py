@@ -11,6 +11,7 @@ import torch
 from . import __version__
 from .build import backends, jit, nvrtc_kernels, prebuilt, toolkit
 from .build.families import CPU_ARCH_ENV, DEFAULT_CPU_ARCH, FAMILIES, cpu_arch
+from .lazy import hopper_gemm
 from .lazy.dispatch import lazy_backend
 from .lazy.kernel_cache import lazy_cache_dir
 
@@ -81,6 +82,7 @@ def backend_info(load: bool = False) -> dict[str, Any]:
         else None,
         "families": families,
         "lazy": {dt: "{} ({})".format(*lazy_backend(dt)) for dt in device_types if dt == "cpu" or devices},
+        "lazy_exact_sums": {f"cuda:{d['index']}": hopper_gemm.describe(d["index"]) for d in devices},
     }
 
 
@@ -135,6 +137,9 @@ def format_info(info: dict[str, Any]) -> str:
         lines.append(f"  {'':4s} {'':{width}s} {'':10s} ({f['serves']})")
     lines.append("std matmul: torch.matmul")
     lines.append("lazy reductions: " + ", ".join(f"{dt}: {v}" for dt, v in info["lazy"].items()))
+    if info["lazy_exact_sums"]:
+        sums = ", ".join(f"{d}: {v}" for d, v in info["lazy_exact_sums"].items())
+        lines.append(f"lazy matrix route, exact sums past D = 128: {sums}")
     return "\n".join(lines)
 
 

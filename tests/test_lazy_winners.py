@@ -164,7 +164,7 @@ def test_the_winners_are_evaluated_again_but_under_precision_fast(again, precisi
 
 def test_the_product_of_each_precision():
     wide = gemm_route.THREE_TF32_SUM_MAX_DIM + 1
-    assert gemm_route.product_mode("exact", False, wide) == gemm_route.IEEE
+    assert gemm_route.product_mode("exact", False, wide) == gemm_route.PROMOTED
     assert gemm_route.product_mode("exact", False, wide - 1) == gemm_route.THREE_TF32
     assert gemm_route.product_mode("exact", True, wide) == gemm_route.THREE_TF32
     assert gemm_route.product_mode("high", False, wide) == gemm_route.THREE_TF32
@@ -174,8 +174,9 @@ def test_the_product_of_each_precision():
 @pytest.mark.parametrize("device", [CUDA])
 def test_cuda_near_neighbours_keep_float32_digits_by_default(compiled, device):
     """Unit-norm embeddings at D = 256, 2,048 x 20,000, cosine ~0.96 to the nearest (H200: the 3xTF32 matrices alone
-    are off by 7e-5 in a Gaussian sum and 1e-4 in the k-NN distances). By default the sum takes the SGEMM (the torch
-    form's ~6e-6) and the k-NN's winners are evaluated again (~3e-8); precision="high" keeps 3xTF32 for the sum."""
+    are off by 7e-5 in a Gaussian sum and 1e-4 in the k-NN distances). By default the sum takes the promoted 3xTF32
+    GEMM on Hopper, the SGEMM elsewhere (the torch form's ~6e-6), and the k-NN's winners are evaluated again
+    (~3e-8); precision="high" keeps 3xTF32 for the sum."""
     x, y = unit_neighbours(2048, 20000, 256, device, seed=7)
     d = torch.cdist(x.double(), y.double()).square_()  # (float64's GEMM form: exact enough, and no 2048 x 20000 x D)
     ref_knn = d.topk(10, dim=1, largest=False).values

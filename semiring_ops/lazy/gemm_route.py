@@ -14,7 +14,7 @@ The matrix is (n_inner, rows) on CUDA (a warp's 32 rows read 32 consecutive floa
 on the CPU (a row's lanes read consecutive j). Blocks hold at most BLOCK_BYTES of matrix, so memory stays linear
 in M + N: nothing of size M x N exists at once.
 
-Precision. On the CPU a float32 BLAS GEMM, float64 a float64 GEMM. On CUDA float32 one of three products
+Precision. On the CPU a float32 BLAS GEMM, float64 a float64 GEMM. On CUDA float32 one of four products
 (route_mm, chosen by product_mode from the plan's precision):
 
 - IEEE: the SGEMM (TF32 off whatever the caller's setting), as the torch form computes it;
@@ -26,15 +26,19 @@ Precision. On the CPU a float32 BLAS GEMM, float64 a float64 GEMM. On CUDA float
   Random points lose little (their x.y is small beside |x||y|), near neighbours much: a squared distance
   |x|^2 + |y|^2 - 2 x.y between unit-norm embeddings at cosine 0.96 is off by 1e-4 relative at D = 784, a
   Gaussian sum over them by 1e-4 (the IEEE product: 1e-5, as torch; the plain kernel 5e-7);
+- PROMOTED: the same 3xTF32 operands on our own Hopper GEMM (hopper_gemm.py), each 32-deep tile's products added
+  into IEEE registers: the truncation costs 32 terms whatever D, so it is more accurate than the SGEMM, at ~1.9x
+  its speed. On sm_90 devices only (H100, H200); elsewhere PROMOTED is the IEEE product;
 - TF32: one plain TF32 GEMM (products to about 2^-11 relative).
 
-precision="exact" (the default): sums (linear_route.py and the kernels' sums) take the IEEE product above
-THREE_TF32_SUM_MAX_DIM components (3xTF32 up to it, where its error is within ~3x of the IEEE one's); a selection
-(k-best, max, min) takes 3xTF32 candidates and evaluates its winners again as written (winners.py), so its values
-are the formula's, as the plain kernel's, and its indices an exact selection's but where two candidates differ by
-less than the 3xTF32 error. precision="high": 3xTF32 for sums too (~2x faster from D = 256). precision="fast":
-TF32 for everything (and no winners evaluated again). Deep reductions (linear_route's S @ y over all the inner
-terms) take the IEEE product but under "fast": 3xTF32 is no faster there, and 150x less accurate.
+precision="exact" (the default): sums (linear_route.py and the kernels' sums) take the PROMOTED product above
+THREE_TF32_SUM_MAX_DIM components (3xTF32 up to it, where its error is within ~3x of the IEEE one's, and faster than
+PROMOTED); a selection (k-best, max, min) takes 3xTF32 candidates and evaluates its winners again as written
+(winners.py), so its values are the formula's, as the plain kernel's, and its indices an exact selection's but
+where two candidates differ by less than the 3xTF32 error. precision="high": 3xTF32 for sums too (faster still
+than PROMOTED). precision="fast": TF32 for everything (and no winners evaluated again). Deep reductions
+(linear_route's S @ y over all the inner terms) take the IEEE product but under "fast": 3xTF32 is no faster there,
+and 150x less accurate.
 
 The route is taken (dispatch.execute) for unbatched, dense plans with such a sum of at least MIN_DIM
 components and at least MIN_PAIRS (row, term) pairs. SEMIRING_OPS_LAZY_GEMM=off never takes it, =on takes it
@@ -49,13 +53,14 @@ import os
 import torch
 
 from ..ops.fast_log_scaled import tf32_matmul
-from . import distance_blocks, winners
+from . import distance_blocks, hopper_gemm, winners
 from .codegen import GRAM_CANCEL
 from .inner_products import GramSpec, gram_plan
 from .plan import CallArgs, Plan, new_outputs
 
 __all__ = [
     "IEEE",
+    "PROMOTED",
     "TF32",
     "THREE_TF32",
     "GramInner",
@@ -66,6 +71,7 @@ __all__ = [
     "route_mm",
     "route_mode",
     "run_routed",
+    "runnable_mode",
 ]
 
 # a sum of fewer components stays in the plain kernel (its cells read x_i from registers and y_j from shared
@@ -90,7 +96,8 @@ MAX_MATRIX_BYTES = 8 << 30  # a single row quantum's matrix above this (n_inner 
 # torch form there (4,000 x 2,000 k-NN at D = 784: 84.9 against 85.0 ms), where evaluating the winners again adds
 # 20 ms even in cache-sized chunks (120 ms in winners.CHUNK_VALUES)
 WINNERS_AGAIN = {("cuda", torch.float32)}
-IEEE, THREE_TF32, TF32 = "ieee", "3xtf32", "tf32"  # the products of a matrix on CUDA float32 (module docstring)
+# the products of a matrix on CUDA float32 (module docstring)
+IEEE, THREE_TF32, PROMOTED, TF32 = "ieee", "3xtf32", "3xtf32-promoted", "tf32"
 # a sum's matrices up to this many components take 3xTF32 under precision="exact", the IEEE product above: H200, a
 # Gaussian sum over unit-norm embeddings at cosine 0.96 against float64 (median relative error), 50,000^2 b(N,1) ms
 #   D = 128: 3xTF32 1.4e-5 (11.1 ms), IEEE 4.3e-6 (22.1 ms; the torch form 4.5e-6)
@@ -132,7 +139,7 @@ def run_routed(plan: Plan, call: CallArgs, device: torch.device) -> tuple[torch.
     # a selection on the tensor cores' matrices: candidates, evaluated again as written (winners.py)
     again = plan.reduction.selects and (kind, call.dtype) in WINNERS_AGAIN and not plan.fast and call.n_inner > 0
     routed_plan, specs = gram_plan(winners.candidate_plan(plan), min_dim) if again else routed
-    modes = [product_mode(plan.precision, plan.reduction.selects, spec.dim) for spec in specs]
+    modes = [runnable_mode(product_mode(plan.precision, plan.reduction.selects, spec.dim), device) for spec in specs]
     sides = [_inner_side(spec, call, kind, mode) for spec, mode in zip(specs, modes, strict=True)]
     outer_slots = [k for k in range(len(plan.arg_cats)) if plan.role(k) == "outer"]
     for lo in range(0, call.n_outer, rows):
@@ -178,7 +185,12 @@ def product_mode(precision: str, selects: bool, dim: int) -> str:
     selection or not (module docstring)."""
     if precision == "fast":
         return TF32
-    return THREE_TF32 if precision == "high" or selects or dim <= THREE_TF32_SUM_MAX_DIM else IEEE
+    return THREE_TF32 if precision == "high" or selects or dim <= THREE_TF32_SUM_MAX_DIM else PROMOTED
+
+
+def runnable_mode(mode: str, device: torch.device) -> str:
+    """``mode`` as it runs on ``device``: PROMOTED is the IEEE product where hopper_gemm is not available."""
+    return IEEE if mode == PROMOTED and not hopper_gemm.available(device) else mode
 
 
 def route_mm(a: torch.Tensor, b: torch.Tensor, mode: str = IEEE) -> torch.Tensor:
@@ -186,6 +198,9 @@ def route_mm(a: torch.Tensor, b: torch.Tensor, mode: str = IEEE) -> torch.Tensor
     the caller's TF32 setting; torch.mm elsewhere."""
     if not _tf32_split(a.device.type, a.dtype):
         return torch.mm(a, b)
+    mode = runnable_mode(mode, a.device)
+    if mode == PROMOTED:
+        return hopper_gemm.mm_nt(_three_tf32(a, small_first=True), _three_tf32(b.t(), small_first=False))
     if mode == THREE_TF32:
         a, b = _three_tf32(a, small_first=True), _three_tf32(b.t(), small_first=False).t()
     with tf32_matmul(mode != IEEE):
@@ -301,7 +316,7 @@ class _InnerSide:
     shift: torch.Tensor | None  # (D,): the inner terms' mean (squared distances)
     norms: torch.Tensor  # (n_inner,) squared norms after the shift (empty for a dot product)
     operand: torch.Tensor  # (n_inner, D), or (n_inner, 3 D) split for 3xTF32
-    mode: str  # the product on CUDA float32 (IEEE, THREE_TF32 or TF32)
+    mode: str  # the product on CUDA float32 (IEEE, THREE_TF32, PROMOTED or TF32), as it runs there
     weights: torch.Tensor | None  # a weighted squared distance's (D,)
 
 
@@ -339,7 +354,8 @@ def _inner_side(spec: GramSpec, call: CallArgs, kind: str, mode: str) -> _InnerS
         y = y if w is None else y * w  # G = x.(w y)
     else:
         norms = y.new_empty(0)
-    operand = _three_tf32(y, small_first=False) if _tf32_split(kind, y.dtype) and mode == THREE_TF32 else y
+    split = _tf32_split(kind, y.dtype) and mode in (THREE_TF32, PROMOTED)
+    operand = _three_tf32(y, small_first=False) if split else y
     return _InnerSide(shift, norms, operand.contiguous(), mode, _weights(spec, call))
 
 
@@ -349,7 +365,9 @@ def _block_matrix(spec: GramSpec, side: _InnerSide, x: torch.Tensor, kind: str) 
     if side.shift is not None:
         x = x - side.shift
         norms = (x * x).sum(1) if side.weights is None else (x * x * side.weights).sum(1)
-    if _tf32_split(kind, x.dtype):
+    if _tf32_split(kind, x.dtype) and side.mode == PROMOTED:
+        g = hopper_gemm.mm_nt(side.operand, _three_tf32(x, small_first=True))
+    elif _tf32_split(kind, x.dtype):
         right = _three_tf32(x, small_first=True) if side.mode == THREE_TF32 else x
         with tf32_matmul(side.mode != IEEE):
             g = torch.mm(side.operand, right.t())

@@ -82,6 +82,15 @@ __all__ = [
 _PACKABLE = set("bBhHiIlLqQfd?P")  # ctypes simple types whose _type_ code is also a struct code
 
 
+def _struct_code(t: type) -> str | None:
+    """The struct code of a kernel parameter's ctypes type: a simple type's, or ``<n>s`` for ``ctypes.c_char * n``
+    (a structure passed by value, e.g. a 128-byte CUtensorMap, given to launch as ``bytes``)."""
+    if isinstance(t, type) and issubclass(t, ctypes.Array) and t._type_ is ctypes.c_char:
+        return f"{t._length_}s"
+    code = getattr(t, "_type_", None)
+    return code if isinstance(code, str) and code in _PACKABLE else None
+
+
 class _LaunchState(threading.local):
     """One thread's argument buffer and ``void**`` array for one function, and its current-context slot."""
 
@@ -105,13 +114,14 @@ class CudaFunction:
     def __init__(self, module: CudaModule, name: str, handle: int, argtypes: Sequence[type]) -> None:
         codes = []
         for t in argtypes:
-            code = getattr(t, "_type_", None)
-            if not isinstance(code, str) or code not in _PACKABLE:
+            code = _struct_code(t)
+            if code is None:
                 raise TypeError(f"semiring_ops.lazy: kernel {name!r}: unsupported parameter type {t!r}")
             codes.append(code)
         fmt = "@" + "".join(codes)
-        # offset of parameter i: the size of the parameters before it, aligned to its own type ("0<code>")
-        offsets = tuple(struct.calcsize("@" + "".join(codes[:i]) + "0" + c) for i, c in enumerate(codes))
+        # offset of parameter i: the size of the parameters before it, aligned to its own type ("0<code>"); the
+        # driver copies each parameter from its own address, so the buffer needs no more alignment than that
+        offsets = tuple(struct.calcsize("@" + "".join(codes[:i]) + "0" + c[-1]) for i, c in enumerate(codes))
         self.module = module
         self.name = name
         self.handle = handle
@@ -303,21 +313,30 @@ atexit.register(wait_for_optimized)
 
 
 def compile_cuda_module(
-    source: str, kernel_names: Sequence[str], device: torch.device | str | int, quick_first: bool = False
+    source: str,
+    kernel_names: Sequence[str],
+    device: torch.device | str | int,
+    quick_first: bool = False,
+    arch_specific: bool = False,
 ) -> CudaModule:
     """The module of ``source`` (CUDA C++ exporting the ``extern "C"`` kernels ``kernel_names``) for ``device``:
     taken from the disk cache, or compiled now (one line on stderr). With ``quick_first`` (results may change in
     their last bits once) a new source is compiled quickly and optimised in the background: the module
-    docstring's tiers. Loaded once per process and device.
+    docstring's tiers. ``arch_specific``: for the device's architecture-specific target (sm_90a: wgmma, TMA,
+    setmaxnreg), which the caller has checked this NVRTC targets (a cubin). Loaded once per process and device.
 
     Raises LazyCompileError (with NVRTC's log) when the source does not compile, RuntimeError when a kernel
     is missing or the driver refuses the module.
     """
     index = _device_index(device)
-    memo = (source, index, quick_first)  # a caller that refused the tiers never gets a module still swapping
+    memo = (source, index, quick_first, arch_specific)  # a caller that refused the tiers never gets a module swapping
     module = _compiled.get(memo)
     if module is None:
         target, cubin = _target(index)
+        if arch_specific:
+            if not cubin:
+                raise RuntimeError(f"semiring_ops: this NVRTC cannot target {target}a")
+            target += "a"
         options = (
             f"--gpu-architecture={target}",
             "-std=c++17",

@@ -1,0 +1,137 @@
+"""The route's promoted 3xTF32 GEMM on Hopper (semiring_ops/lazy/hopper_gemm.py, csrc/lazy/tf32x3_gemm.cuh) against
+float64: random sizes that straddle its 128 x 128 x 32 tiles, a depth that is no multiple of 4 (padded for TMA),
+near-neighbour embeddings (where it must beat the SGEMM, as documented), every output cell written, NaN propagated,
+bad arguments named; and the route's choice of product where it is not available (the CPU, other GPUs)."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+import torch
+from conftest import HAS_CUDA
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from semiring_ops.lazy import Vi, Vj, gemm_route, hopper_gemm, nvrtc
+
+HOPPER = HAS_CUDA and hopper_gemm.available(torch.device("cuda"))
+needs_hopper = [pytest.mark.cuda, pytest.mark.skipif(not HOPPER, reason="no sm_90 GPU with NVRTC for sm_90a")]
+
+
+def split_product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b.T by the promoted kernel, from the route's 3xTF32 operands."""
+    return hopper_gemm.mm_nt(gemm_route._three_tf32(a, small_first=True), gemm_route._three_tf32(b, small_first=False))
+
+
+def test_promoted_runs_as_the_ieee_product_where_not_available(monkeypatch):
+    assert gemm_route.runnable_mode(gemm_route.PROMOTED, torch.device("cpu")) == gemm_route.IEEE
+    assert gemm_route.runnable_mode(gemm_route.THREE_TF32, torch.device("cpu")) == gemm_route.THREE_TF32
+    assert not hopper_gemm.available(torch.device("cpu"))
+    if HAS_CUDA:
+        monkeypatch.setenv("SEMIRING_OPS_LAZY_WGMMA", "0")
+        assert gemm_route.runnable_mode(gemm_route.PROMOTED, torch.device("cuda")) == gemm_route.IEEE
+
+
+def test_a_structure_passed_by_value_packs_as_bytes():
+    """The tensor maps go to the kernel as 128-byte parameters (nvrtc._struct_code), other types as before."""
+    assert nvrtc._struct_code(ctypes.c_char * 128) == "128s"
+    assert nvrtc._struct_code(ctypes.c_int) == "i"
+    assert nvrtc._struct_code(ctypes.c_void_p) == "P"
+    assert nvrtc._struct_code(ctypes.c_int * 4) is None
+
+
+@pytest.mark.parametrize("device", [pytest.param("cuda", marks=needs_hopper)])
+@settings(max_examples=25, deadline=None)
+@given(m=st.integers(1, 300), n=st.integers(1, 300), d=st.integers(1, 150), seed=st.integers(0, 2**31 - 1))
+def test_against_float64_at_sizes_that_straddle_tiles(device, m, n, d, seed):
+    """Every cell within 2^-19 of sum |a||b| (H200: up to 2^-21.4 seen, as the SGEMM's and cuBLAS 3xTF32's): the TF32
+    operands' truncation of lo (2^-22 of a product each) and the truncating accumulation of one 32-deep tile
+    (promotion keeps it to one tile). A wrong tile, swizzle or fragment layout is off by O(1) of it."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    a = torch.randn(m, d, device=device, generator=g) * 3
+    b = torch.randn(n, d, device=device, generator=g)
+    ref = a.double() @ b.double().T
+    scale = a.double().abs() @ b.double().abs().T + 1e-30
+    out = split_product(a, b)
+    assert out.shape == (m, n) and out.dtype == torch.float32
+    worst = ((out.double() - ref).abs() / scale).max().item()
+    assert worst <= 2.0**-19, worst
+
+
+@pytest.mark.parametrize("device", [pytest.param("cuda", marks=needs_hopper)])
+def test_every_cell_is_written(device):
+    """The output comes from the caching allocator: blocks of NaN freed just before are what it gets, so a cell the
+    kernel skipped would stay NaN. Sizes one past a tile, and a depth past a TMA box."""
+    for m, n, d in ((129, 257, 33), (128, 128, 32), (1, 385, 11), (700, 3, 64)):
+        poison = torch.full((m * n + 4096,), float("nan"), device=device)
+        del poison
+        a, b = torch.randn(m, d, device=device), torch.randn(n, d, device=device)
+        out = split_product(a, b)
+        assert not out.isnan().any(), (m, n, d)
+
+
+@pytest.mark.parametrize("device", [pytest.param("cuda", marks=needs_hopper)])
+def test_near_neighbours_beat_the_sgemm(device):
+    """Unit-norm embeddings in clusters, cosine ~0.96 (benchmarks/wgmma_probe.py's data), D = 768: x.y's max error
+    below the SGEMM's (H200: 3.6e-7 against 1.6e-6; cuBLAS's unpromoted 3xTF32 5.2e-6)."""
+    g = torch.Generator(device=device).manual_seed(3)
+    c = torch.randn(16, 768, device=device, generator=g)
+    y = c.repeat_interleave(64, 0) + 0.2 * torch.randn(1024, 768, device=device, generator=g) / 768**0.5
+    y /= y.norm(dim=1, keepdim=True)
+    x = y[:512] + 0.05 * torch.randn(512, 768, device=device, generator=g) / 768**0.5
+    x /= x.norm(dim=1, keepdim=True)
+    ref = x.double() @ y.double().T
+    ours = (split_product(x, y).double() - ref).abs().max().item()
+    sgemm = (gemm_route.route_mm(x, y.T, gemm_route.IEEE).double() - ref).abs().max().item()
+    unpromoted = (gemm_route.route_mm(x, y.T, gemm_route.THREE_TF32).double() - ref).abs().max().item()
+    assert ours < sgemm and 3 * ours < unpromoted
+
+
+@pytest.mark.parametrize("device", [pytest.param("cuda", marks=needs_hopper)])
+def test_nan_and_inf_propagate(device):
+    a, b = torch.randn(200, 40, device=device), torch.randn(150, 40, device=device)
+    a[3, 5] = float("nan")
+    b[7, 0] = float("inf")
+    out = split_product(a, b)
+    assert out[3].isnan().all()
+    assert not out[:, 7].isfinite().any()  # inf, or NaN where the split's inf - inf meets it
+    mask = torch.ones_like(out, dtype=torch.bool)
+    mask[3], mask[:, 7] = False, False
+    assert out[mask].isfinite().all()
+
+
+@pytest.mark.parametrize("device", [pytest.param("cuda", marks=needs_hopper)])
+def test_bad_arguments_are_named(device):
+    a = torch.randn(4, 8, device=device)
+    with pytest.raises(TypeError, match="float32"):
+        hopper_gemm.mm_nt(a.double(), a.double())
+    with pytest.raises(ValueError, match=r"\(4, 8\) and \(4, 7\)"):
+        hopper_gemm.mm_nt(a, a[:, :7])
+    with pytest.raises(ValueError, match="sm_90"):
+        hopper_gemm.mm_nt(a, a.cpu())
+    assert hopper_gemm.mm_nt(a[:0], a).shape == (0, 4)
+
+
+@pytest.mark.parametrize("device", [pytest.param("cuda", marks=needs_hopper)])
+def test_the_route_sums_with_it_by_default(device, compiled, monkeypatch):
+    """A Gaussian sum at D = 256 on near-neighbour embeddings: the default (promoted) at least as accurate as the
+    SGEMM (SEMIRING_OPS_LAZY_WGMMA=0) and both well within the documented 2e-5."""
+    monkeypatch.setenv("SEMIRING_OPS_LAZY_GEMM", "on")
+    g = torch.Generator(device=device).manual_seed(5)
+    c = torch.randn(20, 256, device=device, generator=g)
+    y = c.repeat_interleave(100, 0) + 0.2 * torch.randn(2000, 256, device=device, generator=g) / 16
+    y /= y.norm(dim=1, keepdim=True)
+    x = y[torch.randperm(2000, device=device, generator=g)[:700]] + 0.05 * torch.randn(700, 256, device=device) / 16
+    x /= x.norm(dim=1, keepdim=True)
+    b = torch.randn(2000, 3, device=device, generator=g)
+    ref = (-20 * torch.cdist(x.double(), y.double()).square()).exp() @ b.double()
+
+    def error() -> float:
+        out = (-20 * ((Vi(x) - Vj(y)) ** 2).sum(-1)).exp() @ b
+        return ((out.double() - ref).abs().amax(1) / ref.abs().amax(1)).median().item()
+
+    promoted = error()
+    monkeypatch.setenv("SEMIRING_OPS_LAZY_WGMMA", "0")
+    sgemm = error()
+    assert promoted <= 1.2 * sgemm and sgemm <= 2e-5

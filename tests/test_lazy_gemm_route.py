@@ -40,10 +40,12 @@ def _counted(monkeypatch, module, name: str, calls: dict | None = None) -> dict:
 
 @pytest.fixture
 def route(monkeypatch, compiled):
-    """The route forced on for every matching sum, its blocks' GEMMs counted: the kernel's matrix blocks, or the
-    linear route's (on the CPU, K @ b of several columns is S @ b, linear_route.py)."""
+    """The route forced on for every matching sum, its blocks' GEMMs counted: the kernel's matrix blocks, the fused
+    selections' (Hopper, hopper_gemm.kbest_nt), or the linear route's (on the CPU, K @ b of several columns is S @ b,
+    linear_route.py)."""
     monkeypatch.setenv("SEMIRING_OPS_LAZY_GEMM", "on")
     calls = _counted(monkeypatch, gemm_route, "_block_matrix")
+    calls = _counted(monkeypatch, gemm_route, "_fused_candidates", calls)
     return _counted(monkeypatch, linear_route, "block_gram", calls)
 
 
@@ -132,10 +134,15 @@ def _reference(name: str, x, y, b, over: int):
     raise AssertionError(name)
 
 
+@pytest.mark.parametrize("fused", ["0", "1"])
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("layout", ["random", "clustered", "near_duplicate", "large_norm"])
 @pytest.mark.parametrize("name", REDUCTIONS)
-def test_every_reduction_on_the_route_matches_float64(route, device, layout, name):
+def test_every_reduction_on_the_route_matches_float64(route, device, layout, name, fused, monkeypatch):
+    """fused: the selections' candidates from hopper_gemm.kbest_nt where it runs (SEMIRING_OPS_LAZY_FUSED_KBEST)."""
+    if fused == "1" and not (device == "cuda" and name == "argKmin"):
+        pytest.skip("the fused selections: k-best on Hopper")
+    monkeypatch.setenv("SEMIRING_OPS_LAZY_FUSED_KBEST", fused)
     m, n, d = 300, 517, 70
     x, y = points(layout, m, n, d, device, seed=hash((layout, name)) % 1000)
     b = torch.randn(n, 3, device=device)

@@ -13,7 +13,7 @@ from conftest import HAS_CUDA
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from semiring_ops.lazy import Vi, Vj, gemm_route, hopper_gemm, nvrtc
+from semiring_ops.lazy import LazyTensor, Vi, Vj, gemm_route, hopper_gemm, nvrtc
 
 HOPPER = HAS_CUDA and hopper_gemm.available(torch.device("cuda"))
 needs_hopper = [pytest.mark.cuda, pytest.mark.skipif(not HOPPER, reason="no sm_90 GPU with NVRTC for sm_90a")]
@@ -135,3 +135,125 @@ def test_the_route_sums_with_it_by_default(device, compiled, monkeypatch):
     monkeypatch.setenv("SEMIRING_OPS_LAZY_WGMMA", "0")
     sgemm = error()
     assert promoted <= 1.2 * sgemm and sgemm <= 2e-5
+
+
+def kbest_keys(x: torch.Tensor, y: torch.Tensor, dot: bool) -> tuple[torch.Tensor, hopper_gemm.Distance | None]:
+    """float64 keys (M, N), x.y or |x - y|^2, and kbest_nt's Distance for the latter (no shift, no weights)."""
+    if dot:
+        return x.double() @ y.double().T, None
+    keys = torch.cdist(x.double(), y.double()).square()
+    return keys, hopper_gemm.Distance((x * x).sum(1), (y * y).sum(1), x, y, None, 1 / 64)
+
+
+@pytest.mark.parametrize("device", [pytest.param("cuda", marks=needs_hopper)])
+@settings(max_examples=20, deadline=None)
+@given(
+    m=st.integers(1, 300),
+    n=st.integers(1, 400),
+    d=st.integers(1, 80),
+    k=st.sampled_from([1, 3, 10, 16]),
+    dot=st.booleans(),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_kbest_against_float64(device, m, n, d, k, dot, seed):
+    """The k best keys (a squared distance, smallest, or a dot product, largest) at sizes that straddle the tiles and
+    the column parts: the selected keys are float64's k best up to the 3xTF32 error, each index once, -1 exactly
+    past the n columns."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    x, y = torch.randn(m, d, device=device, generator=g), torch.randn(n, d, device=device, generator=g)
+    ref, distance = kbest_keys(x, y, dot)
+    largest = dot
+    split = gemm_route._three_tf32
+    got = hopper_gemm.kbest_nt(split(x, True), split(y, False), k, largest, distance)
+    assert got.shape == (m, k) and got.dtype == torch.int64
+    filled = min(k, n)
+    assert (got[:, filled:] == -1).all() and (got[:, :filled] >= 0).all() and (got[:, :filled] < n).all()
+    assert all(len(set(row.tolist())) == filled for row in got[:, :filled])
+    want = ref.topk(filled, dim=1, largest=largest).values
+    have = ref.gather(1, got[:, :filled]).sort(dim=1, descending=largest).values
+    tol = 1e-5 * (x.double().norm(dim=1, keepdim=True) * y.double().norm(dim=1).max() + 1)
+    assert ((have - want).abs() <= tol).all()
+
+
+@pytest.mark.parametrize("device", [pytest.param("cuda", marks=needs_hopper)])
+def test_kbest_over_many_column_parts(device):
+    """20,000 x 30,000 at D = 40: 157 row tiles x 16 column parts, merged by topk; against float64 on 300 rows."""
+    g = torch.Generator(device=device).manual_seed(11)
+    x, y = torch.randn(20000, 40, device=device, generator=g), torch.randn(30000, 40, device=device, generator=g)
+    split = gemm_route._three_tf32
+    distance = hopper_gemm.Distance((x * x).sum(1), (y * y).sum(1), x, y, None, 1 / 64)
+    got = hopper_gemm.kbest_nt(split(x, True), split(y, False), 10, False, distance)
+    rows = torch.arange(0, 20000, 67, device=device)
+    ref = torch.cdist(x[rows].double(), y.double()).square()
+    want = ref.topk(10, dim=1, largest=False).values
+    assert (ref.gather(1, got[rows]).sort(dim=1).values - want).abs().max() <= 1e-4
+
+
+@pytest.mark.parametrize("device", [pytest.param("cuda", marks=needs_hopper)])
+def test_kbest_orders_nan_as_the_plain_kernel(device):
+    """A NaN row's keys are all NaN: its candidates are the first k columns (ties by the lower j). A NaN column is
+    the last for the smallest (never chosen here: its distances are summed again, NaN) and the first for the
+    largest."""
+    x, y = torch.randn(130, 16, device=device), torch.randn(300, 16, device=device)
+    x[5] = float("nan")
+    y[77] = float("nan")
+    split = gemm_route._three_tf32
+    distance = hopper_gemm.Distance((x * x).sum(1), (y * y).sum(1), x, y, None, 1 / 64)
+    smallest = hopper_gemm.kbest_nt(split(x, True), split(y, False), 4, False, distance)
+    largest = hopper_gemm.kbest_nt(split(x, True), split(y, False), 4, True)
+    assert smallest[5].tolist() == [0, 1, 2, 3] and largest[5].tolist() == [0, 1, 2, 3]
+    others = torch.arange(130, device=device) != 5
+    assert not (smallest[others] == 77).any()
+    assert (largest[others, 0] == 77).all()
+
+
+@pytest.mark.parametrize("device", [pytest.param("cuda", marks=needs_hopper)])
+def test_kbest_bad_arguments_are_named(device):
+    a = torch.randn(4, 8, device=device)
+    with pytest.raises(ValueError, match="k must be"):
+        hopper_gemm.kbest_nt(a, a, hopper_gemm.KBEST_MAX + 1, True)
+    bad = hopper_gemm.Distance(torch.ones(3, device=device), a[:, 0], a, a, None, 1 / 64)
+    with pytest.raises(ValueError, match="row_norms"):
+        hopper_gemm.kbest_nt(a, a, 2, False, bad)
+    assert hopper_gemm.kbest_nt(a, a[:0], 2, True).tolist() == [[-1, -1]] * 4
+
+
+@pytest.mark.parametrize("device", [pytest.param("cuda", marks=needs_hopper)])
+def test_the_route_selects_with_it(device, compiled, monkeypatch):
+    """k-NN (K-best of a squared distance, weighted or not, with or without indices) and maximum inner product
+    search take the fused kernel (opted into); a longer list or another formula does not; all give float64's
+    selection."""
+    monkeypatch.setenv("SEMIRING_OPS_LAZY_GEMM", "on")
+    monkeypatch.setenv("SEMIRING_OPS_LAZY_FUSED_KBEST", "1")
+    calls = {"n": 0}
+    real = hopper_gemm.kbest_nt
+
+    def counted(*args, **kwargs):
+        calls["n"] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(hopper_gemm, "kbest_nt", counted)
+    g = torch.Generator(device=device).manual_seed(2)
+    x, y = torch.randn(500, 64, device=device, generator=g), torch.randn(3000, 64, device=device, generator=g)
+    w = torch.rand(64, device=device, generator=g) + 0.5
+    d2 = torch.cdist(x.double(), y.double()).square()
+    dw = ((x.double()[:, None] - y.double()[None]) ** 2 * w.double()).sum(-1)
+    dot = x.double() @ y.double().T
+    D = ((Vi(x) - Vj(y)) ** 2).sum(-1)
+    weighted = Vi(x).weightedsqdist(Vj(y), LazyTensor(w))
+    cases = [
+        (lambda: D.argKmin(10, dim=1), d2.topk(10, dim=1, largest=False).indices, True),
+        (lambda: D.Kmin(5, dim=1), d2.topk(5, dim=1, largest=False).values, True),
+        (lambda: weighted.argKmin(3, dim=1), dw.topk(3, dim=1, largest=False).indices, True),
+        (lambda: (Vi(x) | Vj(y)).argKmax(7, dim=1), dot.topk(7, dim=1).indices, True),
+        (lambda: D.argKmin(20, dim=1), d2.topk(20, dim=1, largest=False).indices, False),
+        (lambda: (D + 1.0).argKmin(4, dim=1), d2.topk(4, dim=1, largest=False).indices, False),
+    ]
+    for run, want, fused in cases:
+        before = calls["n"]
+        got = run()
+        assert (calls["n"] > before) == fused
+        if got.dtype == torch.int64:
+            assert (got == want).float().mean() >= 0.999
+        else:
+            assert ((got.double() - want).abs() / want.abs()).max() <= 1e-6

@@ -1,169 +1,38 @@
-// The Hopper (sm_90a) GEMM of the lazy reductions' matrix route (semiring_ops/lazy/hopper_gemm.py): C = A B^T for
-// float32 A (M, K) and B (N, K), row-major, whose K columns are 3xTF32 operands (gemm_route._three_tf32: [lo, hi, hi]
-// and [hi, lo, hi], every value exact in TF32), C (M, N) row-major float32.
-//
-// The tensor cores' float32 accumulation truncates (docs/perf_notes.md, "3xTF32 on Hopper"): a product of depth k
-// accumulated there is off by ~1e-8 x k relative to its running sum. Here each 32-deep tile's products are summed
-// by wgmma from zero and then added ("promoted") into IEEE float32 registers, so the truncation costs 32 terms'
-// worth whatever K: more accurate than the SGEMM (unit-norm near neighbours at D = 768: 3.6e-7 max error of x.y,
-// the SGEMM 1.6e-6, cuBLAS's 3xTF32 5.2e-6) at 1.9x its speed (benchmarks/wgmma_probe.py).
-//
-// Structure (persistent, warp-specialised, FlashAttention-3 / CUTLASS style, written here in PTX):
-// - 128 x 128 output tiles; gridDim.x blocks walk the tiles (8 row tiles down a column of tiles, for L2 reuse of B);
-// - warpgroup 0: one thread loads each 32-deep stage of A (128 rows) and B (128 rows) by TMA (128-byte swizzle, rows
-//   and columns past the ends zero-filled) against the stage's "full" mbarrier, STAGES stages ahead;
-// - warpgroups 1 and 2: 64 rows of the tile each, four wgmma m64n128k8 per stage from the swizzled shared memory,
-//   wait for them, free the stage on its "empty" mbarrier (one arrival per warp), add the products into the IEEE
-//   registers; while one warpgroup waits and adds, the other's wgmma keeps the tensor cores busy;
-// - each tile's 64 x 128 floats a warpgroup are stored from registers (float2 where N is even), rows and columns
-//   past the ends skipped, while the loader already fills the next tile's stages.
-//
-// Registers: setmaxnreg gives the loader 40 and the multiplying warpgroups 232 (128 of them the accumulators).
+// The route's promoted 3xTF32 GEMM on Hopper (semiring_ops/lazy/hopper_gemm.py): C (M, N) = A (M, K) B (N, K)^T in
+// float32, on hopper_mma.cuh's engine with promotion (more accurate than the SGEMM: unit-norm near neighbours at
+// D = 768, 3.6e-7 max error of x.y against float64, the SGEMM 1.6e-6, cuBLAS's 3xTF32 5.2e-6; at 1.9x the SGEMM's
+// speed, benchmarks/wgmma_probe.py). Tiles walk 8 row tiles down a column of tiles; each is stored from registers
+// (float2 where N is even), rows and columns past the ends skipped, while the loader fills the next tile's stages.
 #pragma once
+
+#include "lazy/hopper_mma.cuh"
 
 namespace semiring_ops {
 namespace lazy {
 namespace hopper {
 
-using u32 = unsigned int;  // (no <cstdint>: the lazy kernels compile with NVRTC and csrc alone on the path)
-using u64 = unsigned long long;
+constexpr int kGemmStages = 6;
+constexpr int kGemmSharedBytes = shared_bytes(kGemmStages, 0);
 
-constexpr int kTileM = 128, kTileN = 128, kTileK = 32;  // kTileK floats: one 128-byte swizzle row
-constexpr int kStages = 6;
-constexpr int kABytes = kTileM * kTileK * 4, kStageBytes = kABytes + kTileN * kTileK * 4;
-constexpr int kThreads = 384;  // loader warpgroup + 2 multiplying warpgroups
-constexpr int kSharedBytes = kStages * kStageBytes + 1024;  // + alignment of the stages to 1,024 bytes
-
-struct alignas(64) TensorMap {  // CUtensorMap, made on the host by cuTensorMapEncodeTiled
-  unsigned long long opaque[16];
+struct TileSchedule {  // one item per output tile
+  int tiles_m, tiles_n, depth_tiles;
+  __device__ int items() const { return tiles_m * tiles_n; }
+  __device__ int tiles(int) const { return 1; }
+  __device__ void corner(int item, int, int& m0, int& n0) const {
+    int tile_m, tile_n;
+    grouped(item, tiles_m, tiles_n, tile_m, tile_n);
+    m0 = tile_m * kTileM, n0 = tile_n * kTileN;
+  }
 };
 
-// K-major operand in shared memory, 128-byte swizzle: rows of 128 bytes, 8-row atoms 1,024 bytes apart
-__device__ __forceinline__ u64 smem_descriptor(u32 addr) {
-  return static_cast<u64>((addr & 0x3FFFF) >> 4) | (static_cast<u64>(1) << 16) |
-         (static_cast<u64>(1024 >> 4) << 32) | (static_cast<u64>(1) << 62);
-}
-
-// keeps the compiler from moving accesses of the accumulators across the asynchronous wgmma's fences and waits
-__device__ __forceinline__ void fence_registers(float (&d)[64]) {
-#pragma unroll
-  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-__device__ __forceinline__ void mbarrier_init(u32 bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
-}
-__device__ __forceinline__ void mbarrier_wait(u32 bar, int parity) {
-  u32 done;
-  do {
-    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done)
-                 : "r"(bar), "r"(parity)
-                 : "memory");
-  } while (!done);
-}
-__device__ __forceinline__ void mbarrier_arrive(u32 bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void tma_load(u32 dst, const TensorMap* map, int k0, int row0, u32 bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-          dst),
-      "l"(reinterpret_cast<u64>(map)), "r"(k0), "r"(row0), "r"(bar)
-      : "memory");
-}
-
-// d (64 floats a thread: the m64n128 f32 accumulator) += A (64 x 8, shared memory) B^T (128 x 8, shared memory), TF32;
-// scale_d == 0: d = A B^T
-__device__ __forceinline__ void wgmma_m64n128k8_tf32(float (&d)[64], u64 a, u64 b, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(a), "l"(b), "r"(scale_d));
-}
-
-}  // namespace hopper
-}  // namespace lazy
-}  // namespace semiring_ops
-
-// C (M, N) = A (M, K) B (N, K)^T, A and B given by their tensor maps (boxes of kTileK x 128 rows, 128-byte swizzle)
-extern "C" __global__ void __launch_bounds__(semiring_ops::lazy::hopper::kThreads, 1)
-    tf32x3_gemm_nt(const __grid_constant__ semiring_ops::lazy::hopper::TensorMap map_a,
-                   const __grid_constant__ semiring_ops::lazy::hopper::TensorMap map_b, float* __restrict__ c, int m,
-                   int n, int k) {
-  using namespace semiring_ops::lazy::hopper;
-  extern __shared__ unsigned char smem_raw[];
-  __shared__ __align__(8) u64 barriers[2 * kStages];
-  const u32 base = (static_cast<u32>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
-  const u32 full0 = static_cast<u32>(__cvta_generic_to_shared(barriers)), empty0 = full0 + 8 * kStages;
-  const int tid = threadIdx.x, warpgroup = tid >> 7;
-  if (tid == 0)
-    for (int s = 0; s < kStages; ++s) mbarrier_init(full0 + 8 * s, 1), mbarrier_init(empty0 + 8 * s, 8);
-  __syncthreads();
-  const int tiles_m = (m + kTileM - 1) / kTileM, tiles_n = (n + kTileN - 1) / kTileN, tiles = tiles_m * tiles_n;
-  const int depth_tiles = (k + kTileK - 1) / kTileK;
-  constexpr int kGroup = 8;
-  auto corner = [&](int tile, int& m0, int& n0) {
-    const int per_group = kGroup * tiles_n, first_m = (tile / per_group) * kGroup;
-    const int rows_in_group = min(tiles_m - first_m, kGroup);
-    m0 = (first_m + (tile % per_group) % rows_in_group) * kTileM;
-    n0 = ((tile % per_group) / rows_in_group) * kTileN;
-  };
-  int stage = 0, phase = 0;
-  if (warpgroup == 0) {  // the loader
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-    if (tid != 0) return;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      int m0, n0;
-      corner(tile, m0, n0);
-      for (int kt = 0; kt < depth_tiles; ++kt) {
-        mbarrier_wait(empty0 + 8 * stage, phase ^ 1);
-        const u32 s = base + stage * kStageBytes, full = full0 + 8 * stage;
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(full), "r"(kStageBytes)
-                     : "memory");
-        tma_load(s, &map_a, kt * kTileK, m0, full);
-        tma_load(s + kABytes, &map_b, kt * kTileK, n0, full);
-        if (++stage == kStages) stage = 0, phase ^= 1;
-      }
-    }
-    return;
-  }
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
-  const int half = warpgroup - 1, lane = tid & 31, warp = (tid >> 5) & 3;
-  float acc[64], total[64];
-#pragma unroll
-  for (int i = 0; i < 64; ++i) acc[i] = 0.f;
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    int m0, n0;
-    corner(tile, m0, n0);
-#pragma unroll
-    for (int i = 0; i < 64; ++i) total[i] = 0.f;
-    for (int kt = 0; kt < depth_tiles; ++kt) {
-      mbarrier_wait(full0 + 8 * stage, phase);
-      const u32 s = base + stage * kStageBytes;
-      const u64 da = smem_descriptor(s + half * 64 * kTileK * 4), db = smem_descriptor(s + kABytes);
-      fence_registers(acc);
-      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-      for (int kk = 0; kk < kTileK / 8; ++kk) wgmma_m64n128k8_tf32(acc, da + 2 * kk, db + 2 * kk, kk > 0);
-      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-      asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-      fence_registers(acc);
-      if (lane == 0) mbarrier_arrive(empty0 + 8 * stage);
-#pragma unroll
-      for (int i = 0; i < 64; ++i) total[i] += acc[i];
-      if (++stage == kStages) stage = 0, phase ^= 1;
-    }
-    // accumulator layout (per warp, as mma.sync's m16n8 C fragments along N): element 4 j + 2 h + e is row
-    // 16 warp + lane / 4 + 8 h, column 8 j + 2 (lane % 4) + e
+struct StoreEpilogue {
+  float* c;
+  int m, n;
+  __device__ void begin(int, unsigned char*) {}
+  __device__ void prepare(int, int) {}
+  __device__ void end(int) {}
+  __device__ __forceinline__ void tile(const float (&v)[64], int m0, int n0) {
+    const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3, half = (threadIdx.x >> 7) - 1;
     const int row = m0 + half * 64 + warp * 16 + (lane >> 2);
     const bool pairs = (n & 1) == 0;
 #pragma unroll
@@ -175,12 +44,27 @@ extern "C" __global__ void __launch_bounds__(semiring_ops::lazy::hopper::kThread
         if (r >= m) continue;
         float* out = c + static_cast<size_t>(r) * n + col;
         if (pairs && col + 1 < n) {
-          *reinterpret_cast<float2*>(out) = make_float2(total[4 * j + 2 * h], total[4 * j + 2 * h + 1]);
+          *reinterpret_cast<float2*>(out) = make_float2(v[4 * j + 2 * h], v[4 * j + 2 * h + 1]);
         } else {
-          if (col < n) out[0] = total[4 * j + 2 * h];
-          if (col + 1 < n) out[1] = total[4 * j + 2 * h + 1];
+          if (col < n) out[0] = v[4 * j + 2 * h];
+          if (col + 1 < n) out[1] = v[4 * j + 2 * h + 1];
         }
       }
     }
   }
+};
+
+}  // namespace hopper
+}  // namespace lazy
+}  // namespace semiring_ops
+
+// A and B by their tensor maps (boxes of kTileK x 128 rows, 128-byte swizzle)
+extern "C" __global__ void __launch_bounds__(semiring_ops::lazy::hopper::kThreads, 1)
+    tf32x3_gemm_nt(const __grid_constant__ semiring_ops::lazy::hopper::TensorMap map_a,
+                   const __grid_constant__ semiring_ops::lazy::hopper::TensorMap map_b, float* __restrict__ c, int m,
+                   int n, int k) {
+  using namespace semiring_ops::lazy::hopper;
+  const TileSchedule schedule{(m + kTileM - 1) / kTileM, (n + kTileN - 1) / kTileN, (k + kTileK - 1) / kTileK};
+  StoreEpilogue epilogue{c, m, n};
+  warp_specialised_mma<true, kGemmStages>(&map_a, &map_b, schedule, epilogue);
 }

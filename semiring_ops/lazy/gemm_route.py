@@ -55,6 +55,7 @@ import torch
 from ..ops.fast_log_scaled import tf32_matmul
 from . import distance_blocks, hopper_gemm, winners
 from .codegen import GRAM_CANCEL
+from .formula import InnerProduct
 from .inner_products import GramSpec, gram_plan
 from .plan import CallArgs, Plan, new_outputs
 
@@ -96,6 +97,10 @@ MAX_MATRIX_BYTES = 8 << 30  # a single row quantum's matrix above this (n_inner 
 # torch form there (4,000 x 2,000 k-NN at D = 784: 84.9 against 85.0 ms), where evaluating the winners again adds
 # 20 ms even in cache-sized chunks (120 ms in winners.CHUNK_VALUES)
 WINNERS_AGAIN = {("cuda", torch.float32)}
+# the fused selections (hopper_gemm.kbest_nt: candidates from the tensor cores' tiles, no matrix) are opt-in
+# (SEMIRING_OPS_LAZY_FUSED_KBEST=1): correct, sanitizer-clean, but slower than the matrix and the generated kernel so
+# far (H200, 50,000^2 k-NN, K = 10: 27.6 ms against 12.3 at D = 128, 62.1 against 41.4 at D = 784; MNIST's
+# 10,000 x 60,000 at D = 784 15.4 against 10.6): docs/perf_notes.md, "The fused k-best"
 # the products of a matrix on CUDA float32 (module docstring)
 IEEE, THREE_TF32, PROMOTED, TF32 = "ieee", "3xtf32", "3xtf32-promoted", "tf32"
 # a sum's matrices up to this many components take 3xTF32 under precision="exact", the IEEE product above: H200, a
@@ -141,12 +146,22 @@ def run_routed(plan: Plan, call: CallArgs, device: torch.device) -> tuple[torch.
     routed_plan, specs = gram_plan(winners.candidate_plan(plan), min_dim) if again else routed
     modes = [runnable_mode(product_mode(plan.precision, plan.reduction.selects, spec.dim), device) for spec in specs]
     sides = [_inner_side(spec, call, kind, mode) for spec, mode in zip(specs, modes, strict=True)]
+    fused = again and _fused_selection(routed_plan, specs, modes, device)
     outer_slots = [k for k in range(len(plan.arg_cats)) if plan.role(k) == "outer"]
     for lo in range(0, call.n_outer, rows):
         n = min(rows, call.n_outer - lo)
         tensors = list(call.tensors)
         for k in outer_slots:
             tensors[k] = tensors[k].narrow(-2, lo, n)
+        if fused:  # the candidates straight from the tensor cores' tiles (no matrix), then evaluated again
+            spec, side = specs[0], sides[0]
+            i = _fused_candidates(routed_plan, spec, side, call, tensors[spec.outer_slot].reshape(n, spec.dim))
+            block = dataclasses.replace(call, tensors=tensors, n_outer=n)
+            v, i = winners.evaluate_winners(plan, block, vals, i[None])
+            vals[:, lo : lo + n] = v
+            if idx is not None:
+                idx[:, lo : lo + n] = i
+            continue
         grams: list[torch.Tensor] = []
         for spec, side in zip(specs, sides, strict=True):
             grams += _block_matrix(spec, side, tensors[spec.outer_slot].reshape(n, spec.dim), kind)
@@ -165,6 +180,35 @@ def run_routed(plan: Plan, call: CallArgs, device: torch.device) -> tuple[torch.
         if idx is not None:
             idx[:, lo : lo + n] = i
     return vals, idx
+
+
+def _fused_selection(routed: Plan, specs: tuple[GramSpec, ...], modes: list[str], device: torch.device) -> bool:
+    """Whether a selection's candidates come from hopper_gemm.kbest_nt (no matrix): with SEMIRING_OPS_LAZY_FUSED_KBEST=1
+    (FUSED_KBEST's measurements), a k-best of one squared distance (weighted or not) or dot product itself, of
+    K <= KBEST_MAX, on 3xTF32 where hopper_gemm runs."""
+    r = routed.reduction
+    return (
+        os.environ.get("SEMIRING_OPS_LAZY_FUSED_KBEST", "0") == "1"
+        and r.kind == "kbest"
+        and r.k <= hopper_gemm.KBEST_MAX
+        and isinstance(routed.formula, InnerProduct)
+        and routed.formula.dim == 1
+        and modes == [THREE_TF32]
+        and hopper_gemm.available(device)
+    )
+
+
+def _fused_candidates(routed: Plan, spec: GramSpec, side: _InnerSide, call: CallArgs, x: torch.Tensor) -> torch.Tensor:
+    """(rows, K) candidate indices of the routed k-best for the rows x (rows, D): the K best squared distances
+    |x|^2 + |y|^2 - 2 x.y (summed again where that cancels, as the kernels' rule) or dot products x.y, on the
+    shifted, split operands (_inner_side)."""
+    largest, k = routed.reduction.semiring == "max", routed.reduction.k
+    if side.shift is None:  # a dot product
+        return hopper_gemm.kbest_nt(_three_tf32(x, small_first=True), side.operand, k, largest)
+    xs = x - side.shift
+    y = call.tensors[spec.inner_slot].reshape(call.n_inner, spec.dim)
+    distance = hopper_gemm.Distance(_squared_norms(xs, side.weights), side.norms, x, y, side.weights, 1 / GRAM_CANCEL)
+    return hopper_gemm.kbest_nt(_three_tf32(xs, small_first=True), side.operand, k, largest, distance)
 
 
 def block_rows(call: CallArgs, device: torch.device, copies: int = 1) -> int | None:

@@ -14,6 +14,7 @@ with cuTensorMapEncodeTiled, and SEMIRING_OPS_LAZY_WGMMA not "0". Elsewhere the 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import os
 import threading
@@ -24,18 +25,26 @@ import torch.nn.functional as F
 from ..build.nvrtc import _capability, _device_index, _driver, _nvrtc, device_sm_count, nvrtc_available
 from .nvrtc import CudaFunction, compile_cuda_module
 
-__all__ = ["available", "describe", "mm_nt"]
+__all__ = ["KBEST_MAX", "Distance", "available", "describe", "kbest_nt", "mm_nt"]
 
 SOURCE = '#include "lazy/tf32x3_gemm.cuh"\n'
 KERNEL = "tf32x3_gemm_nt"
-# csrc/lazy/tf32x3_gemm.cuh's kTileM = kTileN, kTileK, kThreads and kSharedBytes
+KBEST_SOURCE = '#define SO_KBEST {k}\n#include "lazy/tf32x3_kbest.cuh"\n'
+KBEST_KERNEL = "tf32x3_kbest_nt"
+KBEST_MAX = 16  # longer lists: the generated kernels on the route's matrices (registers: 4 K a thread)
+# column parts of kbest_nt: at least this many (8 row tiles x 16 parts run at once: both operands' tiles in L2 at
+# D = 784), more where the row tiles alone would not fill the GPU twice
+MIN_PARTS = 16
+# csrc/lazy/hopper_mma.cuh's kTileM = kTileN, kTileK, kThreads; tf32x3_gemm.cuh's kGemmSharedBytes (6 stages) and
+# tf32x3_kbest.cuh's kKBestSharedBytes (4 stages and the staged tiles)
 TILE, TILE_K, THREADS = 128, 32, 384
-SHARED_BYTES = 6 * 2 * TILE * TILE_K * 4 + 1024
+STAGE_BYTES = 2 * TILE * TILE_K * 4
+SHARED_BYTES = {"gemm": 6 * STAGE_BYTES + 1024, "kbest": 4 * STAGE_BYTES + 2 * (64 * (TILE + 2) + TILE) * 4 + 1024}
 MAP_BYTES = 128  # sizeof(CUtensorMap)
 # cuTensorMapEncodeTiled's enumerations (cuda.h)
 _FLOAT32, _INTERLEAVE_NONE, _SWIZZLE_128B, _L2_PROMOTION_256B, _OOB_FILL_ZEROS = 7, 0, 3, 3, 0
 
-_functions: dict[int, CudaFunction] = {}
+_functions: dict[tuple[int, int], CudaFunction] = {}  # (device, K; 0: the GEMM)
 _lock = threading.Lock()
 
 
@@ -68,43 +77,114 @@ def _supported(index: int) -> bool:
 def mm_nt(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """C (M, N) = a (M, K) @ b (N, K)^T, float32 on one sm_90 device, with a and b 3xTF32 operands (every value
     exact in TF32: gemm_route._three_tf32), summed to IEEE float32 accuracy per 32-deep tile (module docstring)."""
-    if a.dtype != torch.float32 or b.dtype != torch.float32:
-        raise TypeError(f"hopper_gemm.mm_nt: a and b must be float32, got {a.dtype} and {b.dtype}")
-    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[1]:
-        shapes = f"{tuple(a.shape)} and {tuple(b.shape)}"
-        raise ValueError(f"hopper_gemm.mm_nt: a (M, K) and b (N, K) expected, got {shapes}")
-    if a.device != b.device or not available(a.device):
-        raise ValueError(f"hopper_gemm.mm_nt: a and b must be on one sm_90 device, got {a.device} and {b.device}")
-    m, n, k = a.shape[0], b.shape[0], a.shape[1]
-    if m == 0 or n == 0 or k == 0:
+    a, b = _operands("mm_nt", a, b)
+    m, n = a.shape[0], b.shape[0]
+    if m == 0 or n == 0 or a.shape[1] == 0:
         return a.new_zeros(m, n)
-    if k % 4:  # TMA: rows 16-byte aligned
-        a, b = F.pad(a, (0, 4 - k % 4)), F.pad(b, (0, 4 - k % 4))
-    a, b = a.contiguous(), b.contiguous()
     c = torch.empty(m, n, device=a.device, dtype=torch.float32)
-    tiles = -(-m // TILE) * -(-n // TILE)
     index = _device_index(a.device)
-    _function(index).launch(
-        (min(tiles, device_sm_count(index)), 1, 1),
-        (THREADS, 1, 1),
-        SHARED_BYTES,
-        torch.cuda.current_stream(a.device).cuda_stream,
-        (_tensor_map(a), _tensor_map(b), c.data_ptr(), m, n, a.shape[1]),
-    )
+    tiles = -(-m // TILE) * -(-n // TILE)
+    _launch(index, 0, tiles, a, (_tensor_map(a), _tensor_map(b), c.data_ptr(), m, n, a.shape[1]))
     return c
 
 
-def _function(index: int) -> CudaFunction:
-    function = _functions.get(index)
+@dataclasses.dataclass
+class Distance:
+    """kbest_nt's squared distance: row_norms_i + col_norms_j - 2 a_i . b_j (gemm_route's shifted, weighted norms and
+    operands), summed again from x, y (and w) where it cancels: below ``cancel`` (1 / codegen.GRAM_CANCEL) of
+    row_norms_i + col_norms_j, or NaN."""
+
+    row_norms: torch.Tensor  # (M,) float32
+    col_norms: torch.Tensor  # (N,) float32
+    x: torch.Tensor  # (M, D) float32, as given
+    y: torch.Tensor  # (N, D) float32, as given
+    w: torch.Tensor | None  # (D,) float32: sum_d w_d (x_d - y_d)^2
+    cancel: float
+
+
+def kbest_nt(a: torch.Tensor, b: torch.Tensor, k: int, largest: bool, distance: Distance | None = None) -> torch.Tensor:
+    """(M, k) int64: for each row i of a, the k columns j (ascending by key, ties by the lower j; -1 where b has
+    fewer than k rows) of the smallest (or largest) key: a_i . b_j, or ``distance``'s squared distance, from the
+    3xTF32 operands a (M, K) and b (N, K) (unpromoted, cuBLAS's 3xTF32 accuracy) selected in registers: no M x N
+    matrix is written (csrc/lazy/tf32x3_kbest.cuh). NaN keys order as the plain kernel's: last for the smallest,
+    first for the largest."""
+    if not 1 <= k <= KBEST_MAX:
+        raise ValueError(f"hopper_gemm.kbest_nt: k must be in 1..{KBEST_MAX}, got {k}")
+    a, b = _operands("kbest_nt", a, b)
+    m, n = a.shape[0], b.shape[0]
+    if m == 0 or n == 0:
+        return torch.full((m, k), -1, dtype=torch.int64, device=a.device)
+    terms: tuple = (0, 0, 0, 0, 0, 0, 0.0)
+    if distance is not None:
+        d = distance
+        dim = d.x.shape[1]
+        wanted = {"row_norms": (m,), "col_norms": (n,), "x": (m, dim), "y": (n, dim), "w": (dim,)}
+        for name, shape in wanted.items():
+            t = getattr(d, name)
+            if t is not None and (t.shape != shape or t.dtype != torch.float32 or t.device != a.device):
+                raise ValueError(f"hopper_gemm.kbest_nt: distance.{name} must be {shape} float32 on {a.device}")
+        held = [t.contiguous() for t in (d.row_norms, d.col_norms, d.x, d.y)]
+        w = d.w.contiguous() if d.w is not None else None
+        pointers = [t.data_ptr() for t in held] + [w.data_ptr() if w is not None else 0]
+        terms = (*pointers, dim, d.cancel)
+    index = _device_index(a.device)
+    tiles_m, tiles_n = -(-m // TILE), -(-n // TILE)
+    parts = min(tiles_n, max(MIN_PARTS, -(-2 * device_sm_count(index) // tiles_m)))
+    per_part = -(-tiles_n // parts)
+    parts = -(-tiles_n // per_part)
+    keys = torch.empty(parts, m, k, dtype=torch.int64, device=a.device)
+    maps = (_tensor_map(a), _tensor_map(b))
+    sizes = (keys.data_ptr(), m, n, a.shape[1], parts, per_part)
+    _launch(index, k, tiles_m * parts, a, (*maps, *terms, int(largest), *sizes))
+    # the parts' lists merged: the k smallest keys (int64 order is the keys' order)
+    merged = keys[0] if parts == 1 else keys.permute(1, 0, 2).reshape(m, parts * k).topk(k, 1, largest=False).values
+    columns = merged & 0xFFFFFFFF
+    return torch.where(columns == 0xFFFFFFFF, -1, columns)
+
+
+def _operands(name: str, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """a and b checked, contiguous, their depth padded to a multiple of 4 (TMA: rows 16-byte aligned)."""
+    if a.dtype != torch.float32 or b.dtype != torch.float32:
+        raise TypeError(f"hopper_gemm.{name}: a and b must be float32, got {a.dtype} and {b.dtype}")
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[1]:
+        shapes = f"{tuple(a.shape)} and {tuple(b.shape)}"
+        raise ValueError(f"hopper_gemm.{name}: a (M, K) and b (N, K) expected, got {shapes}")
+    if a.device != b.device or not available(a.device):
+        raise ValueError(f"hopper_gemm.{name}: a and b must be on one sm_90 device, got {a.device} and {b.device}")
+    depth = a.shape[1]
+    if depth % 4:
+        a, b = F.pad(a, (0, 4 - depth % 4)), F.pad(b, (0, 4 - depth % 4))
+    return a.contiguous(), b.contiguous()
+
+
+def _launch(index: int, k: int, items: int, like: torch.Tensor, args: tuple) -> None:
+    """The GEMM (k = 0) or the k-best kernel for k, on device ``index``, persistent: one block per SM at most."""
+    _function(index, k).launch(
+        (min(items, device_sm_count(index)), 1, 1),
+        (THREADS, 1, 1),
+        SHARED_BYTES["kbest" if k else "gemm"],
+        torch.cuda.current_stream(like.device).cuda_stream,
+        args,
+    )
+
+
+def _function(index: int, k: int) -> CudaFunction:
+    function = _functions.get((index, k))
     if function is None:
         with _lock:
-            function = _functions.get(index)
+            function = _functions.get((index, k))
             if function is None:
-                module = compile_cuda_module(SOURCE, [KERNEL], index, arch_specific=True)
-                blob, i32 = ctypes.c_char * MAP_BYTES, ctypes.c_int
-                function = module.function(KERNEL, [blob, blob, ctypes.c_void_p, i32, i32, i32])
-                function.set_max_dynamic_shared(SHARED_BYTES)
-                _functions[index] = function
+                blob, i32, p = ctypes.c_char * MAP_BYTES, ctypes.c_int, ctypes.c_void_p
+                if k == 0:
+                    module = compile_cuda_module(SOURCE, [KERNEL], index, arch_specific=True)
+                    function = module.function(KERNEL, [blob, blob, p, i32, i32, i32])
+                else:
+                    source = KBEST_SOURCE.format(k=k)
+                    module = compile_cuda_module(source, [KBEST_KERNEL], index, arch_specific=True)
+                    argtypes = [blob, blob, p, p, p, p, p, i32, ctypes.c_float, i32, p, i32, i32, i32, i32, i32]
+                    function = module.function(KBEST_KERNEL, argtypes)
+                function.set_max_dynamic_shared(SHARED_BYTES["kbest" if k else "gemm"])
+                _functions[(index, k)] = function
     return function
 
 

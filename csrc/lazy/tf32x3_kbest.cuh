@@ -77,6 +77,19 @@ __device__ __forceinline__ float threshold(u64 last) {
   return __uint_as_float((u & 0x80000000u) ? (u ^ 0x80000000u) : ~u);
 }
 
+// the squared distance of x's row r and y's row c summed from the variables, in increasing d (the rare cells that
+// cancel: out of line, and a free function, so that the epilogue's members never leave registers)
+__device__ __noinline__ float resum_distance(const float* x, const float* y, const float* w, int dim, int r, int c) {
+  const float* xr = x + static_cast<size_t>(r) * dim;
+  const float* yc = y + static_cast<size_t>(c) * dim;
+  float s = 0.f;
+  for (int d = 0; d < dim; ++d) {
+    const float diff = xr[d] - yc[d];
+    s += w != nullptr ? w[d] * (diff * diff) : diff * diff;
+  }
+  return s;
+}
+
 struct KBestEpilogue {
   const float* row_norms;  // (m,), or null: a dot product
   const float* col_norms;  // (n,)
@@ -113,18 +126,6 @@ struct KBestEpilogue {
 
   __device__ __forceinline__ void prepare(int, int) {}
 
-  // the squared distance of (r, c) summed from the variables, in increasing d
-  __device__ __noinline__ float resum(int r, int c) const {
-    const float* xr = x + static_cast<size_t>(r) * dim;
-    const float* yc = y + static_cast<size_t>(c) * dim;
-    float s = 0.f;
-    for (int d = 0; d < dim; ++d) {
-      const float diff = xr[d] - yc[d];
-      s += w != nullptr ? w[d] * (diff * diff) : diff * diff;
-    }
-    return s;
-  }
-
   __device__ __forceinline__ void insert(u64 entry) {
     if (entry >= best[kKBest - 1]) return;
 #pragma unroll
@@ -159,7 +160,7 @@ struct KBestEpilogue {
       if (row_norms != nullptr) {
         const float total = row_norm + cols[c];
         key = fmaf(-2.f, key, total);
-        if (!(key >= cancel * total)) key = resum(r, n0 + c);
+        if (!(key >= cancel * total)) key = resum_distance(x, y, w, dim, r, n0 + c);
       }
       if (largest) key = -key;
       if (!(key >= limit)) insert(ordered(key, n0 + c, largest));

@@ -269,7 +269,8 @@ def lazy(light: bool) -> None:
         laplace.sum().backward()
         L1.min_argmin(dim=1, ranges=ranges)
     # the matrix-unit route (lazy/gemm_route.py) at D = 128, 784, 2048: GEMMs in blocks of 256 rows (the last
-    # short), the kernels reading their matrix; near-duplicate rows take the exact re-summation
+    # short), the kernels reading their matrix; near-duplicate rows take the exact re-summation; on Hopper the sums
+    # past D = 128 take hopper_gemm's promoted GEMM, and the fused k-best is run too (tf32x3_*.cuh)
     os.environ["SEMIRING_OPS_LAZY_GEMM"] = "on"
     for d in (128, 784, 2048):
         yd = torch.randn(157, d, generator=g).cuda()
@@ -285,6 +286,11 @@ def lazy(light: bool) -> None:
         gauss.sum().backward()
         Dd.argKmin(5, dim=1)
         (Vi(xd) | Vj(yd)).max(dim=0)
+        # (Hopper) the sums above ran on hopper_gemm's promoted GEMM; the fused k-best (opt-in) here
+        os.environ["SEMIRING_OPS_LAZY_FUSED_KBEST"] = "1"
+        Dd.argKmin(5, dim=1)
+        (Vi(xd) | Vj(yd)).argKmax(3, dim=1)
+        del os.environ["SEMIRING_OPS_LAZY_FUSED_KBEST"]
         wd = torch.rand(d, generator=g).cuda() + 0.5
         weighted = ((xd.detach().double()[:, None] - yd.double()[None]) ** 2 * wd.double()).sum(-1)
         _close(Vi(xd).weightedsqdist(Vj(yd), LazyTensor(wd)).min(dim=1), weighted.amin(1, keepdim=True), "lazy wsq")

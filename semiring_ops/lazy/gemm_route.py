@@ -98,18 +98,20 @@ MAX_MATRIX_BYTES = 8 << 30  # a single row quantum's matrix above this (n_inner 
 # 20 ms even in cache-sized chunks (120 ms in winners.CHUNK_VALUES)
 WINNERS_AGAIN = {("cuda", torch.float32)}
 # the fused selections (hopper_gemm.kbest_nt: candidates from the tensor cores' tiles, no matrix) are opt-in
-# (SEMIRING_OPS_LAZY_FUSED_KBEST=1): correct, sanitizer-clean, but slower than the matrix and the generated kernel so
-# far (H200, 50,000^2 k-NN, K = 10: 27.6 ms against 12.3 at D = 128, 62.1 against 41.4 at D = 784; MNIST's
-# 10,000 x 60,000 at D = 784 15.4 against 10.6): docs/perf_notes.md, "The fused k-best"
+# (SEMIRING_OPS_LAZY_FUSED_KBEST=1): correct and sanitizer-clean, but slower than the matrix and the generated
+# kernel so far (H200, K = 10, same run: 50,000^2 k-NN 21.0 ms against 12.6 at D = 128, 52.6 against 43.0 at
+# D = 784; MNIST's 10,000 x 60,000 at D = 784 13.5 against 10.8): docs/perf_notes.md, "The Hopper engine"
 # the products of a matrix on CUDA float32 (module docstring)
 IEEE, THREE_TF32, PROMOTED, TF32 = "ieee", "3xtf32", "3xtf32-promoted", "tf32"
-# a sum's matrices up to this many components take 3xTF32 under precision="exact", the IEEE product above: H200, a
-# Gaussian sum over unit-norm embeddings at cosine 0.96 against float64 (median relative error), 50,000^2 b(N,1) ms
+# a sum's matrices up to this many components take 3xTF32 under precision="exact", PROMOTED above (the IEEE product
+# off Hopper): H200, a Gaussian sum over unit-norm embeddings at cosine 0.96 against float64 (median relative error),
+# 50,000^2 b(N,1) ms
 #   D = 128: 3xTF32 1.4e-5 (11.1 ms), IEEE 4.3e-6 (22.1 ms; the torch form 4.5e-6)
-#   D = 256: 3xTF32 3.0e-5 (15.2 ms), IEEE 6.1e-6 (32.0 ms)
-#   D = 784: 3xTF32 1.0e-4 (36.3 ms), IEEE 1.0e-5 (83.2 ms)
+#   D = 256: 3xTF32 3.0e-5 (15.2 ms), IEEE 6.1e-6 (32.0 ms), PROMOTED (18.9 ms)
+#   D = 784: 3xTF32 1.0e-4 (36.3 ms), IEEE 1.0e-5 (83.2 ms), PROMOTED 3.5e-6 (49.5 ms)
 # 3xTF32's error grows as D, the IEEE product's as ~sqrt(D): up to D = 128 within ~3x of the torch form's, for half
-# the time
+# the time; PROMOTED's does not grow with D, but its GEMM is slower than cuBLAS's 3xTF32 at D = 128 (16,384^2:
+# 0.97 ms against 0.82)
 THREE_TF32_SUM_MAX_DIM = 128
 
 
@@ -238,8 +240,8 @@ def runnable_mode(mode: str, device: torch.device) -> str:
 
 
 def route_mm(a: torch.Tensor, b: torch.Tensor, mode: str = IEEE) -> torch.Tensor:
-    """a @ b as the route's ``mode`` makes it on CUDA float32 (IEEE, THREE_TF32 or TF32: module docstring), whatever
-    the caller's TF32 setting; torch.mm elsewhere."""
+    """a @ b as the route's ``mode`` makes it on CUDA float32 (IEEE, THREE_TF32, PROMOTED or TF32: module docstring),
+    whatever the caller's TF32 setting; torch.mm elsewhere."""
     if not _tf32_split(a.device.type, a.dtype):
         return torch.mm(a, b)
     mode = runnable_mode(mode, a.device)

@@ -98,8 +98,8 @@ MAX_MATRIX_BYTES = 8 << 30  # a single row quantum's matrix above this (n_inner 
 # 20 ms even in cache-sized chunks (120 ms in winners.CHUNK_VALUES)
 WINNERS_AGAIN = {("cuda", torch.float32)}
 # the fused selections (hopper_gemm.kbest_nt: candidates from the tensor cores' tiles, no matrix) are opt-in
-# (SEMIRING_OPS_LAZY_FUSED_KBEST=1): correct and sanitizer-clean, but slower than the matrix and the generated
-# kernel so far (H200, K = 10, same run: 50,000^2 k-NN 21.0 ms against 12.6 at D = 128, 52.6 against 43.0 at
+# (SEMIRING_OPS_LAZY_FUSED_KBEST=1): correct (float64 tests), but slower than the matrix and the generated kernel
+# so far (H200, K = 10, same run: 50,000^2 k-NN 21.0 ms against 12.6 at D = 128, 52.6 against 43.0 at
 # D = 784; MNIST's 10,000 x 60,000 at D = 784 13.5 against 10.8): docs/perf_notes.md, "The Hopper engine"
 # the products of a matrix on CUDA float32 (module docstring)
 IEEE, THREE_TF32, PROMOTED, TF32 = "ieee", "3xtf32", "3xtf32-promoted", "tf32"

@@ -186,3 +186,17 @@ def pytest_terminal_summary(terminalreporter):
     for path, seconds in sorted(_file_seconds.items(), key=lambda kv: -kv[1])[:30]:
         terminalreporter.write_line(f"{seconds:8.1f} s  {100 * seconds / total:4.1f}%  {path}")
     terminalreporter.write_line(f"{total:8.1f} s  in {len(_file_seconds)} files (the sum over workers)")
+
+
+def counted_calls(monkeypatch, module, name: str, calls: dict | None = None) -> dict:
+    """module.name replaced by a wrapper counting its calls (in the returned dict's "n"; into ``calls``'s if
+    given, so that two functions share a count)."""
+    calls = {"n": 0} if calls is None else calls
+    real = getattr(module, name)
+
+    def counted(*args, **kwargs):
+        calls["n"] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls

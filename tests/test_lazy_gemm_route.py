@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import CUDA
+from conftest import CUDA, counted_calls
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,29 +24,15 @@ from semiring_ops.lazy.reductions import semiring_reduction
 DEVICES = ["cpu", CUDA]
 
 
-def _counted(monkeypatch, module, name: str, calls: dict | None = None) -> dict:
-    """module.name replaced by a wrapper counting its calls (in the returned dict's "n"; into ``calls``'s if
-    given, so that two functions share a count)."""
-    calls = {"n": 0} if calls is None else calls
-    real = getattr(module, name)
-
-    def counted(*args, **kwargs):
-        calls["n"] += 1
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(module, name, counted)
-    return calls
-
-
 @pytest.fixture
 def route(monkeypatch, compiled):
     """The route forced on for every matching sum, its blocks' GEMMs counted: the kernel's matrix blocks, the fused
     selections' (Hopper, hopper_gemm.kbest_nt), or the linear route's (on the CPU, K @ b of several columns is S @ b,
     linear_route.py)."""
     monkeypatch.setenv("SEMIRING_OPS_LAZY_GEMM", "on")
-    calls = _counted(monkeypatch, gemm_route, "_block_matrix")
-    calls = _counted(monkeypatch, gemm_route, "_fused_candidates", calls)
-    return _counted(monkeypatch, linear_route, "block_gram", calls)
+    calls = counted_calls(monkeypatch, gemm_route, "_block_matrix")
+    calls = counted_calls(monkeypatch, gemm_route, "_fused_candidates", calls)
+    return counted_calls(monkeypatch, linear_route, "block_gram", calls)
 
 
 def points(kind: str, m: int, n: int, d: int, device: str, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -271,7 +257,7 @@ def test_bad_mode_is_refused(monkeypatch):
 @pytest.fixture
 def linear(monkeypatch, route):
     """The linear route (lazy/linear_route.py) forced on, its blocks counted."""
-    return _counted(monkeypatch, linear_route, "route_mm")
+    return counted_calls(monkeypatch, linear_route, "route_mm")
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -397,7 +383,7 @@ def test_cpu_kernel_product_of_many_columns_takes_the_linear_route(compiled, mon
     """On the CPU, K @ b with b of at least MIN_PRODUCT_DIM columns is S @ b (dispatch.execute): it must run
     there by default (a large enough reduction) and match float64; one column stays in the kernel."""
     monkeypatch.delenv("SEMIRING_OPS_LAZY_GEMM", raising=False)
-    terms = _counted(monkeypatch, linear_route, "_run_term")
+    terms = counted_calls(monkeypatch, linear_route, "_run_term")
     x, y = points("random", 300, 260, 40, "cpu", seed=41)
     b = torch.randn(260, linear_route.MIN_PRODUCT_DIM["cpu"], generator=torch.Generator().manual_seed(1))
     got = (-((Vi(x) - Vj(y)) ** 2).sum(-1) / 40).exp() @ b
@@ -413,7 +399,7 @@ def test_cpu_gradient_terms_below_the_linear_minimum_stay_in_the_kernel(compiled
     """A term with an outer part (the gradients' a x_i + b y_j) takes the linear route from MIN_LINEAR_DIM
     components only, though S @ b does from MIN_PRODUCT_DIM."""
     monkeypatch.delenv("SEMIRING_OPS_LAZY_GEMM", raising=False)
-    terms = _counted(monkeypatch, linear_route, "_run_term")
+    terms = counted_calls(monkeypatch, linear_route, "_run_term")
     d = linear_route.MIN_PRODUCT_DIM["cpu"] * 2
     assert d < linear_route.MIN_LINEAR_DIM["cpu"]
     x, y = points("random", 300, 260, d, "cpu", seed=43)

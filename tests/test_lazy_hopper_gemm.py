@@ -9,7 +9,7 @@ import ctypes
 
 import pytest
 import torch
-from conftest import HAS_CUDA
+from conftest import HAS_CUDA, counted_calls
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -225,14 +225,7 @@ def test_the_route_selects_with_it(device, compiled, monkeypatch):
     selection."""
     monkeypatch.setenv("SEMIRING_OPS_LAZY_GEMM", "on")
     monkeypatch.setenv("SEMIRING_OPS_LAZY_FUSED_KBEST", "1")
-    calls = {"n": 0}
-    real = hopper_gemm.kbest_nt
-
-    def counted(*args, **kwargs):
-        calls["n"] += 1
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(hopper_gemm, "kbest_nt", counted)
+    calls = counted_calls(monkeypatch, hopper_gemm, "kbest_nt")
     g = torch.Generator(device=device).manual_seed(2)
     x, y = torch.randn(500, 64, device=device, generator=g), torch.randn(3000, 64, device=device, generator=g)
     w = torch.rand(64, device=device, generator=g) + 0.5

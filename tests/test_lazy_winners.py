@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import CUDA
+from conftest import CUDA, counted_calls
 
 from semiring_ops.lazy import Vi, Vj, gemm_route, winners
 
@@ -24,15 +24,7 @@ def again(monkeypatch, compiled):
     """The route forced on, the winners evaluated again on the CPU too; their evaluations counted."""
     monkeypatch.setenv("SEMIRING_OPS_LAZY_GEMM", "on")
     monkeypatch.setattr(gemm_route, "WINNERS_AGAIN", {("cpu", torch.float32), ("cuda", torch.float32)})
-    calls = {"n": 0}
-    real = winners.evaluate_winners
-
-    def counted(*args, **kwargs):
-        calls["n"] += 1
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(winners, "evaluate_winners", counted)
-    return calls
+    return counted_calls(monkeypatch, winners, "evaluate_winners")
 
 
 def unit_neighbours(m: int, n: int, d: int, device: str, seed: int, spread: float = 0.2):

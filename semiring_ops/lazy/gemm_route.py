@@ -186,8 +186,8 @@ def run_routed(plan: Plan, call: CallArgs, device: torch.device) -> tuple[torch.
 
 def _fused_selection(routed: Plan, specs: tuple[GramSpec, ...], modes: list[str], device: torch.device) -> bool:
     """Whether a selection's candidates come from hopper_gemm.kbest_nt (no matrix): with SEMIRING_OPS_LAZY_FUSED_KBEST=1
-    (FUSED_KBEST's measurements), a k-best of one squared distance (weighted or not) or dot product itself, of
-    K <= KBEST_MAX, on 3xTF32 where hopper_gemm runs."""
+    (opt-in: the measurements above PROMOTED's definition), a k-best of one squared distance (weighted or not) or dot
+    product itself, of K <= KBEST_MAX, on 3xTF32 where hopper_gemm runs."""
     r = routed.reduction
     return (
         os.environ.get("SEMIRING_OPS_LAZY_FUSED_KBEST", "0") == "1"

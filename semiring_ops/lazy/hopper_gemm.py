@@ -1,14 +1,18 @@
-"""The route's promoted 3xTF32 GEMM on Hopper (sm_90: H100, H200): C = A B^T for float32 3xTF32 operands, on
-wgmma fed by TMA, each 32-deep tile's products added into IEEE float32 registers (csrc/lazy/tf32x3_gemm.cuh).
+"""The lazy route's own kernels on Hopper (sm_90: H100, H200), on one engine (csrc/lazy/hopper_mma.cuh: wgmma fed
+by TMA, warp-specialised, persistent) over float32 3xTF32 operands (gemm_route._three_tf32):
 
-gemm_route's PROMOTED product: more accurate than the SGEMM (unit-norm near neighbours at D = 768: 3.6e-7 max error
-of x.y against float64, the SGEMM 1.6e-6, cuBLAS's 3xTF32 5.2e-6) at 1.9x its speed (16,384^2 at D = 768: 4.55 ms,
-the SGEMM 8.46, cuBLAS's unpromoted 3xTF32 3.56; benchmarks/wgmma_probe.py, docs/perf_notes.md).
+- mm_nt: C = A B^T, each 32-deep tile's products added into IEEE float32 registers (tf32x3_gemm.cuh): gemm_route's
+  PROMOTED product, more accurate than the SGEMM (unit-norm near neighbours at D = 768: 3.6e-7 max error of x.y
+  against float64, the SGEMM 1.6e-6, cuBLAS's 3xTF32 5.2e-6) at ~2x its speed (16,384^2 at D = 768: 4.30 ms, the
+  SGEMM 8.59, cuBLAS's unpromoted 3xTF32 3.50; docs/benchmarks.md, docs/perf_notes.md "The Hopper engine");
+- kbest_nt: each row's K best keys (a dot product, or a squared distance summed again where it cancels) selected
+  from the tiles on chip, no matrix written (tf32x3_kbest.cuh): the route's fused selections, opt-in
+  (gemm_route: slower than the matrix so far).
 
-Compiled by NVRTC for sm_90a on first use (one line names the cache, as for the lazy kernels), launched through
-the driver with the operands' TMA descriptors (cuTensorMapEncodeTiled, made per call on the host: ~2 us each).
-``available(device)`` says whether it runs there: an sm_90 device, an NVRTC that targets sm_90a (12.0 on), a driver
-with cuTensorMapEncodeTiled, and SEMIRING_OPS_LAZY_WGMMA not "0". Elsewhere the route takes the SGEMM.
+Compiled by NVRTC for sm_90a on first use (one line names the cache, as for the lazy kernels; kbest_nt one module
+per K), launched through the driver with the operands' TMA descriptors (cuTensorMapEncodeTiled, made per call on
+the host). ``available(device)`` says whether they run there: an sm_90 device, an NVRTC that targets sm_90a (12.0
+on), a driver with cuTensorMapEncodeTiled, and SEMIRING_OPS_LAZY_WGMMA not "0". Elsewhere the route takes the SGEMM.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ SOURCE = '#include "lazy/tf32x3_gemm.cuh"\n'
 KERNEL = "tf32x3_gemm_nt"
 KBEST_SOURCE = '#define SO_KBEST {k}\n#include "lazy/tf32x3_kbest.cuh"\n'
 KBEST_KERNEL = "tf32x3_kbest_nt"
-KBEST_MAX = 16  # longer lists: the generated kernels on the route's matrices (registers: 4 K a thread)
+KBEST_MAX = 16  # longer lists: the generated kernels on the route's matrices (registers: 2 K a thread)
 # column parts of kbest_nt: at least this many (8 row tiles x 16 parts run at once: both operands' tiles in L2 at
 # D = 784), more where the row tiles alone would not fill the GPU twice
 MIN_PARTS = 16

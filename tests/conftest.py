@@ -200,3 +200,19 @@ def counted_calls(monkeypatch, module, name: str, calls: dict | None = None) -> 
 
     monkeypatch.setattr(module, name, counted)
     return calls
+
+
+def nvrtc_compiles(source: str, target: str, key: str) -> bytes:
+    """``source`` compiled by the runtime's own compiler (libnvrtc, no GPU needed) to a cubin for ``target`` (sm_90 or
+    sm_90a), as the lazy kernels compile; the test skips where libnvrtc is missing or does not target sm_90."""
+    from semiring_ops.build.jit import source_root
+    from semiring_ops.lazy import nvrtc
+
+    try:
+        nv = nvrtc._nvrtc()
+    except OSError as exc:
+        pytest.skip(f"libnvrtc not found: {exc}")
+    if nv.supported_archs is not None and 90 not in nv.supported_archs:
+        pytest.skip(f"this NVRTC does not target sm_90 ({nv.supported_archs})")
+    options = (f"--gpu-architecture={target}", "-std=c++17", "-default-device", f"--include-path={source_root()}")
+    return nvrtc._nvrtc_compile(source, options, True, key)

@@ -9,11 +9,10 @@ import ctypes
 
 import pytest
 import torch
-from conftest import HAS_CUDA, counted_calls
+from conftest import HAS_CUDA, counted_calls, nvrtc_compiles
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from semiring_ops.build.jit import source_root
 from semiring_ops.lazy import LazyTensor, Vi, Vj, gemm_route, hopper_gemm, nvrtc
 
 HOPPER = HAS_CUDA and hopper_gemm.available(torch.device("cuda"))
@@ -46,14 +45,7 @@ def test_a_structure_passed_by_value_packs_as_bytes():
 def test_the_sources_compile_with_nvrtc_for_sm90a(source):
     """The runtime's own compiler (libnvrtc, no GPU needed) accepts the Hopper sources, to sm_90a cubins: CI, with no
     GPU, still proves the wgmma, TMA and mbarrier code compiles as users' first calls compile it."""
-    try:
-        nv = nvrtc._nvrtc()
-    except OSError as exc:
-        pytest.skip(f"libnvrtc not found: {exc}")
-    if nv.supported_archs is not None and 90 not in nv.supported_archs:
-        pytest.skip(f"this NVRTC does not target sm_90 ({nv.supported_archs})")
-    options = ("--gpu-architecture=sm_90a", "-std=c++17", "-default-device", f"--include-path={source_root()}")
-    assert nvrtc._nvrtc_compile(source, options, True, "test_hopper")
+    assert nvrtc_compiles(source, "sm_90a", "test_hopper")
 
 
 @pytest.mark.parametrize("device", [pytest.param("cuda", marks=needs_hopper)])

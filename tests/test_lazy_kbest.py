@@ -23,11 +23,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import nvrtc_compiles
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from semiring_ops.build.jit import source_root
-from semiring_ops.lazy import LazyTensor, Vi, Vj, cpu_kernels, nvrtc, reductions
+from semiring_ops.lazy import LazyTensor, Vi, Vj, cpu_kernels, reductions
 from semiring_ops.lazy.codegen import cpu_source, cuda_config, cuda_source
 from semiring_ops.lazy.formula import canonicalize
 from semiring_ops.lazy.host_compiler import compile_host_library, host_compiler_available
@@ -353,11 +354,4 @@ def test_cuda_kbest_sources_compile_with_lists_in_memory(tmp_path, k, dtype_name
 @pytest.mark.parametrize("k,dtype_name", [(10, "float32"), (64, "float32"), (21, "float64")])
 def test_cuda_kbest_sources_compile_with_nvrtc(k, dtype_name):
     """The runtime's own compiler (libnvrtc, no GPU needed) accepts the k-best source, to an sm_90 cubin."""
-    try:
-        nv = nvrtc._nvrtc()
-    except OSError as exc:
-        pytest.skip(f"libnvrtc not found: {exc}")
-    if nv.supported_archs is not None and 90 not in nv.supported_archs:
-        pytest.skip(f"this NVRTC does not target sm_90 ({nv.supported_archs})")
-    options = ("--gpu-architecture=sm_90", "-std=c++17", "-default-device", f"--include-path={source_root()}")
-    assert nvrtc._nvrtc_compile(_cuda_kbest_source(k, False, dtype_name), options, True, f"test_kbest_{k}")
+    assert nvrtc_compiles(_cuda_kbest_source(k, False, dtype_name), "sm_90", f"test_kbest_{k}")

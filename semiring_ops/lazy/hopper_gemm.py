@@ -109,9 +109,9 @@ class Distance:
 def kbest_nt(a: torch.Tensor, b: torch.Tensor, k: int, largest: bool, distance: Distance | None = None) -> torch.Tensor:
     """(M, k) int64: for each row i of a, the k columns j (ascending by key, ties by the lower j; -1 where b has
     fewer than k rows) of the smallest (or largest) key: a_i . b_j, or ``distance``'s squared distance, from the
-    3xTF32 operands a (M, K) and b (N, K) (unpromoted, cuBLAS's 3xTF32 accuracy) selected in registers: no M x N
-    matrix is written (csrc/lazy/tf32x3_kbest.cuh). NaN keys order as the plain kernel's: last for the smallest,
-    first for the largest."""
+    3xTF32 operands a (M, K) and b (N, K) (unpromoted, cuBLAS's 3xTF32 accuracy) selected on chip (each tile staged
+    in shared memory): no M x N matrix is written (csrc/lazy/tf32x3_kbest.cuh). NaN keys order as the plain
+    kernel's: last for the smallest, first for the largest."""
     if not 1 <= k <= KBEST_MAX:
         raise ValueError(f"hopper_gemm.kbest_nt: k must be in 1..{KBEST_MAX}, got {k}")
     a, b = _operands("kbest_nt", a, b)

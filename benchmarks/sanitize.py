@@ -270,7 +270,7 @@ def lazy(light: bool) -> None:
         L1.min_argmin(dim=1, ranges=ranges)
     # the matrix-unit route (lazy/gemm_route.py) at D = 128, 784, 2048: GEMMs in blocks of 256 rows (the last
     # short), the kernels reading their matrix; near-duplicate rows take the exact re-summation; on Hopper the sums
-    # past D = 128 take hopper_gemm's promoted GEMM, and the fused k-best is run too (tf32x3_*.cuh)
+    # past D = 128 take hopper_gemm's promoted GEMM, and the fused k-best runs at every D (tf32x3_*.cuh)
     os.environ["SEMIRING_OPS_LAZY_GEMM"] = "on"
     for d in (128, 784, 2048):
         yd = torch.randn(157, d, generator=g).cuda()
@@ -286,7 +286,7 @@ def lazy(light: bool) -> None:
         gauss.sum().backward()
         Dd.argKmin(5, dim=1)
         (Vi(xd) | Vj(yd)).max(dim=0)
-        # (Hopper) the sums above ran on hopper_gemm's promoted GEMM; the fused k-best (opt-in) here
+        # (Hopper) the sums above ran on hopper_gemm's promoted GEMM; the fused k-best (by default up to D = 256) here
         os.environ["SEMIRING_OPS_LAZY_FUSED_KBEST"] = "1"
         Dd.argKmin(5, dim=1)
         (Vi(xd) | Vj(yd)).argKmax(3, dim=1)
@@ -294,6 +294,15 @@ def lazy(light: bool) -> None:
         wd = torch.rand(d, generator=g).cuda() + 0.5
         weighted = ((xd.detach().double()[:, None] - yd.double()[None]) ** 2 * wd.double()).sum(-1)
         _close(Vi(xd).weightedsqdist(Vj(yd), LazyTensor(wd)).min(dim=1), weighted.amin(1, keepdim=True), "lazy wsq")
+    # (Hopper) the fused k-best's later tiles, filtered in registers and merged from their masks, with near duplicates
+    # summed again there: 32 row tiles on 9 parts of 4 column tiles each
+    yk = torch.randn(4608, 128, generator=g).cuda()
+    xk = torch.randn(4000, 128, generator=g).cuda()
+    xk[:100] = yk[3000:3100] + 1e-3 * torch.randn(100, 128, generator=g).cuda()
+    nearest = ((Vi(xk) - Vj(yk)) ** 2).sum(-1).argKmin(5, dim=1)
+    if not (nearest[:100, 0] == torch.arange(3000, 3100, device="cuda")).all():
+        raise AssertionError("lazy fused k-best: a near duplicate missed")
+    (Vi(xk) | Vj(yk)).argKmax(3, dim=1)
     del os.environ["SEMIRING_OPS_LAZY_GEMM"]
 
 

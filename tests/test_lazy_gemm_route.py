@@ -254,6 +254,17 @@ def test_bad_mode_is_refused(monkeypatch):
         gemm_route.route_mode()
 
 
+def test_bad_fused_kbest_setting_is_refused(monkeypatch):
+    for setting in ("auto", "0", "1"):
+        monkeypatch.setenv("SEMIRING_OPS_LAZY_FUSED_KBEST", setting)
+        assert gemm_route.fused_kbest_setting() == setting
+    monkeypatch.delenv("SEMIRING_OPS_LAZY_FUSED_KBEST")
+    assert gemm_route.fused_kbest_setting() == "auto"
+    monkeypatch.setenv("SEMIRING_OPS_LAZY_FUSED_KBEST", "yes")
+    with pytest.raises(ValueError, match="SEMIRING_OPS_LAZY_FUSED_KBEST"):
+        gemm_route.fused_kbest_setting()
+
+
 @pytest.fixture
 def linear(monkeypatch, route):
     """The linear route (lazy/linear_route.py) forced on, its blocks counted."""

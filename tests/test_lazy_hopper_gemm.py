@@ -41,7 +41,10 @@ def test_a_structure_passed_by_value_packs_as_bytes():
     assert nvrtc._struct_code(ctypes.c_int * 4) is None
 
 
-@pytest.mark.parametrize("source", [hopper_gemm.SOURCE, *(hopper_gemm.KBEST_SOURCE.format(k=k) for k in (1, 10, 16))])
+KBEST_SOURCES = [hopper_gemm.KBEST_SOURCE.format(k=k, largest=largest) for k, largest in ((1, 0), (10, 0), (16, 1))]
+
+
+@pytest.mark.parametrize("source", [hopper_gemm.SOURCE, *KBEST_SOURCES])
 def test_the_sources_compile_with_nvrtc_for_sm90a(source):
     """The runtime's own compiler (libnvrtc, no GPU needed) accepts the Hopper sources, to sm_90a cubins: CI, with no
     GPU, still proves the wgmma, TMA and mbarrier code compiles as users' first calls compile it."""
@@ -160,16 +163,16 @@ def kbest_keys(x: torch.Tensor, y: torch.Tensor, dot: bool) -> tuple[torch.Tenso
     d=st.integers(1, 80),
     k=st.sampled_from([1, 3, 10, 16]),
     dot=st.booleans(),
+    largest=st.booleans(),
     seed=st.integers(0, 2**31 - 1),
 )
-def test_kbest_against_float64(device, m, n, d, k, dot, seed):
-    """The k best keys (a squared distance, smallest, or a dot product, largest) at sizes that straddle the tiles and
-    the column parts: the selected keys are float64's k best up to the 3xTF32 error, each index once, -1 exactly
-    past the n columns."""
+def test_kbest_against_float64(device, m, n, d, k, dot, largest, seed):
+    """The k best keys (a squared distance or a dot product, the smallest or the largest) at sizes that straddle the
+    tiles and the column parts: the selected keys are float64's k best up to the 3xTF32 error, each index once, -1
+    exactly past the n columns."""
     g = torch.Generator(device=device).manual_seed(seed)
     x, y = torch.randn(m, d, device=device, generator=g), torch.randn(n, d, device=device, generator=g)
     ref, distance = kbest_keys(x, y, dot)
-    largest = dot
     split = gemm_route._three_tf32
     got = hopper_gemm.kbest_nt(split(x, True), split(y, False), k, largest, distance)
     assert got.shape == (m, k) and got.dtype == torch.int64
@@ -194,6 +197,46 @@ def test_kbest_over_many_column_parts(device):
     ref = torch.cdist(x[rows].double(), y.double()).square()
     want = ref.topk(10, dim=1, largest=False).values
     assert (ref.gather(1, got[rows]).sort(dim=1).values - want).abs().max() <= 1e-4
+
+
+@pytest.mark.parametrize("device", [pytest.param("cuda", marks=needs_hopper)])
+@pytest.mark.parametrize("largest", [False, True])
+def test_kbest_when_every_tile_brings_better_keys(device, largest):
+    """Integer x and y_j = (N + j) v, so every dot product is exact: each row's keys grow along j (x.v > 0), shrink
+    (x.v < 0) or tie at 0. Where they improve along j, every later tile's keys all beat the list (each tile's
+    candidates overflow the buffers and are scanned from shared memory); where they worsen, the filter passes
+    nothing; ties go to the lower j."""
+    g = torch.Generator(device=device).manual_seed(5)
+    n = 20000
+    x = torch.randint(-2, 3, (300, 24), device=device, generator=g).float()
+    v = torch.randint(-2, 3, (24,), device=device, generator=g).float()
+    y = (n + torch.arange(n, device=device, dtype=torch.float32))[:, None] * v
+    split = gemm_route._three_tf32
+    got = hopper_gemm.kbest_nt(split(x, True), split(y, False), 10, largest)
+    first, last = torch.arange(10, device=device), torch.arange(n - 1, n - 11, -1, device=device)
+    grows = (x @ v > 0)[:, None]
+    want = torch.where((x @ v == 0)[:, None], first, torch.where(grows == largest, last, first))
+    assert (x @ v > 0).any() and (x @ v < 0).any()
+    assert (got == want).all()
+
+
+@pytest.mark.parametrize("device", [pytest.param("cuda", marks=needs_hopper)])
+def test_kbest_near_duplicates_are_summed_again(device):
+    """Three near duplicates of each row (noise 1e-3, 2e-3, 4e-3) among 20,000 points of norm ~800, at random columns
+    (most past a part's first tile: the filter's path): their |x|^2 + |y|^2 - 2 x.y cancels (error ~1 against
+    distances of 6e-5..1e-3), so only the re-summation orders them; they come first, in order."""
+    g = torch.Generator(device=device).manual_seed(9)
+    x = torch.randn(200, 64, device=device, generator=g) + 100
+    y = 30 * torch.randn(20000, 64, device=device, generator=g) + 100  # (the others: far, no cancelling)
+    where = torch.randperm(20000, device=device, generator=g)[:600].view(200, 3)
+    for i, scale in enumerate((1e-3, 2e-3, 4e-3)):
+        y[where[:, i]] = x + scale * torch.randn(200, 64, device=device, generator=g)
+    split = gemm_route._three_tf32
+    distance = hopper_gemm.Distance((x * x).sum(1), (y * y).sum(1), x, y, None, 1 / 64)
+    got = hopper_gemm.kbest_nt(split(x, True), split(y, False), 5, False, distance)
+    assert (got[:, :3] == where).all()
+    ref = torch.cdist(x.double(), y.double()).square()
+    assert (got[:, 3:] == ref.topk(5, dim=1, largest=False).indices[:, 3:]).float().mean() >= 0.99
 
 
 @pytest.mark.parametrize("device", [pytest.param("cuda", marks=needs_hopper)])
@@ -228,7 +271,7 @@ def test_kbest_bad_arguments_are_named(device):
 @pytest.mark.parametrize("device", [pytest.param("cuda", marks=needs_hopper)])
 def test_the_route_selects_with_it(device, compiled, monkeypatch):
     """k-NN (K-best of a squared distance, weighted or not, with or without indices) and maximum inner product
-    search take the fused kernel (opted into); a longer list or another formula does not; all give float64's
+    search take the fused kernel (forced on at every D); a longer list or another formula does not; all give float64's
     selection."""
     monkeypatch.setenv("SEMIRING_OPS_LAZY_GEMM", "on")
     monkeypatch.setenv("SEMIRING_OPS_LAZY_FUSED_KBEST", "1")
@@ -257,3 +300,22 @@ def test_the_route_selects_with_it(device, compiled, monkeypatch):
             assert (got == want).float().mean() >= 0.999
         else:
             assert ((got.double() - want).abs() / want.abs()).max() <= 1e-6
+
+
+@pytest.mark.parametrize("device", [pytest.param("cuda", marks=needs_hopper)])
+@pytest.mark.parametrize("setting", ["auto", "0", "1"])
+def test_the_route_fuses_by_default_up_to_its_dimension(device, compiled, monkeypatch, setting):
+    """SEMIRING_OPS_LAZY_FUSED_KBEST: auto fuses a k-NN of up to FUSED_KBEST_MAX_DIM components (not past it), 1 at
+    every D, 0 never; every path gives float64's neighbours."""
+    monkeypatch.setenv("SEMIRING_OPS_LAZY_GEMM", "on")
+    monkeypatch.setenv("SEMIRING_OPS_LAZY_FUSED_KBEST", setting)
+    calls = counted_calls(monkeypatch, hopper_gemm, "kbest_nt")
+    g = torch.Generator(device=device).manual_seed(4)
+    for dim in (gemm_route.FUSED_KBEST_MAX_DIM, gemm_route.FUSED_KBEST_MAX_DIM + 1):
+        x, y = torch.randn(300, dim, device=device, generator=g), torch.randn(2000, dim, device=device, generator=g)
+        before = calls["n"]
+        got = ((Vi(x) - Vj(y)) ** 2).sum(-1).argKmin(5, dim=1)
+        fused = setting == "1" or (setting == "auto" and dim <= gemm_route.FUSED_KBEST_MAX_DIM)
+        assert (calls["n"] > before) == fused
+        want = torch.cdist(x.double(), y.double()).topk(5, dim=1, largest=False).indices
+        assert (got == want).float().mean() >= 0.999

@@ -67,6 +67,7 @@ __all__ = [
     "GramInner",
     "block_gram",
     "block_rows",
+    "fused_kbest_setting",
     "gram_inner",
     "product_mode",
     "route_mm",
@@ -97,10 +98,13 @@ MAX_MATRIX_BYTES = 8 << 30  # a single row quantum's matrix above this (n_inner 
 # torch form there (4,000 x 2,000 k-NN at D = 784: 84.9 against 85.0 ms), where evaluating the winners again adds
 # 20 ms even in cache-sized chunks (120 ms in winners.CHUNK_VALUES)
 WINNERS_AGAIN = {("cuda", torch.float32)}
-# the fused selections (hopper_gemm.kbest_nt: candidates from the tensor cores' tiles, no matrix) are opt-in
-# (SEMIRING_OPS_LAZY_FUSED_KBEST=1): correct (float64 tests), but slower than the matrix and the generated kernel
-# so far (H200, K = 10, same run: 50,000^2 k-NN 21.0 ms against 12.6 at D = 128, 52.6 against 43.0 at
-# D = 784; MNIST's 10,000 x 60,000 at D = 784 13.5 against 10.8): docs/perf_notes.md, "The Hopper engine"
+# the fused selections (hopper_gemm.kbest_nt: candidates from the tensor cores' tiles, no matrix), taken by default
+# up to FUSED_KBEST_MAX_DIM components, where they beat the matrix (H200, K = 10, one run, fused / matrix ms:
+# 50,000^2 k-NN 8.85 / 12.80 at D = 128, 15.52 / 18.08 at 256, 44.75 / 42.05 at 784; 20,000^2 at D = 2048 21.59 /
+# 19.54; MNIST's 10,000 x 60,000 at D = 784 11.63 / 11.05): past it the GEMM is most of the time and cuBLAS's
+# runs ~10% faster than ours, whose epilogue waits for the tile's products (docs/perf_notes.md, "The Hopper
+# engine"). SEMIRING_OPS_LAZY_FUSED_KBEST: "auto" (default), "1" at every D, "0" never
+FUSED_KBEST_MAX_DIM = 256
 # the products of a matrix on CUDA float32 (module docstring)
 IEEE, THREE_TF32, PROMOTED, TF32 = "ieee", "3xtf32", "3xtf32-promoted", "tf32"
 # a sum's matrices up to this many components take 3xTF32 under precision="exact", PROMOTED above (the IEEE product
@@ -137,18 +141,18 @@ def run_routed(plan: Plan, call: CallArgs, device: torch.device) -> tuple[torch.
     routed = gram_plan(plan, min_dim)
     if routed is None:
         return None
-    rows = block_rows(call, device)
+    # a selection on the tensor cores' matrices: candidates, evaluated again as written (winners.py)
+    again = plan.reduction.selects and (kind, call.dtype) in WINNERS_AGAIN and not plan.fast and call.n_inner > 0
+    routed_plan, specs = gram_plan(winners.candidate_plan(plan), min_dim) if again else routed
+    modes = [runnable_mode(product_mode(plan.precision, plan.reduction.selects, spec.dim), device) for spec in specs]
+    fused = again and _fused_selection(routed_plan, specs, modes, device)
+    rows = max(1, call.n_outer) if fused else block_rows(call, device)  # (fused: no matrix, one block)
     if rows is None:
         return None
     vals, idx = new_outputs(plan, call, device)
     if vals.numel() == 0 and (idx is None or idx.numel() == 0):
         return vals, idx
-    # a selection on the tensor cores' matrices: candidates, evaluated again as written (winners.py)
-    again = plan.reduction.selects and (kind, call.dtype) in WINNERS_AGAIN and not plan.fast and call.n_inner > 0
-    routed_plan, specs = gram_plan(winners.candidate_plan(plan), min_dim) if again else routed
-    modes = [runnable_mode(product_mode(plan.precision, plan.reduction.selects, spec.dim), device) for spec in specs]
     sides = [_inner_side(spec, call, kind, mode) for spec, mode in zip(specs, modes, strict=True)]
-    fused = again and _fused_selection(routed_plan, specs, modes, device)
     outer_slots = [k for k in range(len(plan.arg_cats)) if plan.role(k) == "outer"]
     for lo in range(0, call.n_outer, rows):
         n = min(rows, call.n_outer - lo)
@@ -184,13 +188,23 @@ def run_routed(plan: Plan, call: CallArgs, device: torch.device) -> tuple[torch.
     return vals, idx
 
 
+def fused_kbest_setting() -> str:
+    """SEMIRING_OPS_LAZY_FUSED_KBEST: "auto" (default), "0" or "1" (FUSED_KBEST_MAX_DIM's comment)."""
+    setting = os.environ.get("SEMIRING_OPS_LAZY_FUSED_KBEST", "auto")
+    if setting not in ("auto", "0", "1"):
+        raise ValueError(f"SEMIRING_OPS_LAZY_FUSED_KBEST must be auto, 0 or 1, got {setting!r}")
+    return setting
+
+
 def _fused_selection(routed: Plan, specs: tuple[GramSpec, ...], modes: list[str], device: torch.device) -> bool:
-    """Whether a selection's candidates come from hopper_gemm.kbest_nt (no matrix): with SEMIRING_OPS_LAZY_FUSED_KBEST=1
-    (opt-in: the measurements above PROMOTED's definition), a k-best of one squared distance (weighted or not) or dot
-    product itself, of K <= KBEST_MAX, on 3xTF32 where hopper_gemm runs."""
+    """Whether a selection's candidates come from hopper_gemm.kbest_nt (no matrix): a k-best of one squared distance
+    (weighted or not) or dot product itself, of K <= KBEST_MAX, on 3xTF32 where hopper_gemm runs, of at most
+    FUSED_KBEST_MAX_DIM components unless SEMIRING_OPS_LAZY_FUSED_KBEST says otherwise (its comment)."""
+    setting = fused_kbest_setting()
     r = routed.reduction
     return (
-        os.environ.get("SEMIRING_OPS_LAZY_FUSED_KBEST", "0") == "1"
+        setting != "0"
+        and (setting == "1" or specs[0].dim <= FUSED_KBEST_MAX_DIM)
         and r.kind == "kbest"
         and r.k <= hopper_gemm.KBEST_MAX
         and isinstance(routed.formula, InnerProduct)

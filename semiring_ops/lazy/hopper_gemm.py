@@ -10,9 +10,10 @@ by TMA, warp-specialised, persistent) over float32 3xTF32 operands (gemm_route._
   (gemm_route: slower than the matrix so far).
 
 Compiled by NVRTC for sm_90a on first use (one line names the cache, as for the lazy kernels; kbest_nt one module
-per K), launched through the driver with the operands' TMA descriptors (cuTensorMapEncodeTiled, made per call on
-the host). ``available(device)`` says whether they run there: an sm_90 device, an NVRTC that targets sm_90a (12.0
-on), a driver with cuTensorMapEncodeTiled, and SEMIRING_OPS_LAZY_WGMMA not "0". Elsewhere the route takes the SGEMM.
+per (K, largest)), launched through the driver with the operands' TMA descriptors (cuTensorMapEncodeTiled, made per
+call on the host). ``available(device)`` says whether they run there: an sm_90 device, an NVRTC that targets
+sm_90a (12.0 on), a driver with cuTensorMapEncodeTiled, and SEMIRING_OPS_LAZY_WGMMA not "0". Elsewhere the route
+takes the SGEMM.
 """
 
 from __future__ import annotations
@@ -33,22 +34,30 @@ __all__ = ["KBEST_MAX", "Distance", "available", "describe", "kbest_nt", "mm_nt"
 
 SOURCE = '#include "lazy/tf32x3_gemm.cuh"\n'
 KERNEL = "tf32x3_gemm_nt"
-KBEST_SOURCE = '#define SO_KBEST {k}\n#include "lazy/tf32x3_kbest.cuh"\n'
+KBEST_SOURCE = '#define SO_KBEST {k}\n#define SO_LARGEST {largest}\n#include "lazy/tf32x3_kbest.cuh"\n'
 KBEST_KERNEL = "tf32x3_kbest_nt"
 KBEST_MAX = 16  # longer lists: the generated kernels on the route's matrices (registers: 2 K a thread)
-# column parts of kbest_nt: at least this many (8 row tiles x 16 parts run at once: both operands' tiles in L2 at
-# D = 784), more where the row tiles alone would not fill the GPU twice
-MIN_PARTS = 16
+# column parts of kbest_nt (_column_parts): fewer parts, fewer first tiles (where every key of a row passes), so as
+# few as keep the row tiles of the blocks running at once (SMs / parts, each 128 x depth floats, read again for every
+# column tile) within 3/5 of the L2; at most MAX_PARTS; more where the row tiles alone would not fill the GPU twice.
+# H200, kbest_nt alone, K = 10, ms by parts 1 / 2 / 4 / 8 / 16 (the rule's choice in bold):
+#   50,000^2 at D = 128: **6.81** / 7.20 / 7.47 / 8.15 / 8.92 (row tiles of 1 part at once: 26 MB)
+#   50,000^2 at D = 784: 48.52 / 43.45 / 43.25 / **39.16** / 39.06
+#   10,000 x 60,000 at D = 784: 11.51 / 11.14 / 11.18 / **9.47** / 9.72
+#   20,000^2 at D = 2048: 20.59 / 20.64 / 18.31 / 17.69 / **16.50**
+MAX_PARTS = 16
 # csrc/lazy/hopper_mma.cuh's kTileM = kTileN, kTileK, kThreads; tf32x3_gemm.cuh's kGemmSharedBytes (6 stages) and
-# tf32x3_kbest.cuh's kKBestSharedBytes (4 stages and the staged tiles)
+# tf32x3_kbest.cuh's kKBestSharedBytes (4 stages and the warpgroups' scratch)
 TILE, TILE_K, THREADS = 128, 32, 384
 STAGE_BYTES = 2 * TILE * TILE_K * 4
-SHARED_BYTES = {"gemm": 6 * STAGE_BYTES + 1024, "kbest": 4 * STAGE_BYTES + 2 * (64 * (TILE + 2) + TILE) * 4 + 1024}
+# tf32x3_kbest.cuh: a warpgroup's staged keys (64, kStride), column norms, pass masks (64, 4) and bounds (64, 2)
+_KBEST_WARPGROUP_BYTES = 64 * (TILE + 8) * 4 + TILE * 4 + 64 * 4 * 4 + 64 * 2 * 4
+SHARED_BYTES = {"gemm": 6 * STAGE_BYTES + 1024, "kbest": 4 * STAGE_BYTES + 2 * _KBEST_WARPGROUP_BYTES + 1024}
 MAP_BYTES = 128  # sizeof(CUtensorMap)
 # cuTensorMapEncodeTiled's enumerations (cuda.h)
 _FLOAT32, _INTERLEAVE_NONE, _SWIZZLE_128B, _L2_PROMOTION_256B, _OOB_FILL_ZEROS = 7, 0, 3, 3, 0
 
-_functions: dict[tuple[int, int], CudaFunction] = {}  # (device, K; 0: the GEMM)
+_functions: dict[tuple[int, int, bool], CudaFunction] = {}  # (device, K (0: the GEMM), largest)
 _lock = threading.Lock()
 
 
@@ -88,7 +97,7 @@ def mm_nt(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     c = torch.empty(m, n, device=a.device, dtype=torch.float32)
     index = _device_index(a.device)
     tiles = -(-m // TILE) * -(-n // TILE)
-    _launch(index, 0, tiles, a, (_tensor_map(a), _tensor_map(b), c.data_ptr(), m, n, a.shape[1]))
+    _launch(index, 0, False, tiles, a, (_tensor_map(a), _tensor_map(b), c.data_ptr(), m, n, a.shape[1]))
     return c
 
 
@@ -109,9 +118,9 @@ class Distance:
 def kbest_nt(a: torch.Tensor, b: torch.Tensor, k: int, largest: bool, distance: Distance | None = None) -> torch.Tensor:
     """(M, k) int64: for each row i of a, the k columns j (ascending by key, ties by the lower j; -1 where b has
     fewer than k rows) of the smallest (or largest) key: a_i . b_j, or ``distance``'s squared distance, from the
-    3xTF32 operands a (M, K) and b (N, K) (unpromoted, cuBLAS's 3xTF32 accuracy) selected on chip (each tile staged
-    in shared memory): no M x N matrix is written (csrc/lazy/tf32x3_kbest.cuh). NaN keys order as the plain
-    kernel's: last for the smallest, first for the largest."""
+    3xTF32 operands a (M, K) and b (N, K) (unpromoted, cuBLAS's 3xTF32 accuracy) selected on chip (filtered in
+    registers, merged in shared memory): no M x N matrix is written (csrc/lazy/tf32x3_kbest.cuh). NaN keys order as
+    the plain kernel's: last for the smallest, first for the largest."""
     if not 1 <= k <= KBEST_MAX:
         raise ValueError(f"hopper_gemm.kbest_nt: k must be in 1..{KBEST_MAX}, got {k}")
     a, b = _operands("kbest_nt", a, b)
@@ -133,17 +142,29 @@ def kbest_nt(a: torch.Tensor, b: torch.Tensor, k: int, largest: bool, distance: 
         terms = (*pointers, dim, d.cancel)
     index = _device_index(a.device)
     tiles_m, tiles_n = -(-m // TILE), -(-n // TILE)
-    parts = min(tiles_n, max(MIN_PARTS, -(-2 * device_sm_count(index) // tiles_m)))
+    parts = _column_parts(index, tiles_m, tiles_n, a.shape[1])
     per_part = -(-tiles_n // parts)
     parts = -(-tiles_n // per_part)
     keys = torch.empty(parts, m, k, dtype=torch.int64, device=a.device)
     maps = (_tensor_map(a), _tensor_map(b))
     sizes = (keys.data_ptr(), m, n, a.shape[1], parts, per_part)
-    _launch(index, k, tiles_m * parts, a, (*maps, *terms, int(largest), *sizes))
+    _launch(index, k, largest, tiles_m * parts, a, (*maps, *terms, *sizes))
     # the parts' lists merged: the k smallest keys (int64 order is the keys' order)
     merged = keys[0] if parts == 1 else keys.permute(1, 0, 2).reshape(m, parts * k).topk(k, 1, largest=False).values
     columns = merged & 0xFFFFFFFF
     return torch.where(columns == 0xFFFFFFFF, -1, columns)
+
+
+def _column_parts(index: int, tiles_m: int, tiles_n: int, depth: int) -> int:
+    """kbest_nt's column parts (MAX_PARTS' comment): the fewest, a power of 2, whose blocks' row tiles fit 3/5 of the
+    L2, at most MAX_PARTS, but enough that the items fill the GPU twice; at most tiles_n."""
+    sms = device_sm_count(index)
+    resident = sms * TILE * depth * 4  # bytes of the row tiles of sms blocks on one part each
+    budget = max(1, torch.cuda.get_device_properties(index).L2_cache_size * 3 // 5)
+    parts = 1
+    while parts < MAX_PARTS and resident > parts * budget:
+        parts *= 2
+    return max(1, min(tiles_n, max(parts, -(-2 * sms // tiles_m))))
 
 
 def _operands(name: str, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -161,9 +182,10 @@ def _operands(name: str, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor
     return a.contiguous(), b.contiguous()
 
 
-def _launch(index: int, k: int, items: int, like: torch.Tensor, args: tuple) -> None:
-    """The GEMM (k = 0) or the k-best kernel for k, on device ``index``, persistent: one block per SM at most."""
-    _function(index, k).launch(
+def _launch(index: int, k: int, largest: bool, items: int, like: torch.Tensor, args: tuple) -> None:
+    """The GEMM (k = 0) or the k-best kernel for (k, largest), on device ``index``, persistent: one block per SM at
+    most."""
+    _function(index, k, largest).launch(
         (min(items, device_sm_count(index)), 1, 1),
         (THREADS, 1, 1),
         SHARED_BYTES["kbest" if k else "gemm"],
@@ -172,23 +194,23 @@ def _launch(index: int, k: int, items: int, like: torch.Tensor, args: tuple) -> 
     )
 
 
-def _function(index: int, k: int) -> CudaFunction:
-    function = _functions.get((index, k))
+def _function(index: int, k: int, largest: bool) -> CudaFunction:
+    function = _functions.get((index, k, largest))
     if function is None:
         with _lock:
-            function = _functions.get((index, k))
+            function = _functions.get((index, k, largest))
             if function is None:
                 blob, i32, p = ctypes.c_char * MAP_BYTES, ctypes.c_int, ctypes.c_void_p
                 if k == 0:
                     module = compile_cuda_module(SOURCE, [KERNEL], index, arch_specific=True)
                     function = module.function(KERNEL, [blob, blob, p, i32, i32, i32])
                 else:
-                    source = KBEST_SOURCE.format(k=k)
+                    source = KBEST_SOURCE.format(k=k, largest=int(largest))
                     module = compile_cuda_module(source, [KBEST_KERNEL], index, arch_specific=True)
-                    argtypes = [blob, blob, p, p, p, p, p, i32, ctypes.c_float, i32, p, i32, i32, i32, i32, i32]
+                    argtypes = [blob, blob, p, p, p, p, p, i32, ctypes.c_float, p, i32, i32, i32, i32, i32]
                     function = module.function(KBEST_KERNEL, argtypes)
                 function.set_max_dynamic_shared(SHARED_BYTES["kbest" if k else "gemm"])
-                _functions[(index, k)] = function
+                _functions[(index, k, largest)] = function
     return function
 
 

@@ -304,18 +304,19 @@ def test_the_route_selects_with_it(device, compiled, monkeypatch):
 
 @pytest.mark.parametrize("device", [pytest.param("cuda", marks=needs_hopper)])
 @pytest.mark.parametrize("setting", ["auto", "0", "1"])
-def test_the_route_fuses_by_default_up_to_its_dimension(device, compiled, monkeypatch, setting):
-    """SEMIRING_OPS_LAZY_FUSED_KBEST: auto fuses a k-NN of up to FUSED_KBEST_MAX_DIM components (not past it), 1 at
-    every D, 0 never; every path gives float64's neighbours."""
+def test_the_route_fuses_by_default_within_its_dimensions(device, compiled, monkeypatch, setting):
+    """SEMIRING_OPS_LAZY_FUSED_KBEST: auto fuses a k-NN of FUSED_KBEST_DIMS components (not outside them), 1 at every
+    D, 0 never; every path gives float64's neighbours."""
     monkeypatch.setenv("SEMIRING_OPS_LAZY_GEMM", "on")
     monkeypatch.setenv("SEMIRING_OPS_LAZY_FUSED_KBEST", setting)
     calls = counted_calls(monkeypatch, hopper_gemm, "kbest_nt")
     g = torch.Generator(device=device).manual_seed(4)
-    for dim in (gemm_route.FUSED_KBEST_MAX_DIM, gemm_route.FUSED_KBEST_MAX_DIM + 1):
+    low, high = gemm_route.FUSED_KBEST_DIMS
+    for dim in (low - 1, low, high, high + 1):
         x, y = torch.randn(300, dim, device=device, generator=g), torch.randn(2000, dim, device=device, generator=g)
         before = calls["n"]
         got = ((Vi(x) - Vj(y)) ** 2).sum(-1).argKmin(5, dim=1)
-        fused = setting == "1" or (setting == "auto" and dim <= gemm_route.FUSED_KBEST_MAX_DIM)
+        fused = setting == "1" or (setting == "auto" and low <= dim <= high)
         assert (calls["n"] > before) == fused
         want = torch.cdist(x.double(), y.double()).topk(5, dim=1, largest=False).indices
         assert (got == want).float().mean() >= 0.999

@@ -99,12 +99,13 @@ MAX_MATRIX_BYTES = 8 << 30  # a single row quantum's matrix above this (n_inner 
 # 20 ms even in cache-sized chunks (120 ms in winners.CHUNK_VALUES)
 WINNERS_AGAIN = {("cuda", torch.float32)}
 # the fused selections (hopper_gemm.kbest_nt: candidates from the tensor cores' tiles, no matrix), taken by default
-# up to FUSED_KBEST_MAX_DIM components, where they beat the matrix (H200, K = 10, one run, fused / matrix ms:
-# 50,000^2 k-NN 8.85 / 12.80 at D = 128, 15.52 / 18.08 at 256, 44.75 / 42.05 at 784; 20,000^2 at D = 2048 21.59 /
-# 19.54; MNIST's 10,000 x 60,000 at D = 784 11.63 / 11.05): past it the GEMM is most of the time and cuBLAS's
-# runs ~10% faster than ours, whose epilogue waits for the tile's products (docs/perf_notes.md, "The Hopper
-# engine"). SEMIRING_OPS_LAZY_FUSED_KBEST: "auto" (default), "1" at every D, "0" never
-FUSED_KBEST_MAX_DIM = 256
+# for FUSED_KBEST_DIMS components, where they were measured to beat the matrix (H200, K = 10, one run, fused / matrix
+# ms: 50,000^2 k-NN 8.85 / 12.80 at D = 128, 15.52 / 18.08 at 256, 44.75 / 42.05 at 784; 20,000^2 at D = 2048
+# 21.59 / 19.54; MNIST's 10,000 x 60,000 at D = 784 11.63 / 11.05): past 256 the GEMM is most of the time, and
+# cuBLAS's runs ~10% faster than ours, whose epilogue waits for the tile's products (docs/perf_notes.md, "The Hopper
+# engine"); below 128 (the route from MIN_DIM) not measured yet. SEMIRING_OPS_LAZY_FUSED_KBEST: "auto" (default),
+# "1" at every D, "0" never
+FUSED_KBEST_DIMS = (128, 256)
 # the products of a matrix on CUDA float32 (module docstring)
 IEEE, THREE_TF32, PROMOTED, TF32 = "ieee", "3xtf32", "3xtf32-promoted", "tf32"
 # a sum's matrices up to this many components take 3xTF32 under precision="exact", PROMOTED above (the IEEE product
@@ -189,7 +190,7 @@ def run_routed(plan: Plan, call: CallArgs, device: torch.device) -> tuple[torch.
 
 
 def fused_kbest_setting() -> str:
-    """SEMIRING_OPS_LAZY_FUSED_KBEST: "auto" (default), "0" or "1" (FUSED_KBEST_MAX_DIM's comment)."""
+    """SEMIRING_OPS_LAZY_FUSED_KBEST: "auto" (default), "0" or "1" (FUSED_KBEST_DIMS' comment)."""
     setting = os.environ.get("SEMIRING_OPS_LAZY_FUSED_KBEST", "auto")
     if setting not in ("auto", "0", "1"):
         raise ValueError(f"SEMIRING_OPS_LAZY_FUSED_KBEST must be auto, 0 or 1, got {setting!r}")
@@ -198,13 +199,13 @@ def fused_kbest_setting() -> str:
 
 def _fused_selection(routed: Plan, specs: tuple[GramSpec, ...], modes: list[str], device: torch.device) -> bool:
     """Whether a selection's candidates come from hopper_gemm.kbest_nt (no matrix): a k-best of one squared distance
-    (weighted or not) or dot product itself, of K <= KBEST_MAX, on 3xTF32 where hopper_gemm runs, of at most
-    FUSED_KBEST_MAX_DIM components unless SEMIRING_OPS_LAZY_FUSED_KBEST says otherwise (its comment)."""
+    (weighted or not) or dot product itself, of K <= KBEST_MAX, on 3xTF32 where hopper_gemm runs, of
+    FUSED_KBEST_DIMS components unless SEMIRING_OPS_LAZY_FUSED_KBEST says otherwise (its comment)."""
     setting = fused_kbest_setting()
     r = routed.reduction
     return (
         setting != "0"
-        and (setting == "1" or specs[0].dim <= FUSED_KBEST_MAX_DIM)
+        and (setting == "1" or FUSED_KBEST_DIMS[0] <= specs[0].dim <= FUSED_KBEST_DIMS[1])
         and r.kind == "kbest"
         and r.k <= hopper_gemm.KBEST_MAX
         and isinstance(routed.formula, InnerProduct)

@@ -107,8 +107,7 @@ __device__ __forceinline__ void wgmma_m64n128k8_tf32(float (&d)[64], u64 a, u64 
 // Schedule: items() (the items to walk), tiles(item) (the tiles of an item), corner(item, t, m0, n0) (the t-th tile's
 // first row and column), depth_tiles (kTileK-deep stages of a tile). Epilogue: begin(item, scratch) (scratch: its
 // shared memory, after the stages), prepare(m0, n0) (before a tile's products: loads whose latency they hide),
-// tile(values, m0, n0) (the tile's 64 x 128 values of this warpgroup in the accumulator layout, which it may
-// overwrite: the next tile's products start from zero), end(item).
+// tile(values, m0, n0) (the tile's 64 x 128 values of this warpgroup in the accumulator layout), end(item).
 template <bool kPromote, int kStages, class Schedule, class Epilogue>
 __device__ __forceinline__ void warp_specialised_mma(const TensorMap* map_a, const TensorMap* map_b,
                                                      const Schedule& schedule, Epilogue& epilogue) {

@@ -102,9 +102,9 @@ WINNERS_AGAIN = {("cuda", torch.float32)}
 # for FUSED_KBEST_DIMS components, where they were measured to beat the matrix (H200, K = 10, one run, fused / matrix
 # ms: 50,000^2 k-NN 8.85 / 12.80 at D = 128, 15.52 / 18.08 at 256, 44.75 / 42.05 at 784; 20,000^2 at D = 2048
 # 21.59 / 19.54; MNIST's 10,000 x 60,000 at D = 784 11.63 / 11.05): past 256 the GEMM is most of the time, and
-# cuBLAS's runs ~10% faster than ours, whose epilogue waits for the tile's products (docs/perf_notes.md, "The Hopper
-# engine"); below 128 (the route from MIN_DIM) not measured yet. SEMIRING_OPS_LAZY_FUSED_KBEST: "auto" (default),
-# "1" at every D, "0" never
+# ours, epilogue included (it waits for the tile's products), takes ~10% longer than cuBLAS's 3xTF32 GEMM alone
+# (docs/perf_notes.md, "The Hopper engine"); below 128 (the route from MIN_DIM) not measured yet.
+# SEMIRING_OPS_LAZY_FUSED_KBEST: "auto" (default), "1" at every D, "0" never
 FUSED_KBEST_DIMS = (128, 256)
 # the products of a matrix on CUDA float32 (module docstring)
 IEEE, THREE_TF32, PROMOTED, TF32 = "ieee", "3xtf32", "3xtf32-promoted", "tf32"
